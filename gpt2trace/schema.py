@@ -1,0 +1,96 @@
+"""The trace format: the single source of truth for columns, kinds, Paraver state ids and the version.
+
+One Parquet file, one row per record. Everything else imports these names; docs/trace-format.md explains them.
+"""
+from __future__ import annotations
+
+import json
+from enum import IntEnum
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+META_VERSION = b"gpt2trace.schema_version"
+META_RUN = b"gpt2trace.run"            # JSON: model, training, parallel layout, trace options
+META_MACHINE = b"gpt2trace.machine"    # JSON: CPU, cores, threading layer, BLAS + kernel, MPI, versions
+META_PEAK = b"gpt2trace.sgemm_peak"    # JSON: measured sgemm GFLOP/s per core and for the run's threads
+META_CLOCK = b"gpt2trace.clock"        # JSON: clock source and per-rank offset estimates with error bounds
+
+# Column names (units in the names).
+KIND, RANK, THREAD, START_NS, END_NS, STATE, NAME = "kind", "rank", "thread", "start_ns", "end_ns", "state", "name"
+STEP, LAYER, MICROSTEP, BYTES, PEER, SEQ, VALUE = "step", "layer", "microstep", "bytes", "peer", "seq", "value"
+
+REQUIRED = (KIND, RANK, THREAD, START_NS, END_NS, STATE, NAME)
+OPTIONAL = (STEP, LAYER, MICROSTEP, BYTES, PEER, SEQ, VALUE)
+
+_DICT_STR = pa.dictionary(pa.int32(), pa.string())
+FIELDS = {
+    KIND: _DICT_STR, RANK: pa.int32(), THREAD: pa.int32(), START_NS: pa.int64(), END_NS: pa.int64(),
+    STATE: pa.int16(), NAME: _DICT_STR,
+    STEP: pa.int32(), LAYER: pa.int16(), MICROSTEP: pa.int16(), BYTES: pa.int64(), PEER: pa.int32(),
+    SEQ: pa.int64(), VALUE: pa.float64(),
+}
+
+
+class Kind:
+    STATE = "state"       # a thread's Paraver state over [start_ns, end_ns)
+    KERNEL = "kernel"     # one thread's block of one kernel invocation
+    PHASE = "phase"       # a rank's phase of a step: forward, backward, grad_sync, optimizer, dataload, ...
+    COMM = "comm"         # one MPI call on one thread
+    COUNTER = "counter"   # a value at an instant (end_ns == start_ns): loss, lr, grad_norm, tokens
+
+    ALL = ("state", "kernel", "phase", "comm", "counter")
+
+
+class State(IntEnum):
+    """Paraver's state ids (Extrae's STATES block), with its names."""
+    IDLE = 0
+    RUNNING = 1
+    NOT_CREATED = 2
+    WAITING_A_MESSAGE = 3
+    BLOCKING_SEND = 4
+    SYNCHRONIZATION = 5
+    TEST_PROBE = 6
+    SCHEDULING_FORK_JOIN = 7
+    WAIT_WAITALL = 8
+    BLOCKED = 9
+    IMMEDIATE_SEND = 10
+    IMMEDIATE_RECEIVE = 11
+    IO = 12
+    GROUP_COMMUNICATION = 13
+    TRACING_DISABLED = 14
+    OTHERS = 15
+    SEND_RECEIVE = 16
+
+
+STATE_NAMES = {
+    State.IDLE: "Idle", State.RUNNING: "Running", State.NOT_CREATED: "Not created",
+    State.WAITING_A_MESSAGE: "Waiting a message", State.BLOCKING_SEND: "Blocking Send",
+    State.SYNCHRONIZATION: "Synchronization", State.TEST_PROBE: "Test/Probe",
+    State.SCHEDULING_FORK_JOIN: "Scheduling and Fork/Join", State.WAIT_WAITALL: "Wait/WaitAll",
+    State.BLOCKED: "Blocked", State.IMMEDIATE_SEND: "Immediate Send",
+    State.IMMEDIATE_RECEIVE: "Immediate Receive", State.IO: "I/O",
+    State.GROUP_COMMUNICATION: "Group Communication", State.TRACING_DISABLED: "Tracing Disabled",
+    State.OTHERS: "Others", State.SEND_RECEIVE: "Send Receive",
+}
+
+# States a thread spends inside MPI (POP's "time outside MPI" excludes these).
+MPI_STATES = (State.WAITING_A_MESSAGE, State.BLOCKING_SEND, State.WAIT_WAITALL, State.IMMEDIATE_SEND,
+              State.IMMEDIATE_RECEIVE, State.GROUP_COMMUNICATION, State.SEND_RECEIVE, State.TEST_PROBE)
+
+# Phase names the trainer writes.
+PHASES = ("dataload", "forward", "backward", "grad_sync", "optimizer", "checkpoint")
+# Counter names the trainer writes per step.
+COUNTERS = ("loss", "lr", "grad_norm", "tokens")
+
+
+def arrow_schema(metadata: dict[bytes, bytes] | None = None) -> pa.Schema:
+    meta = {META_VERSION: str(SCHEMA_VERSION).encode()}
+    meta.update(metadata or {})
+    return pa.schema([pa.field(n, t) for n, t in FIELDS.items()], metadata=meta)
+
+
+def metadata_json(schema: pa.Schema, key: bytes) -> dict | None:
+    """A JSON metadata entry of a trace schema, or None when the trace does not carry it."""
+    raw = (schema.metadata or {}).get(key)
+    return json.loads(raw) if raw else None

@@ -1,0 +1,108 @@
+"""How every kernel runs on threads, and the one place per-thread timing is read.
+
+A kernel is written once as a plain function whose body is `for t in prange(nthreads)` over contiguous
+blocks (`chunk`); `@kernel` compiles it twice: a Numba-parallel launcher and a serial twin, so `--threads 1`
+pays no fork/join. Each kernel takes a trace slot `tr` as its last argument, an int64 array:
+
+    tr.shape == (0, 3)            tracing off: no clock is read
+    tr[0]     = (enter_ns, exit_ns, 0)   the parallel region, read on the calling (main) thread
+    tr[1 + t] = (start_ns, end_ns, tid)  block t, read on the thread that ran it (tid = Numba thread id)
+
+so kernels contain exactly three hook calls (`region_begin`, `block_begin`/`block_end`, `region_end`) and know
+nothing else about tracing. The Python wrapper hands out slots (see `gpt2trace.tracer`).
+"""
+from __future__ import annotations
+
+import types as pytypes
+
+import numpy as np
+from llvmlite import ir
+from numba import get_thread_id, njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+CLOCK_MONOTONIC = 1  # Linux; the same clock as Python's time.monotonic_ns()
+NO_TRACE = np.zeros((0, 3), dtype=np.int64)
+
+
+@intrinsic
+def _clock_gettime_ns(typingctx):
+    """clock_gettime(CLOCK_MONOTONIC) inlined into nopython code (~22 ns; cacheable: linked by name)."""
+    def codegen(context, builder, signature, args):
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        timespec = ir.LiteralStructType([i64, i64])
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(i32, [i32, timespec.as_pointer()]), "clock_gettime")
+        ts = cgutils.alloca_once(builder, timespec)
+        builder.call(fn, [ir.Constant(i32, CLOCK_MONOTONIC), ts])
+        sec = builder.load(cgutils.gep_inbounds(builder, ts, 0, 0))
+        nsec = builder.load(cgutils.gep_inbounds(builder, ts, 0, 1))
+        return builder.add(builder.mul(sec, ir.Constant(i64, 1_000_000_000)), nsec)
+    return types.int64(), codegen
+
+
+@njit(cache=True)
+def clock_ns():
+    return _clock_gettime_ns()
+
+
+@njit(inline="always")
+def chunk(n, nthreads, t):
+    """Rows [r0, r1) of block t when n rows are split into nthreads near-equal contiguous blocks."""
+    return n * t // nthreads, n * (t + 1) // nthreads
+
+
+@njit(inline="always")
+def region_begin(tr):
+    if tr.shape[0] > 0:
+        tr[0, 0] = _clock_gettime_ns()
+
+
+@njit(inline="always")
+def region_end(tr):
+    if tr.shape[0] > 0:
+        tr[0, 1] = _clock_gettime_ns()
+
+
+@njit(inline="always")
+def block_begin(tr):
+    if tr.shape[0] > 0:
+        return _clock_gettime_ns()
+    return 0
+
+
+@njit(inline="always")
+def block_end(tr, t, start_ns):
+    if tr.shape[0] > 0:
+        tr[1 + t, 0] = start_ns
+        tr[1 + t, 1] = _clock_gettime_ns()
+        tr[1 + t, 2] = get_thread_id()
+
+
+class Kernel:
+    """A kernel's parallel launcher and serial twin; `k(nthreads, *args)` picks one."""
+
+    def __init__(self, fn):
+        self.name = fn.__name__
+        self.py_func = fn
+        self.parallel = njit(parallel=True, cache=True)(fn)
+        # A copy under another qualname: Numba's cache is keyed by qualname, not by the parallel flag,
+        # so compiling the same function object twice would make the two share (and clobber) one entry.
+        twin = pytypes.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial",
+                                    fn.__defaults__, fn.__closure__)
+        twin.__qualname__ = fn.__qualname__ + "_serial"
+        twin.__module__ = fn.__module__
+        self.serial = njit(cache=True)(twin)
+
+    def __call__(self, nthreads, *args):
+        if nthreads == 1:
+            return self.serial(*args, 1)
+        return self.parallel(*args, nthreads)
+
+    def __repr__(self) -> str:
+        return f"Kernel({self.name})"
+
+
+def kernel(fn) -> Kernel:
+    """Decorator: `fn(outputs..., inputs..., sizes..., tr, nthreads)` -> Kernel called as k(nthreads, ...)."""
+    return Kernel(fn)

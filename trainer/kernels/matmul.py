@@ -1,0 +1,80 @@
+"""Matmul with bias: out = inp @ weight^T + bias (llm.c's matmul_forward / matmul_backward).
+
+Threads split the *output features* (rows of weight), not the BT rows: with BT=256 and weights of 2-150 MB,
+each thread then streams only its share of the weight from memory. Each block is one cblas_sgemm call
+(BLAS itself on one thread). Backward accumulates (beta = 1), as llm.c does.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from trainer.blas import NO_TRANS, ROW_MAJOR, TRANS, cblas_sgemm
+from trainer.kernels.launch import block_begin, block_end, chunk, kernel, region_begin, region_end
+
+
+@kernel
+def matmul_forward(out, inp, weight, bias, has_bias, tr, nthreads):
+    # out (BT, OC), inp (BT, C), weight (OC, C), bias (OC,) (ignored unless has_bias)
+    BT, C = inp.shape
+    OC = weight.shape[0]
+    region_begin(tr)
+    for t in prange(nthreads):
+        t0 = block_begin(tr)
+        o0, o1 = chunk(OC, nthreads, t)
+        if o1 > o0:
+            # out[:, o0:o1] = inp @ weight[o0:o1]^T
+            cblas_sgemm(np.int32(ROW_MAJOR), np.int32(NO_TRANS), np.int32(TRANS),
+                        np.int32(BT), np.int32(o1 - o0), np.int32(C), np.float32(1.0),
+                        inp.ctypes.data, np.int32(C),
+                        weight[o0:].ctypes.data, np.int32(C),
+                        np.float32(0.0), out[:, o0:].ctypes.data, np.int32(OC))
+            if has_bias:
+                for i in range(BT):
+                    for o in range(o0, o1):
+                        out[i, o] += bias[o]
+        block_end(tr, t, t0)
+    region_end(tr)
+
+
+@kernel
+def matmul_backward(dinp, dweight, dbias, dout, inp, weight, has_bias, tr, nthreads):
+    # dinp (BT, C) +=, dweight (OC, C) +=, dbias (OC,) +=; dout (BT, OC), inp (BT, C), weight (OC, C)
+    BT, C = inp.shape
+    OC = weight.shape[0]
+    region_begin(tr)
+    for t in prange(nthreads):
+        t0 = block_begin(tr)
+        # dinp[:, c0:c1] += dout @ weight[:, c0:c1]: each thread reads its columns of weight
+        c0, c1 = chunk(C, nthreads, t)
+        if c1 > c0:
+            cblas_sgemm(np.int32(ROW_MAJOR), np.int32(NO_TRANS), np.int32(NO_TRANS),
+                        np.int32(BT), np.int32(c1 - c0), np.int32(OC), np.float32(1.0),
+                        dout.ctypes.data, np.int32(OC),
+                        weight[:, c0:].ctypes.data, np.int32(C),
+                        np.float32(1.0), dinp[:, c0:].ctypes.data, np.int32(C))
+        # dweight[o0:o1] += dout[:, o0:o1]^T @ inp, read in place through lda = OC
+        o0, o1 = chunk(OC, nthreads, t)
+        if o1 > o0:
+            cblas_sgemm(np.int32(ROW_MAJOR), np.int32(TRANS), np.int32(NO_TRANS),
+                        np.int32(o1 - o0), np.int32(C), np.int32(BT), np.float32(1.0),
+                        dout[:, o0:].ctypes.data, np.int32(OC),
+                        inp.ctypes.data, np.int32(C),
+                        np.float32(1.0), dweight[o0:].ctypes.data, np.int32(C))
+            if has_bias:
+                for i in range(BT):
+                    for o in range(o0, o1):
+                        dbias[o] += dout[i, o]
+        block_end(tr, t, t0)
+    region_end(tr)
+
+
+def matmul_forward_ref(inp, weight, bias):
+    """NumPy reference (float64) for tests."""
+    out = inp.astype(np.float64) @ weight.astype(np.float64).T
+    return out + bias if bias is not None else out
+
+
+def matmul_backward_ref(dout, inp, weight, has_bias=True):
+    d, x, w = (a.astype(np.float64) for a in (dout, inp, weight))
+    return d @ w, d.T @ x, (d.sum(axis=0) if has_bias else None)
