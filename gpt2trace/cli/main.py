@@ -1,0 +1,15 @@
+"""Assembles the Typer app; every command lives in its own module and calls the Python API."""
+from __future__ import annotations
+
+import typer
+
+from gpt2trace.cli import run
+
+app = typer.Typer(
+    name="gpt2trace",
+    help="Train an instrumented GPT-2, trace every thread of every rank, and find where the time went.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("run")(run.run)

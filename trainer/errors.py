@@ -1,0 +1,13 @@
+"""Errors a user can act on: the CLI prints their one-line message and exits with code 2 (no traceback)."""
+
+
+class TrainerError(Exception):
+    """Base class; the message is one line naming the file or option and what to do."""
+
+
+class FileFormatError(TrainerError):
+    """A checkpoint or token file that is not what its header says (magic, version, size)."""
+
+
+class NonFiniteError(TrainerError):
+    """Loss or a gradient became NaN/inf; the message names the step and the kernel that produced it."""
