@@ -6,7 +6,7 @@ pays no fork/join. Each kernel takes a trace slot `tr` as its last argument, an 
 
     tr.shape == (0, 3)            tracing off: no clock is read
     tr[0]     = (enter_ns, exit_ns, 0)   the parallel region, read on the calling (main) thread
-    tr[1 + t] = (start_ns, end_ns, tid)  block t, read on the thread that ran it (tid = Numba thread id)
+    tr[1 + t] = (start_ns, end_ns, tid)  block t, read on the thread that ran it (tid = OS thread id)
 
 so kernels contain exactly three hook calls (`region_begin`, `block_begin`/`block_end`, `region_end`) and know
 nothing else about tracing. The Python wrapper hands out slots (see `gpt2trace.tracer`).
@@ -17,7 +17,7 @@ import types as pytypes
 
 import numpy as np
 from llvmlite import ir
-from numba import get_thread_id, njit, types
+from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -39,6 +39,22 @@ def _clock_gettime_ns(typingctx):
         nsec = builder.load(cgutils.gep_inbounds(builder, ts, 0, 1))
         return builder.add(builder.mul(sec, ir.Constant(i64, 1_000_000_000)), nsec)
     return types.int64(), codegen
+
+
+@intrinsic
+def _gettid(typingctx):
+    """The OS thread id (Linux gettid). Numba's own get_thread_id() bakes an address into the code and
+    crashes when loaded from the on-disk cache; this links by name. The tracer maps OS ids to 0..n-1."""
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, []), "gettid")
+        return builder.sext(builder.call(fn, []), ir.IntType(64))
+    return types.int64(), codegen
+
+
+@njit(cache=True)
+def os_thread_id():
+    return _gettid()
 
 
 @njit(cache=True)
@@ -76,7 +92,7 @@ def block_end(tr, t, start_ns):
     if tr.shape[0] > 0:
         tr[1 + t, 0] = start_ns
         tr[1 + t, 1] = _clock_gettime_ns()
-        tr[1 + t, 2] = get_thread_id()
+        tr[1 + t, 2] = _gettid()
 
 
 class Kernel:
