@@ -1,5 +1,7 @@
 """The GPT-2 trainer (llm.c's architecture) in Numba kernels."""
-from trainer.blas import configure_openblas as _configure_openblas
+from trainer.cpu import configure_openblas as _configure_openblas
+from trainer.jitcache import configure_jit_cache as _configure_jit_cache
 
-# Must happen before anything loads SciPy's OpenBLAS (it reads its kernel and thread count once, at load).
+# Both must happen before Numba and SciPy's OpenBLAS load: they read these settings once, at import.
 _configure_openblas()
+_configure_jit_cache()

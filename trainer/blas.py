@@ -3,55 +3,15 @@
 Why not `np.dot` inside the kernels: `cblas_sgemm` takes leading dimensions and beta, so a thread multiplies its
 row block in place and backward accumulates into gradients (beta = 1) with no temporaries.
 
-Why the environment is set here: OpenBLAS reads OPENBLAS_CORETYPE and OPENBLAS_NUM_THREADS once, when the
-library loads. `configure_openblas()` must run before SciPy's linalg is imported; `trainer/__init__.py` calls it.
+OpenBLAS reads OPENBLAS_CORETYPE and OPENBLAS_NUM_THREADS once, when it loads: `trainer/__init__.py` sets them
+(trainer.cpu.configure_openblas) before this module loads SciPy.
 """
 from __future__ import annotations
 
 import ctypes
 import os
-import sys
 
-_AVX512 = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
-_AVX512_CORES = ("skylakex", "cooperlake", "sapphirerapids")
-
-
-def cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-    return platform.processor() or platform.machine()
-
-
-def configure_openblas() -> None:
-    """Pick OpenBLAS's kernel for this CPU and hold BLAS to one thread (our threads are the parallelism).
-
-    OpenBLAS does not select its AVX-512 kernels on AMD Zen 4/5 by itself (it picks Haswell/Zen); where the
-    CPU has AVX-512 we ask for SkylakeX. On CPUs without it (Zen 3 here) the default is already right, and
-    forcing SkylakeX would die with SIGILL. A value the user set wins.
-    """
-    if "scipy.linalg" in sys.modules:
-        return  # too late to choose; blas_info() reports what was loaded
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    if "OPENBLAS_CORETYPE" not in os.environ and set(_AVX512) <= cpu_flags():
-        os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
-
+from trainer.cpu import AVX512_FLAGS, cpu_flags
 
 def _scipy_openblas() -> dict:
     import scipy.linalg  # noqa: F401  (loads SciPy's OpenBLAS into the process)
@@ -89,7 +49,7 @@ def blas_info() -> dict:
         "kernel": corename().decode(),
         "coretype_env": os.environ.get("OPENBLAS_CORETYPE"),
         "threads": info.get("num_threads"),
-        "cpu_has_avx512": set(_AVX512) <= cpu_flags(),
+        "cpu_has_avx512": set(AVX512_FLAGS) <= cpu_flags(),
     }
 
 

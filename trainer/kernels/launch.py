@@ -98,17 +98,17 @@ def block_end(tr, t, start_ns):
 class Kernel:
     """A kernel's parallel launcher and serial twin; `k(nthreads, *args)` picks one."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, **options):
         self.name = fn.__name__
         self.py_func = fn
-        self.parallel = njit(parallel=True, cache=True)(fn)
+        self.parallel = njit(parallel=True, cache=True, **options)(fn)
         # A copy under another qualname: Numba's cache is keyed by qualname, not by the parallel flag,
         # so compiling the same function object twice would make the two share (and clobber) one entry.
         twin = pytypes.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial",
                                     fn.__defaults__, fn.__closure__)
         twin.__qualname__ = fn.__qualname__ + "_serial"
         twin.__module__ = fn.__module__
-        self.serial = njit(cache=True)(twin)
+        self.serial = njit(cache=True, **options)(twin)
 
     def __call__(self, nthreads, *args):
         if nthreads == 1:
@@ -119,6 +119,10 @@ class Kernel:
         return f"Kernel({self.name})"
 
 
-def kernel(fn) -> Kernel:
-    """Decorator: `fn(outputs..., inputs..., sizes..., tr, nthreads)` -> Kernel called as k(nthreads, ...)."""
-    return Kernel(fn)
+def kernel(fn=None, **options):
+    """Decorator: `fn(outputs..., inputs..., sizes..., tr, nthreads)` -> Kernel called as k(nthreads, ...).
+
+    `@kernel(fastmath={"reassoc"})` passes Numba options (e.g. to let a reduction vectorize)."""
+    if fn is None:
+        return lambda f: Kernel(f, **options)
+    return Kernel(fn, **options)

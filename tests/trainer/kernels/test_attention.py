@@ -1,0 +1,150 @@
+"""attention_forward / attention_backward against the float64 NumPy reference, and the reference against
+finite differences."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trainer.kernels.attention import (ROWS, attention_backward, attention_backward_ref, attention_forward,
+                                       attention_forward_ref)
+from trainer.kernels.launch import NO_TRACE
+
+# Tolerances for float32 kernels (sgemm, expf) against the float64 reference. Values here are O(1) (inputs
+# ~N(0,1), hs <= 64): float32 carries ~6e-8 relative error per op, and a sum of up to T*hs terms grows it to
+# ~1e-6 relative; rtol 1e-4 leaves two orders of margin. atol covers entries that cancel to ~0 (gradients of
+# masked or tiny attention weights), where a relative bound means nothing.
+RTOL, ATOL = 1e-4, 1e-5
+
+# (B, T, C, NH): T=1 (softmax over one element), NH=1 (hs = C), B*NH=2 < 3 threads (a thread with no pairs),
+# T not a multiple of ROWS and T > ROWS (block-triangular products with a ragged last block), hs=64 as in GPT-2.
+CASES = [
+    (1, 1, 8, 2),
+    (2, 5, 12, 1),
+    (1, 7, 16, 2),
+    (2, 9, 24, 3),
+    (2, ROWS + 37, 64, 4),
+    (1, 2 * ROWS + 1, 128, 2),
+]
+THREADS = [1, 2, 3]
+
+
+def make_inputs(B, T, C, seed=0):
+    rng = np.random.default_rng(seed)
+    inp = rng.standard_normal((B * T, 3 * C), dtype=np.float32)  # (B*T, 3C)
+    dout = rng.standard_normal((B * T, C), dtype=np.float32)  # (B*T, C)
+    return inp, dout
+
+
+def run_forward(inp, B, T, NH, nthreads, tr=NO_TRACE, fill=np.nan):
+    C = inp.shape[1] // 3
+    out = np.full((B * T, C), fill, dtype=np.float32)
+    preatt = np.full((B, NH, T, T), fill, dtype=np.float32)
+    att = np.full((B, NH, T, T), fill, dtype=np.float32)
+    attention_forward(nthreads, out, preatt, att, inp, B, T, NH, tr)
+    return out, preatt, att
+
+
+def run_backward(dinp, dout, inp, att, B, T, NH, nthreads, tr=NO_TRACE, fill=np.nan):
+    # NaN-filled scratch: the kernel must not read any entry it has not written itself
+    dpreatt = np.full((B, NH, T, T), fill, dtype=np.float32)
+    datt = np.full((B, NH, T, T), fill, dtype=np.float32)
+    attention_backward(nthreads, dinp, dpreatt, datt, dout, inp, att, B, T, NH, tr)
+    return dinp
+
+
+@pytest.mark.parametrize("nthreads", THREADS)
+@pytest.mark.parametrize("B,T,C,NH", CASES)
+def test_forward_matches_reference(B, T, C, NH, nthreads):
+    inp, _ = make_inputs(B, T, C)
+    out, preatt, att = run_forward(inp, B, T, NH, nthreads)
+    out_ref, att_ref = attention_forward_ref(inp, B, T, NH)
+    np.testing.assert_allclose(out, out_ref, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(att, att_ref, rtol=RTOL, atol=ATOL)  # includes the exact zeros above the diagonal
+    # the saved pre-softmax scores, on the causal part (the masked part is unspecified)
+    x = inp.astype(np.float64)
+    q = x[:, :C].reshape(B, T, NH, -1).transpose(0, 2, 1, 3)
+    k = x[:, C:2 * C].reshape(B, T, NH, -1).transpose(0, 2, 1, 3)
+    pre_ref = q @ k.transpose(0, 1, 3, 2) / np.sqrt(C // NH)
+    tril = np.tril(np.ones((T, T), dtype=bool))
+    np.testing.assert_allclose(preatt[..., tril], pre_ref[..., tril], rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("nthreads", THREADS)
+@pytest.mark.parametrize("B,T,C,NH", CASES)
+def test_backward_matches_reference(B, T, C, NH, nthreads):
+    inp, dout = make_inputs(B, T, C)
+    _, _, att = run_forward(inp, B, T, NH, nthreads)
+    dinp = run_backward(np.zeros_like(inp), dout, inp, att, B, T, NH, nthreads)
+    np.testing.assert_allclose(dinp, attention_backward_ref(dout, inp, att, B, T, NH), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("nthreads", [1, 2])
+def test_backward_accumulates(nthreads):
+    B, T, C, NH = 2, ROWS + 3, 32, 2
+    inp, dout = make_inputs(B, T, C, seed=1)
+    _, _, att = run_forward(inp, B, T, NH, nthreads)
+    once = run_backward(np.zeros_like(inp), dout, inp, att, B, T, NH, nthreads)
+    dinp = np.zeros_like(inp)
+    run_backward(dinp, dout, inp, att, B, T, NH, nthreads)
+    run_backward(dinp, dout, inp, att, B, T, NH, nthreads)
+    np.testing.assert_allclose(dinp, 2 * once, rtol=1e-6, atol=1e-7)  # x + x is exact in float32
+
+
+def test_scratch_contents_do_not_matter():
+    # NaN (in run_backward's default) and garbage must give the same dinp: nothing is read before it is written
+    B, T, C, NH = 2, ROWS + 5, 32, 4
+    inp, dout = make_inputs(B, T, C, seed=2)
+    _, _, att = run_forward(inp, B, T, NH, 2)
+    with_nan = run_backward(np.zeros_like(inp), dout, inp, att, B, T, NH, 2, fill=np.nan)
+    with_junk = run_backward(np.zeros_like(inp), dout, inp, att, B, T, NH, 2, fill=1e30)
+    assert np.isfinite(with_nan).all()
+    np.testing.assert_array_equal(with_nan, with_junk)
+
+
+def test_one_and_two_threads_agree():
+    # Each (b, h) pair does the same sgemm calls in the same order whichever thread runs it, so results are
+    # bitwise equal in practice; the tolerance only allows for a BLAS that picks a kernel per thread.
+    B, T, C, NH = 2, 2 * ROWS + 11, 96, 3
+    inp, dout = make_inputs(B, T, C, seed=3)
+    results = []
+    for nthreads in (1, 2):
+        out, _, att = run_forward(inp, B, T, NH, nthreads)
+        dinp = run_backward(np.zeros_like(inp), dout, inp, att, B, T, NH, nthreads)
+        results.append((out, att, dinp))
+    for one, two in zip(*results):
+        np.testing.assert_allclose(one, two, rtol=1e-6, atol=1e-7)
+
+
+def test_reference_backward_matches_finite_differences():
+    # Loss L = sum(out * dout); dL/dinp by central differences in float64 (h=1e-6 gives ~1e-9 error)
+    B, T, C, NH = 1, 3, 4, 2
+    rng = np.random.default_rng(4)
+    inp = rng.standard_normal((B * T, 3 * C))  # (B*T, 3C) float64
+    dout = rng.standard_normal((B * T, C))  # (B*T, C)
+    _, att = attention_forward_ref(inp, B, T, NH)
+    analytic = attention_backward_ref(dout, inp, att, B, T, NH)
+    numeric = np.zeros_like(inp)
+    eps = 1e-6
+    for idx in np.ndindex(inp.shape):
+        plus, minus = inp.copy(), inp.copy()
+        plus[idx] += eps
+        minus[idx] -= eps
+        numeric[idx] = ((attention_forward_ref(plus, B, T, NH)[0] * dout).sum()
+                        - (attention_forward_ref(minus, B, T, NH)[0] * dout).sum()) / (2 * eps)
+    np.testing.assert_allclose(analytic, numeric, rtol=1e-6, atol=1e-8)
+    # q of the first token cannot change anything (its only score is softmaxed over one element): zero gradient
+    np.testing.assert_array_equal(analytic[0, :C], 0.0)
+
+
+@pytest.mark.parametrize("nthreads", [1, 2, 3])
+def test_trace_slot_filled(nthreads):
+    B, T, C, NH = 2, 9, 24, 3
+    inp, dout = make_inputs(B, T, C, seed=5)
+    tr_fwd = np.zeros((nthreads + 1, 3), dtype=np.int64)
+    _, _, att = run_forward(inp, B, T, NH, nthreads, tr=tr_fwd)
+    tr_bwd = np.zeros((nthreads + 1, 3), dtype=np.int64)
+    run_backward(np.zeros_like(inp), dout, inp, att, B, T, NH, nthreads, tr=tr_bwd)
+    for tr in (tr_fwd, tr_bwd):
+        assert 0 < tr[0, 0] <= tr[0, 1]  # the region, read on the main thread
+        # every block ran inside the region, even a thread with no (b, h) pairs
+        assert (tr[0, 0] <= tr[1:, 0]).all() and (tr[1:, 0] <= tr[1:, 1]).all() and (tr[1:, 1] <= tr[0, 1]).all()

@@ -1,0 +1,119 @@
+"""llm.c's model checkpoint: a 256 x int32 header, then the flat float32 parameter buffer (params.py's order).
+
+Header (little-endian int32):
+    [0] 20240326 magic   [1] 3 version (float32, padded vocab)   [2] maxT   [3] V   [4] L   [5] NH   [6] C
+    [7] Vp (V padded to a multiple of 128)                        [8:256] zero
+The body is exactly ParamLayout.for_model(cfg).size float32 values, so file size = 1024 + 4 * size bytes.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from trainer.config import ModelConfig, pad_vocab
+from trainer.errors import FileFormatError, TrainerError
+from trainer.params import ParamLayout
+
+MODEL_MAGIC = 20240326
+MODEL_VERSION = 3
+TOKENS_MAGIC = 20240520          # data.py's token files; named here only to recognise them in error hints
+HEADER_INTS = 256
+HEADER_BYTES = HEADER_INTS * 4
+_INT32 = np.dtype("<i4")         # llm.c writes little-endian; say so, so a big-endian host reads it right
+_FLOAT32 = np.dtype("<f4")
+
+# Versions llm.c has used; a hint per version tells the user which llm.c tool made the file and what to do.
+_VERSION_HINTS = {
+    1: "an old llm.c float32 file without padded vocab; re-export it with a current llm.c train_gpt2.py",
+    2: "an old llm.c file from before the padded vocab (version 3); re-export it with llm.c's train_gpt2.py",
+    5: "an llm.c bfloat16 checkpoint (train_gpt2.cu); re-export it as float32 (version 3)",
+}
+
+
+def _magic_hint(magic: int) -> str:
+    if magic == TOKENS_MAGIC:
+        return "this is an llm.c token file (magic 20240520), pass it as data, not as a model"
+    return f"expected {MODEL_MAGIC}; is this an llm.c model checkpoint (e.g. gpt2_124M.bin)?"
+
+
+def read_header(path: str | Path) -> np.ndarray:
+    """The 256 header ints of `path`, after checking the file exists and is long enough to hold them."""
+    path = Path(path)
+    if not path.is_file():
+        raise TrainerError(f"{path}: no such checkpoint file; check the path")
+    size = path.stat().st_size
+    if size < HEADER_BYTES:
+        raise FileFormatError(f"{path}: {size} bytes is too short for the {HEADER_BYTES}-byte llm.c header; "
+                              "the file is truncated or not an llm.c checkpoint")
+    return np.fromfile(path, dtype=_INT32, count=HEADER_INTS).astype(np.int64)
+
+
+def _config_from_header(path: Path, header: np.ndarray) -> ModelConfig:
+    magic, version = int(header[0]), int(header[1])
+    if magic != MODEL_MAGIC:
+        raise FileFormatError(f"{path}: bad magic {magic}, not an llm.c model checkpoint; {_magic_hint(magic)}")
+    if version != MODEL_VERSION:
+        hint = _VERSION_HINTS.get(version, "unknown version; write it with gpt2trace or llm.c's train_gpt2.py")
+        raise FileFormatError(f"{path}: unsupported checkpoint version {version} (we read {MODEL_VERSION}): {hint}")
+    maxT, V, L, NH, C, Vp = (int(x) for x in header[2:8])
+    fields = {"maxT": maxT, "V": V, "L": L, "NH": NH, "C": C}
+    bad = {k: v for k, v in fields.items() if v <= 0}
+    if bad:
+        shown = ", ".join(f"{k}={v}" for k, v in bad.items())
+        raise FileFormatError(f"{path}: nonsense config in header ({shown}), sizes must be positive; "
+                              "the file is corrupt, re-export it")
+    if C % NH:
+        raise FileFormatError(f"{path}: header says C={C} is not a multiple of NH={NH}; "
+                              "the file is corrupt, re-export it")
+    if Vp != pad_vocab(V):
+        raise FileFormatError(f"{path}: padded vocab Vp={Vp} does not match V={V} padded to 128 ({pad_vocab(V)}); "
+                              "the file was written with a different padding rule, re-export it with llm.c's rule")
+    return ModelConfig(n_layer=L, n_head=NH, n_embd=C, vocab_size=V, max_seq_len=maxT)
+
+
+def _check_size(path: Path, cfg: ModelConfig, n_params: int) -> None:
+    # Python ints: a corrupt header cannot overflow this arithmetic, and we compare before allocating anything.
+    expected = HEADER_BYTES + 4 * n_params
+    actual = path.stat().st_size
+    if actual < expected:
+        raise FileFormatError(f"{path}: truncated, {actual} bytes but the header's model (L={cfg.n_layer}, "
+                              f"C={cfg.n_embd}, V={cfg.vocab_size}) needs {expected}; re-copy or re-export the file")
+    if actual > expected:
+        raise FileFormatError(f"{path}: {actual - expected} trailing bytes after the {n_params} parameters "
+                              f"({actual} bytes, expected {expected}); the header does not describe this file")
+
+
+def read_checkpoint(path: str | Path) -> tuple[ModelConfig, np.ndarray]:
+    """(config, flat float32 parameters) from an llm.c version-3 checkpoint; validates header and size first."""
+    path = Path(path)
+    cfg = _config_from_header(path, read_header(path))
+    n_params = ParamLayout.for_model(cfg).size
+    _check_size(path, cfg, n_params)
+    # One bulk read into a fresh, writable buffer (a 124M model is 500 MB: no per-tensor Python loops).
+    flat = np.fromfile(path, dtype=_FLOAT32, count=n_params, offset=HEADER_BYTES)
+    return cfg, flat.astype(np.float32, copy=False)
+
+
+def make_header(cfg: ModelConfig) -> np.ndarray:
+    header = np.zeros(HEADER_INTS, dtype=_INT32)
+    header[:8] = (MODEL_MAGIC, MODEL_VERSION, cfg.max_seq_len, cfg.vocab_size,
+                  cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.padded_vocab_size)
+    return header
+
+
+def write_checkpoint(path: str | Path, cfg: ModelConfig, flat: np.ndarray) -> None:
+    """Write `flat` (float32[ParamLayout.size]) as an llm.c version-3 checkpoint.
+
+    Written to a temporary file and renamed, so a crash mid-write never leaves a half checkpoint at `path`.
+    """
+    path = Path(path)
+    size = ParamLayout.for_model(cfg).size
+    if flat.shape != (size,) or flat.dtype != np.float32:
+        raise ValueError(f"flat buffer must be float32[{size}] for this config, got {flat.dtype}{list(flat.shape)}")
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        make_header(cfg).tofile(f)
+        np.ascontiguousarray(flat, dtype=_FLOAT32).tofile(f)
+    os.replace(tmp, path)

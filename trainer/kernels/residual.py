@@ -1,0 +1,57 @@
+"""Residual add (llm.c's residual_forward / residual_backward): out = inp1 + inp2.
+
+Elementwise, so (BT, C) arrays are viewed as flat (N,) (C-contiguous required; reshape would not copy)
+and the N elements are split evenly over threads.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from trainer.kernels.launch import block_begin, block_end, chunk, kernel, region_begin, region_end
+
+
+@kernel
+def residual_forward(out, inp1, inp2, tr, nthreads):
+    # out, inp1, inp2 (BT, C), one shape, C-contiguous
+    o = out.reshape(-1)
+    a = inp1.reshape(-1)
+    b = inp2.reshape(-1)
+    N = o.shape[0]
+    region_begin(tr)
+    for t in prange(nthreads):
+        t0 = block_begin(tr)
+        r0, r1 = chunk(N, nthreads, t)
+        for i in range(r0, r1):
+            o[i] = a[i] + b[i]
+        block_end(tr, t, t0)
+    region_end(tr)
+
+
+@kernel
+def residual_backward(dinp1, dinp2, dout, tr, nthreads):
+    # dinp1 (BT, C) +=, dinp2 (BT, C) +=; dout (BT, C); all C-contiguous
+    d1 = dinp1.reshape(-1)
+    d2 = dinp2.reshape(-1)
+    d = dout.reshape(-1)
+    N = d.shape[0]
+    region_begin(tr)
+    for t in prange(nthreads):
+        t0 = block_begin(tr)
+        r0, r1 = chunk(N, nthreads, t)
+        for i in range(r0, r1):
+            d1[i] += d[i]
+            d2[i] += d[i]
+        block_end(tr, t, t0)
+    region_end(tr)
+
+
+def residual_forward_ref(inp1, inp2):
+    """NumPy reference (float64) for tests."""
+    return inp1.astype(np.float64) + inp2.astype(np.float64)
+
+
+def residual_backward_ref(dout):
+    """(dinp1, dinp2) in float64: the add passes dout through to both inputs."""
+    d = dout.astype(np.float64)
+    return d, d.copy()
