@@ -29,6 +29,8 @@ def configure_threads(nthreads: int, oversubscribed: bool = False) -> None:
 
 def threading_layer() -> str:
     import numba
+    if numba.get_num_threads() == 1:
+        return "none (--threads 1 runs serial kernels)"
     try:
         return numba.threading_layer()
     except ValueError:  # no parallel region has run yet

@@ -28,13 +28,14 @@ def adamw_update(params, grads, m, v, lr, beta1, beta2, eps, weight_decay, step,
     for t in prange(nthreads):
         t0 = block_begin(tr)
         r0, r1 = chunk(P, nthreads, t)
-        for i in range(r0, r1):
-            g = grads[i]
-            mi = b1 * m[i] + (one - b1) * g
-            vi = b2 * v[i] + (one - b2) * g * g
-            m[i] = mi
-            v[i] = vi
-            params[i] -= lr32 * ((mi * inv_bc1) / (np.sqrt(vi * inv_bc2) + eps32) + wd32 * params[i])
+        pb, gb, mb, vb = params[r0:r1], grads[r0:r1], m[r0:r1], v[r0:r1]
+        for i in range(r1 - r0):
+            g = gb[i]
+            mi = b1 * mb[i] + (one - b1) * g
+            vi = b2 * vb[i] + (one - b2) * g * g
+            mb[i] = mi
+            vb[i] = vi
+            pb[i] -= lr32 * ((mi * inv_bc1) / (np.sqrt(vi * inv_bc2) + eps32) + wd32 * pb[i])
         block_end(tr, t, t0)
     region_end(tr)
 
@@ -51,9 +52,10 @@ def grad_norm_squared(partials, grads, tr, nthreads):
     for t in prange(nthreads):
         t0 = block_begin(tr)
         r0, r1 = chunk(P, nthreads, t)
+        gb = grads[r0:r1]
         acc = 0.0
-        for i in range(r0, r1):
-            g = np.float64(grads[i])
+        for i in range(r1 - r0):
+            g = np.float64(gb[i])
             acc += g * g
         partials[t] = acc
         block_end(tr, t, t0)

@@ -10,40 +10,43 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
+from trainer.kernels.fastmath import exp_f32
 from trainer.kernels.launch import block_begin, block_end, chunk, kernel, region_begin, region_end
 
 
-@kernel
+@kernel(fastmath={"reassoc", "contract"})
 def crossentropy_forward(losses, probs, logits, targets, V, tr, nthreads):
     # losses (BT,); probs (BT, Vp); logits (BT, Vp); targets (BT,) int32 in [0, V); V <= Vp the real vocab
+    # reassoc lets the float64 sum of exps vectorize (a fixed order per row, so still deterministic).
     BT, Vp = logits.shape
     region_begin(tr)
     for t in prange(nthreads):
         t0 = block_begin(tr)
         r0, r1 = chunk(BT, nthreads, t)
         for i in range(r0, r1):
+            lrow, prow = logits[i], probs[i]
             # subtract the row max so exp() cannot overflow
-            maxval = logits[i, 0]
+            maxval = lrow[0]
             for j in range(1, V):
-                if logits[i, j] > maxval:
-                    maxval = logits[i, j]
-            # exp in float32 (expf, 1.6x faster than exp here: this loop runs over BT*V elements), its
+                if lrow[j] > maxval:
+                    maxval = lrow[j]
+            # exp in float32 (the vectorizable fastmath.exp_f32: this loop runs over BT*V elements), its
             # results (all in (0, 1]) summed in float64
             total = 0.0
             for j in range(V):
-                e = np.exp(logits[i, j] - maxval)
-                probs[i, j] = e
+                e = exp_f32(lrow[j] - maxval)
+                prow[j] = e
                 total += e
-            inv_total = 1.0 / total
+            inv_total = np.float32(1.0 / total)
             for j in range(V):
-                probs[i, j] = probs[i, j] * inv_total
+                prow[j] = prow[j] * inv_total
             for j in range(V, Vp):
-                probs[i, j] = 0.0
+                prow[j] = 0.0
             # -log(probs[i, tgt]) taken as log-sum-exp in float64: the same value, but it stays finite when
             # the float32 probability would underflow to 0
             tgt = targets[i]
             if 0 <= tgt < V:
-                losses[i] = np.log(total) - (logits[i, tgt] - maxval)
+                losses[i] = np.log(total) - (lrow[tgt] - maxval)
             else:
                 losses[i] = np.nan  # a target outside the real vocab is a data bug: make it visible
         block_end(tr, t, t0)

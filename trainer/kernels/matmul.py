@@ -30,9 +30,11 @@ def matmul_forward(out, inp, weight, bias, has_bias, tr, nthreads):
                         weight[o0:].ctypes.data, np.int32(C),
                         np.float32(0.0), out[:, o0:].ctypes.data, np.int32(OC))
             if has_bias:
+                bb = bias[o0:o1]
                 for i in range(BT):
-                    for o in range(o0, o1):
-                        out[i, o] += bias[o]
+                    ob = out[i, o0:o1]
+                    for j in range(o1 - o0):
+                        ob[j] += bb[j]
         block_end(tr, t, t0)
     region_end(tr)
 
@@ -62,9 +64,11 @@ def matmul_backward(dinp, dweight, dbias, dout, inp, weight, has_bias, tr, nthre
                         inp.ctypes.data, np.int32(C),
                         np.float32(1.0), dweight[o0:].ctypes.data, np.int32(C))
             if has_bias:
+                db = dbias[o0:o1]
                 for i in range(BT):
-                    for o in range(o0, o1):
-                        dbias[o] += dout[i, o]
+                    dob = dout[i, o0:o1]
+                    for j in range(o1 - o0):
+                        db[j] += dob[j]
         block_end(tr, t, t0)
     region_end(tr)
 

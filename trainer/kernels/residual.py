@@ -22,8 +22,9 @@ def residual_forward(out, inp1, inp2, tr, nthreads):
     for t in prange(nthreads):
         t0 = block_begin(tr)
         r0, r1 = chunk(N, nthreads, t)
-        for i in range(r0, r1):
-            o[i] = a[i] + b[i]
+        ob, ab, bb = o[r0:r1], a[r0:r1], b[r0:r1]
+        for i in range(r1 - r0):
+            ob[i] = ab[i] + bb[i]
         block_end(tr, t, t0)
     region_end(tr)
 
@@ -39,9 +40,10 @@ def residual_backward(dinp1, dinp2, dout, tr, nthreads):
     for t in prange(nthreads):
         t0 = block_begin(tr)
         r0, r1 = chunk(N, nthreads, t)
-        for i in range(r0, r1):
-            d1[i] += d[i]
-            d2[i] += d[i]
+        d1b, d2b, db = d1[r0:r1], d2[r0:r1], d[r0:r1]
+        for i in range(r1 - r0):
+            d1b[i] += db[i]
+            d2b[i] += db[i]
         block_end(tr, t, t0)
     region_end(tr)
 

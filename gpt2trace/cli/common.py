@@ -1,0 +1,19 @@
+"""What every command shares: the consoles and the one-line failure that exits with code 2."""
+from __future__ import annotations
+
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+EXIT_USAGE = 2
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    """Print one line on stderr and exit: no traceback for errors the user can act on."""
+    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+    raise typer.Exit(code=code)
