@@ -83,7 +83,7 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
     from trainer.checkpoint import read_checkpoint, write_checkpoint
     from trainer.launcher import Launcher
     from trainer.model import GPT2
-    from trainer.optim import AdamW
+    from trainer.dp import Local
     from trainer.params import init_params
     from trainer.peak import sgemm_gflops
     from trainer.train import NullObserver, train
@@ -112,7 +112,7 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
         tracer = Tracer(cfg.trace.path, cfg.parallel.rank, threads, meta)
     launcher = Launcher(threads, recorder=tracer.recorder if tracer else None)
     model = GPT2(model_cfg, params, cfg.train.batch_size, cfg.train.seq_len, launcher)
-    opt = AdamW(params.size, cfg.train, launcher)
+    dp = Local(model, cfg.train, launcher)
     if on_start is not None:
         on_start({"model": model_cfg, "num_parameters": params.size, "activations_bytes": model.acts.nbytes})
 
@@ -128,7 +128,7 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
 
     records = 0
     try:
-        history = train(model, opt, loader, cfg.train, observer=observer, world=cfg.parallel.ranks,
+        history = train(model, loader, cfg.train, dp, observer=observer,
                         on_step=step_done)
         if cfg.save is not None:
             with observer.phase("checkpoint"):

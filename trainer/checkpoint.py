@@ -3,7 +3,8 @@
 Header (little-endian int32):
     [0] 20240326 magic   [1] 3 version (float32, padded vocab)   [2] maxT   [3] V   [4] L   [5] NH   [6] C
     [7] Vp (V padded to a multiple of 128)                        [8:256] zero
-The body is exactly ParamLayout.for_model(cfg).size float32 values, so file size = 1024 + 4 * size bytes.
+The body is exactly ParamLayout.for_model(cfg).size float32 values, so file size = 1024 + 4 * size bytes, in
+llm.c's tensor order (our in-memory buffer is grouped by layer: read/write convert, see trainer.params).
 """
 from __future__ import annotations
 
@@ -89,11 +90,11 @@ def read_checkpoint(path: str | Path) -> tuple[ModelConfig, np.ndarray]:
     """(config, flat float32 parameters) from an llm.c version-3 checkpoint; validates header and size first."""
     path = Path(path)
     cfg = _config_from_header(path, read_header(path))
-    n_params = ParamLayout.for_model(cfg).size
-    _check_size(path, cfg, n_params)
-    # One bulk read into a fresh, writable buffer (a 124M model is 500 MB: no per-tensor Python loops).
-    flat = np.fromfile(path, dtype=_FLOAT32, count=n_params, offset=HEADER_BYTES)
-    return cfg, flat.astype(np.float32, copy=False)
+    layout = ParamLayout.for_model(cfg)
+    _check_size(path, cfg, layout.size)
+    # One bulk read (a 124M model is 500 MB: no per-tensor Python loops), then llm.c's order -> ours.
+    llmc = np.fromfile(path, dtype=_FLOAT32, count=layout.size, offset=HEADER_BYTES)
+    return cfg, layout.from_llmc(llmc)
 
 
 def make_header(cfg: ModelConfig) -> np.ndarray:
@@ -109,11 +110,12 @@ def write_checkpoint(path: str | Path, cfg: ModelConfig, flat: np.ndarray) -> No
     Written to a temporary file and renamed, so a crash mid-write never leaves a half checkpoint at `path`.
     """
     path = Path(path)
-    size = ParamLayout.for_model(cfg).size
-    if flat.shape != (size,) or flat.dtype != np.float32:
-        raise ValueError(f"flat buffer must be float32[{size}] for this config, got {flat.dtype}{list(flat.shape)}")
+    layout = ParamLayout.for_model(cfg)
+    if flat.shape != (layout.size,) or flat.dtype != np.float32:
+        raise ValueError(f"flat buffer must be float32[{layout.size}] for this config, got "
+                         f"{flat.dtype}{list(flat.shape)}")
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         make_header(cfg).tofile(f)
-        np.ascontiguousarray(flat, dtype=_FLOAT32).tofile(f)
+        layout.to_llmc(flat).astype(_FLOAT32, copy=False).tofile(f)
     os.replace(tmp, path)

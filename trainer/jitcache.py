@@ -2,7 +2,8 @@
 
 Numba invalidates a cached function only when *its own* file changes, but every kernel inlines helpers from
 trainer/kernels/launch.py and trainer/blas.py; after an edit there, stale machine code would load and crash.
-Keying the cache directory by the hash of all trainer sources makes any edit start a fresh cache.
+Keying the cache directory by the hash of the compiled sources (trainer/kernels/ and trainer/blas.py) makes
+any edit there start a fresh cache; edits elsewhere (the model, the loop) keep it.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 def source_hash() -> str:
     root = Path(__file__).resolve().parent
     h = hashlib.sha256()
-    for f in sorted(root.rglob("*.py")):
+    for f in sorted([*root.joinpath("kernels").glob("*.py"), root / "blas.py"]):
         h.update(f.relative_to(root).as_posix().encode())
         h.update(f.read_bytes())
     return h.hexdigest()[:16]

@@ -6,6 +6,8 @@ reused layer after layer as backward walks down, plus two buffers for the residu
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from trainer.config import ModelConfig
@@ -118,10 +120,11 @@ class GPT2:
     def zero_grad(self) -> None:
         self.run(zero_fill, NO_LAYER, self.grads)
 
-    def backward(self, loss_scale: float) -> None:
+    def backward(self, loss_scale: float, after_layer: Callable[["GPT2", int], None] | None = None) -> None:
         """Accumulate d(loss_scale * sum of per-token losses) into self.grads (call zero_grad first).
 
         loss_scale = 1 / (B * T * grad_accum) gives the gradient of the mean loss over an optimizer step.
+        `after_layer(model, l)` is called as soon as layer l's parameter gradients are final (overlapped sync).
         """
         cfg, p, gp, a, run = self.cfg, self.p, self.gp, self.acts.a, self.run
         acts, g = self.acts, self.acts.g
@@ -158,4 +161,6 @@ class GPT2:
                 p["qkvw"][l], True)
             run(layernorm_backward, l, dres, gp["ln1w"][l], gp["ln1b"][l], g["dln1"], residual, p["ln1w"][l],
                 a["ln1_mean"][l], a["ln1_rstd"][l])
+            if after_layer is not None:
+                after_layer(self, l)
         run(encoder_backward, NO_LAYER, gp["wte"], gp["wpe"], dres, self.inputs, T)

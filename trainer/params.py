@@ -1,4 +1,4 @@
-"""One flat float32 buffer for all parameters, carved into named views (llm.c's layout and order).
+"""One flat float32 buffer for all parameters, carved into named views with llm.c's names and shapes.
 
 Gradients and the AdamW moments use the same layout, so a gradient sync is one collective on one buffer
 and a checkpoint is the buffer written as is.
@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from trainer.config import ModelConfig
 
@@ -32,35 +33,77 @@ def param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     }
 
 
+# In memory, tensors are grouped by layer: [wte, wpe, lnfw, lnfb | layer 0's 12 tensors | layer 1's | ...], so
+# each layer's gradients are one contiguous range (one nonblocking allreduce per layer, no packing) while every
+# name still has one view of llm.c's shape (the per-layer ones strided by the layer block). Checkpoints keep
+# llm.c's order; to_llmc/from_llmc convert.
+NON_LAYER = ("wte", "wpe", "lnfw", "lnfb")
+PER_LAYER = tuple(n for n in PARAM_NAMES if n not in NON_LAYER)
+
+
 @dataclass(frozen=True)
 class ParamLayout:
-    """Offsets of each named tensor inside the flat buffer."""
+    """Where each named tensor lives in the flat buffer (in memory: layer-major, see above)."""
     shapes: dict[str, tuple[int, ...]]
-    offsets: dict[str, int]
+    offsets: dict[str, int]          # first element of the tensor (of its layer-0 slice for per-layer tensors)
+    n_layer: int
+    layer_start: int                 # elements before layer 0's block: the non-layer tensors
+    layer_stride: int                # elements per layer block
     size: int
 
     @classmethod
     def for_model(cls, cfg: ModelConfig) -> "ParamLayout":
         shapes = param_shapes(cfg)
         offsets, pos = {}, 0
-        for name in PARAM_NAMES:
+        for name in NON_LAYER:
             offsets[name] = pos
             pos += int(np.prod(shapes[name]))
-        return cls(shapes, offsets, pos)
+        layer_start, inner = pos, 0
+        for name in PER_LAYER:
+            offsets[name] = layer_start + inner
+            inner += int(np.prod(shapes[name][1:]))
+        return cls(shapes, offsets, cfg.n_layer, layer_start, inner, layer_start + inner * cfg.n_layer)
+
+    def layer_range(self, layer: int) -> tuple[int, int]:
+        """[lo, hi) of layer `layer`'s 12 tensors in the flat buffer."""
+        lo = self.layer_start + layer * self.layer_stride
+        return lo, lo + self.layer_stride
 
     def views(self, flat: np.ndarray) -> dict[str, np.ndarray]:
-        """Named, writable views into `flat` (no copies)."""
+        """Named, writable views into `flat` (no copies); per-layer tensors are (L, ...) strided views."""
         if flat.shape != (self.size,) or flat.dtype != np.float32:
             raise ValueError(f"flat buffer must be float32[{self.size}], got {flat.dtype}{list(flat.shape)}")
         out = {}
+        item = flat.itemsize
         for name in PARAM_NAMES:
-            n = int(np.prod(self.shapes[name]))
-            out[name] = flat[self.offsets[name]:self.offsets[name] + n].reshape(self.shapes[name])
+            shape, off = self.shapes[name], self.offsets[name]
+            if name in NON_LAYER:
+                out[name] = flat[off:off + int(np.prod(shape))].reshape(shape)
+            else:
+                inner = shape[1:]
+                strides = (self.layer_stride * item,) + tuple(int(np.prod(inner[i + 1:])) * item
+                                                             for i in range(len(inner)))
+                out[name] = as_strided(flat[off:], shape=shape, strides=strides, writeable=True)
         return out
 
     def allocate(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         flat = np.zeros(self.size, dtype=np.float32)
         return flat, self.views(flat)
+
+    def from_llmc(self, llmc: np.ndarray) -> np.ndarray:
+        """Our flat buffer from one in llm.c's order (a checkpoint's body)."""
+        flat, views = self.allocate()
+        pos = 0
+        for name in PARAM_NAMES:
+            n = int(np.prod(self.shapes[name]))
+            views[name][...] = llmc[pos:pos + n].reshape(self.shapes[name])
+            pos += n
+        return flat
+
+    def to_llmc(self, flat: np.ndarray) -> np.ndarray:
+        """`flat` rearranged into llm.c's order (what a checkpoint stores)."""
+        views = self.views(flat)
+        return np.concatenate([views[name].reshape(-1) for name in PARAM_NAMES])
 
 
 def init_params(cfg: ModelConfig, seed: int) -> np.ndarray:

@@ -113,7 +113,7 @@ def load_flat(model: GPT, flat: np.ndarray) -> None:
 
 
 def to_flat(model: GPT, use_grad: bool) -> np.ndarray:
-    """Parameters (or their grads) of `model` in llm.c's flat layout."""
+    """Parameters (or their grads) of `model` as our flat buffer (trainer.params' in-memory layout)."""
     layout = ParamLayout.for_model(model.cfg)
     flat, views = layout.allocate()
     for name, tensors in model.llmc_tensors().items():

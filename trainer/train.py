@@ -17,7 +17,6 @@ from trainer.config import TrainConfig
 from trainer.errors import NonFiniteError
 from trainer.launcher import NonFiniteOutput
 from trainer.model import GPT2
-from trainer.optim import AdamW
 
 
 class Observer(Protocol):
@@ -36,16 +35,14 @@ class NullObserver:
     def end_step(self, step: int) -> None: pass
 
 
-class GradSync(Protocol):
-    """Data-parallel strategy: what happens between backward and the parameter update."""
+class DataParallel(Protocol):
+    """What a data-parallel strategy (trainer.dp) does around backward; trainer.dp.Local is the 1-process one."""
+    ranks: int
+    def reduce_loss(self, loss: float) -> float: ...
+    def after_layer(self, model: GPT2, layer: int) -> None: ...
     def sync(self, model: GPT2) -> None: ...
-    def update(self, model: GPT2, opt: AdamW, lr: float) -> None: ...
-
-
-class LocalUpdate:
-    """One process: no sync; AdamW on the whole buffer."""
-    def sync(self, model: GPT2) -> None: pass
-    def update(self, model: GPT2, opt: AdamW, lr: float) -> None: opt.step(model.params, model.grads, lr)
+    def grad_norm(self, model: GPT2) -> float | None: ...
+    def update(self, model: GPT2, lr: float) -> None: ...
 
 
 class Batches(Protocol):
@@ -66,12 +63,17 @@ class StepMetrics:
                 "tokens": self.tokens, "tokens_per_s": self.tokens_per_s}
 
 
-def _microsteps(model: GPT2, data: Batches, step: int, tcfg: TrainConfig, obs: Observer) -> float:
-    """Forward/backward over the step's micro-batches into zeroed grads; returns the mean loss."""
-    scale = 1.0 / (model.B * model.T * tcfg.grad_accum)
+def _microsteps(model: GPT2, data: Batches, step: int, tcfg: TrainConfig, obs: Observer,
+                dp: DataParallel) -> float:
+    """Forward/backward over the step's micro-batches into zeroed grads; returns this rank's mean loss.
+
+    Gradients are scaled by 1/(B*T*grad_accum*ranks): summed over ranks they are those of the global mean loss.
+    """
+    scale = 1.0 / (model.B * model.T * tcfg.grad_accum * dp.ranks)
     loss_sum = 0.0
     for micro in range(tcfg.grad_accum):
         obs.microstep(micro)
+        last = micro == tcfg.grad_accum - 1
         with obs.phase("dataload"):
             x, y = data.batch(step * tcfg.grad_accum + micro)
         with obs.phase("forward"):
@@ -79,18 +81,22 @@ def _microsteps(model: GPT2, data: Batches, step: int, tcfg: TrainConfig, obs: O
         with obs.phase("backward"):
             if micro == 0:
                 model.zero_grad()
-            model.backward(scale)
+            # only the last micro-step's finished layers can start their gradient sync (overlap)
+            model.backward(scale, after_layer=dp.after_layer if last else None)
     return loss_sum / tcfg.grad_accum
 
 
-def _blame_non_finite(model: GPT2, data: Batches, step: int, tcfg: TrainConfig, what: str) -> NonFiniteError:
+def _blame_non_finite(model: GPT2, data: Batches, step: int, tcfg: TrainConfig, what: str,
+                      dp: DataParallel) -> NonFiniteError:
     """Re-run the step checking every kernel's arrays, to name the kernel where NaN/inf first appears."""
     if not np.isfinite(model.params).all():
+        origin = (f"made by adamw_update at step {step - 1}; lower --lr" if step > 0
+                  else "in the initial weights; check the --init-from checkpoint")
         return NonFiniteError(f"step {step}: {what} is not finite because the parameters already hold NaN/inf "
-                              f"(made by adamw_update at step {step - 1}); lower --lr")
+                              f"({origin})")
     model.run.check_finite = True
     try:
-        _microsteps(model, data, step, tcfg, NullObserver())
+        _microsteps(model, data, step, tcfg, NullObserver(), _NoSync(dp.ranks))
     except NonFiniteOutput as e:
         where = f"layer {e.layer}" if e.layer >= 0 else "outside the layers"
         return NonFiniteError(f"step {step}: {what} is not finite; NaN/inf first appears in kernel {e.kernel} "
@@ -101,30 +107,52 @@ def _blame_non_finite(model: GPT2, data: Batches, step: int, tcfg: TrainConfig, 
                           f"(non-deterministic overflow?); lower --lr")
 
 
-def train(model: GPT2, opt: AdamW, data: Batches, tcfg: TrainConfig, *, sync: GradSync | None = None,
-          observer: Observer | None = None, world: int = 1,
+class _Recorded:
+    """The batches a step read, kept so a checked re-run reads the same ones without touching the data source
+    (which may be a collective, as the scatter loader is)."""
+    def __init__(self, data: Batches):
+        self.data, self.seen = data, {}
+
+    def batch(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        if k not in self.seen:
+            self.seen[k] = self.data.batch(k)
+        return self.seen[k]
+
+
+class _NoSync:
+    """A checked re-run of a step stays local: the other ranks are not re-running it."""
+    def __init__(self, ranks: int):
+        self.ranks = ranks
+
+    def after_layer(self, model: GPT2, layer: int) -> None:
+        pass
+
+
+def train(model: GPT2, data: Batches, tcfg: TrainConfig, dp: DataParallel, *, observer: Observer | None = None,
           on_step: Callable[[StepMetrics], None] | None = None) -> list[StepMetrics]:
-    sync = sync or LocalUpdate()
     obs = observer or NullObserver()
-    tokens = model.B * model.T * tcfg.grad_accum * world
+    tokens = model.B * model.T * tcfg.grad_accum * dp.ranks
     history = []
     for step in range(tcfg.steps):
         t0 = time.perf_counter_ns()
         obs.begin_step(step)
-        loss = _microsteps(model, data, step, tcfg, obs)
+        step_data = _Recorded(data)
+        local_loss = _microsteps(model, step_data, step, tcfg, obs, dp)
         with obs.phase("grad_sync"):
-            sync.sync(model)
+            dp.sync(model)
+            loss = dp.reduce_loss(local_loss)
         with obs.phase("optimizer"):
-            gnorm = opt.grad_norm(model.grads)
-            if not (math.isfinite(loss) and math.isfinite(gnorm)):
-                raise _blame_non_finite(model, data, step, tcfg, "the loss" if not math.isfinite(loss)
-                                        else "the gradient norm")
-            sync.update(model, opt, tcfg.lr)
+            gnorm = dp.grad_norm(model)
+            if not math.isfinite(local_loss) or (gnorm is not None and not math.isfinite(gnorm)):
+                raise _blame_non_finite(model, step_data, step, tcfg, "the loss" if not math.isfinite(local_loss)
+                                        else "the gradient norm", dp)
+            dp.update(model, tcfg.lr)
         for name, value in (("loss", loss), ("lr", tcfg.lr), ("grad_norm", gnorm), ("tokens", tokens)):
-            obs.counter(name, value)
+            if value is not None:
+                obs.counter(name, value)
         obs.end_step(step)
         ms = (time.perf_counter_ns() - t0) / 1e6
-        m = StepMetrics(step, loss, gnorm, ms, tokens, tokens / (ms / 1e3))
+        m = StepMetrics(step, loss, gnorm if gnorm is not None else math.nan, ms, tokens, tokens / (ms / 1e3))
         history.append(m)
         if on_step is not None:
             on_step(m)

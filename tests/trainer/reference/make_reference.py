@@ -9,7 +9,7 @@ Writes next to this file:
     tiny_state.npz   x, y (B, T) int32; logits (B, T, Vp); loss; grad_<name> for the 16 tensors in llm.c's order;
                      losses / losses_no_wd: loss before each of STEPS AdamW steps on the same batch (as
                      test_gpt2.c), with weight decay WEIGHT_DECAY / 0.0; params_after: the flat buffer after the
-                     weight-decay run; lr, weight_decay, beta1, beta2, eps, seed, B, T.
+                     weight-decay run, in llm.c's tensor order (as a checkpoint stores it); lr, weight_decay, beta1, beta2, eps, seed, B, T.
 
 The model is nanoGPT's GPT-2 as llm.c computes it: pre-LayerNorm (eps 1e-5), learned position embeddings,
 tanh-approximate GELU, causal attention scaled by 1/sqrt(hs), lm_head tied to wte, wte with Vp rows, logits for
@@ -96,7 +96,7 @@ def main() -> None:
         OUT_DIR / f"{MODEL}_state.npz",
         x=x, y=y, logits=logits.detach().numpy().astype(np.float32), loss=np.float32(loss.item()),
         **{f"grad_{name}": grads[name] for name in PARAM_NAMES},
-        losses=losses, losses_no_wd=losses_no_wd, params_after=params_after,
+        losses=losses, losses_no_wd=losses_no_wd, params_after=ParamLayout.for_model(cfg).to_llmc(params_after),
         lr=np.float64(LR), weight_decay=np.float64(WEIGHT_DECAY), beta1=np.float64(BETA1),
         beta2=np.float64(BETA2), eps=np.float64(EPS), seed=np.int64(SEED), B=np.int64(B), T=np.int64(T),
     )

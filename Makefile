@@ -1,0 +1,20 @@
+# The two set-up commands of README.md. Both install what they need, so they work on a fresh machine.
+PYTHON ?= python3
+PIP := $(PYTHON) -m pip install --quiet --disable-pip-version-check
+
+.PHONY: demo test install install-test
+
+# Train the demo GPT-2 on the built-in corpus, trace every thread, analyze the trace.
+demo: install
+	gpt2trace run
+	gpt2trace analyze trace.parquet
+
+# The whole test suite, expensive checks included (CI runs exactly this).
+test: install-test
+	$(PYTHON) -m pytest -q
+
+install:
+	$(PIP) -e .
+
+install-test:
+	$(PIP) -e ".[test]"

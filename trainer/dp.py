@@ -1,0 +1,177 @@
+"""Data-parallel strategies: what happens between backward and the next step (`--dp-sync`).
+
+Every rank holds a full model replica and computes gradients of its share of the global batch, scaled by
+1/(B*T*grad_accum*ranks) so that a SUM over ranks is the gradient of the global mean loss. The strategies
+differ in how that sum reaches the optimizer:
+
+    local         one process: nothing to sync
+    allreduce     MPI_Allreduce of the flat gradient buffer; every rank runs AdamW on everything
+    reduce-bcast  MPI_Reduce of gradients to rank 0, AdamW on rank 0 only, MPI_Bcast of the parameters
+    overlap       one nonblocking MPI_Iallreduce per layer, posted as soon as backward finished that layer
+                  (the buffer is grouped by layer: a bucket is a contiguous range, no copy), waited for
+                  before AdamW (PyTorch DDP)
+    zero1         MPI_Reduce_scatter of gradients, AdamW on this rank's 1/N shard of parameters and moments,
+                  MPI_Allgatherv of the parameters (DeepSpeed ZeRO stage 1)
+
+The communicator is passed in (mpi4py's, or gpt2trace's traced proxy of it): computation lives in the kernels,
+communication here.
+"""
+from __future__ import annotations
+
+from enum import Enum
+
+import numpy as np
+
+from trainer.config import TrainConfig
+from trainer.launcher import Launcher
+from trainer.model import GPT2
+from trainer.optim import AdamW
+
+
+class DPSync(str, Enum):
+    allreduce = "allreduce"
+    reduce_bcast = "reduce-bcast"
+    overlap = "overlap"
+    zero1 = "zero1"
+
+
+def shard_bounds(n: int, ranks: int, rank: int) -> tuple[int, int]:
+    """Rank r's contiguous share of n elements (the same split as the kernels' chunk())."""
+    return n * rank // ranks, n * (rank + 1) // ranks
+
+
+class Local:
+    """One process: AdamW on the whole buffer."""
+    ranks = 1
+
+    def __init__(self, model: GPT2, tcfg: TrainConfig, run: Launcher):
+        self.opt = AdamW(model.layout.size, tcfg, run)
+
+    def reduce_loss(self, loss: float) -> float:
+        return loss
+
+    def after_layer(self, model: GPT2, layer: int) -> None:
+        pass
+
+    def sync(self, model: GPT2) -> None:
+        pass
+
+    def grad_norm(self, model: GPT2) -> float | None:
+        return self.opt.grad_norm(model.grads)
+
+    def update(self, model: GPT2, lr: float) -> None:
+        self.opt.step(model.params, model.grads, lr)
+
+
+class _MPIBase(Local):
+    def __init__(self, model: GPT2, tcfg: TrainConfig, run: Launcher, comm):
+        from mpi4py import MPI
+        self.MPI, self.comm = MPI, comm
+        self.rank, self.ranks = comm.Get_rank(), comm.Get_size()
+        self.run = run
+        self._init_optimizer(model, tcfg, run)
+        self._loss = np.zeros(1, dtype=np.float64)
+
+    def _init_optimizer(self, model: GPT2, tcfg: TrainConfig, run: Launcher) -> None:
+        self.opt = AdamW(model.layout.size, tcfg, run)
+
+    def reduce_loss(self, loss: float) -> float:
+        self._loss[0] = loss
+        self.comm.Allreduce(self.MPI.IN_PLACE, self._loss, op=self.MPI.SUM)
+        return float(self._loss[0]) / self.ranks
+
+
+class Allreduce(_MPIBase):
+    def sync(self, model: GPT2) -> None:
+        self.comm.Allreduce(self.MPI.IN_PLACE, model.grads, op=self.MPI.SUM)
+
+
+class ReduceBcast(_MPIBase):
+    ROOT = 0
+
+    def _init_optimizer(self, model: GPT2, tcfg: TrainConfig, run: Launcher) -> None:
+        self.opt = AdamW(model.layout.size, tcfg, run) if self.rank == self.ROOT else None
+
+    def sync(self, model: GPT2) -> None:
+        if self.rank == self.ROOT:
+            self.comm.Reduce(self.MPI.IN_PLACE, model.grads, op=self.MPI.SUM, root=self.ROOT)
+        else:
+            self.comm.Reduce(model.grads, None, op=self.MPI.SUM, root=self.ROOT)
+
+    def grad_norm(self, model: GPT2) -> float | None:
+        return self.opt.grad_norm(model.grads) if self.opt is not None else None  # only the root has the sum
+
+    def update(self, model: GPT2, lr: float) -> None:
+        if self.opt is not None:
+            self.opt.step(model.params, model.grads, lr)
+        self.comm.Bcast(model.params, root=self.ROOT)
+
+
+class Overlap(_MPIBase):
+    """Per-layer buckets: layer l's 12 gradient tensors are one contiguous range of the layer-major buffer."""
+
+    def __init__(self, model: GPT2, tcfg: TrainConfig, run: Launcher, comm):
+        super().__init__(model, tcfg, run, comm)
+        self.requests = []
+
+    def after_layer(self, model: GPT2, layer: int) -> None:
+        lo, hi = model.layout.layer_range(layer)
+        self.requests.append(self.comm.Iallreduce(self.MPI.IN_PLACE, model.grads[lo:hi], op=self.MPI.SUM))
+
+    def sync(self, model: GPT2) -> None:
+        # wte/wpe/lnf gradients are complete only when backward is: their bucket goes last
+        rest = model.grads[:model.layout.layer_start]
+        self.requests.append(self.comm.Iallreduce(self.MPI.IN_PLACE, rest, op=self.MPI.SUM))
+        self.comm.Waitall(self.requests)
+        self.requests = []
+
+
+class Zero1(_MPIBase):
+    def _init_optimizer(self, model: GPT2, tcfg: TrainConfig, run: Launcher) -> None:
+        P = model.layout.size
+        self.counts = [shard_bounds(P, self.ranks, r)[1] - shard_bounds(P, self.ranks, r)[0]
+                       for r in range(self.ranks)]
+        self.displs = [shard_bounds(P, self.ranks, r)[0] for r in range(self.ranks)]
+        self.lo, self.hi = shard_bounds(P, self.ranks, self.rank)
+        self.shard_grads = np.zeros(self.hi - self.lo, dtype=np.float32)
+        self.opt = AdamW(self.hi - self.lo, tcfg, run)   # moments for this shard only: 1/N of the memory
+        self._norm = np.zeros(1, dtype=np.float64)
+
+    def sync(self, model: GPT2) -> None:
+        self.comm.Reduce_scatter(model.grads, self.shard_grads, recvcounts=self.counts, op=self.MPI.SUM)
+
+    def grad_norm(self, model: GPT2) -> float | None:
+        self._norm[0] = self.opt.grad_norm(self.shard_grads) ** 2
+        self.comm.Allreduce(self.MPI.IN_PLACE, self._norm, op=self.MPI.SUM)
+        return float(np.sqrt(self._norm[0]))
+
+    def update(self, model: GPT2, lr: float) -> None:
+        self.opt.step(model.params[self.lo:self.hi], self.shard_grads, lr)
+        self.comm.Allgatherv(self.MPI.IN_PLACE, [model.params, self.counts, self.displs, self.MPI.FLOAT])
+
+
+class PlainComm:
+    """An mpi4py communicator plus `Waitall`: the interface strategies call (gpt2trace's traced one matches)."""
+
+    def __init__(self, comm):
+        self.comm = comm
+
+    def __getattr__(self, name):
+        return getattr(self.comm, name)
+
+    def Waitall(self, requests) -> None:
+        from mpi4py import MPI
+        MPI.Request.Waitall(requests)
+
+
+STRATEGIES = {DPSync.allreduce: Allreduce, DPSync.reduce_bcast: ReduceBcast, DPSync.overlap: Overlap,
+              DPSync.zero1: Zero1}
+
+
+def make_strategy(name: DPSync | str | None, model: GPT2, tcfg: TrainConfig, run: Launcher, comm=None):
+    """The strategy for a run: Local without a communicator (or with one rank), else the named one."""
+    if comm is None or comm.Get_size() == 1:
+        return Local(model, tcfg, run)
+    if not hasattr(comm, "Waitall"):
+        comm = PlainComm(comm)
+    return STRATEGIES[DPSync(name)](model, tcfg, run, comm)
