@@ -4,6 +4,7 @@ from __future__ import annotations
 import typer
 
 from gpt2trace.cli import run
+from gpt2trace.cli import analyze
 
 app = typer.Typer(
     name="gpt2trace",
@@ -13,3 +14,4 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command("run")(run.run)
+app.command("analyze")(analyze.analyze)

@@ -1,0 +1,95 @@
+"""Runs every analysis on a trace (or several) and returns one JSON-able dict; what `gpt2trace analyze` prints.
+
+Fractions in [0, 1], times in seconds; tables become lists of row dicts with None for missing values.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from analysis import mpi, pop, rootcause, scaling, segments, waits
+from analysis.findings import findings
+from analysis.imbalance import imbalance
+from analysis.occupancy import occupancy
+from analysis.summary import summary
+from analysis.window import records, select, threads
+from gpt2trace.reader import Trace, check_states
+from gpt2trace.schema import RANK, STATE, THREAD, Kind
+
+
+def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: float | None = None,
+            bins: int = 100) -> dict:
+    """Everything about one trace: summary, pop, imbalance, waits, root_causes, occupancy, findings, warnings.
+
+    `steps` is '--steps A:B' (B excluded); `top` limits the findings and serial sections, not the tables.
+    Raises TraceError for an invalid trace and WindowError for a `steps` that does not fit it.
+    """
+    warnings = check_states(trace)
+    window = select(trace, steps)
+    ranks = np.unique(threads(trace)[RANK].to_numpy())
+    kern = segments.kernel_records(trace, window)
+    segs = segments.segments(kern)
+    calls = mpi.calls(trace, window)
+    states = records(trace, Kind.STATE, (RANK, THREAD, STATE), window)
+    wait_rows = waits.wait_states(calls)
+    causes = rootcause.root_causes(calls, wait_rows, segs, window)
+    total_wait = wait_rows["wait_ns"].sum() / 1e9
+    by_state = (wait_rows.groupby("wait_state", as_index=False)
+              .agg(count=("wait_ns", "size"), wait_s=("wait_ns", "sum")).sort_values("wait_s", ascending=False))
+    by_state["wait_s"] = by_state["wait_s"] / 1e9
+    by_state["share"] = by_state["wait_s"] / total_wait if total_wait > 0 else 0.0
+    occ = occupancy(trace, window, segs, top=top, bins=bins, states=states)
+    per_rank = occ["per_rank"]
+    result = {
+        "trace": trace.name,
+        "window": {"t0_s": window.t0_ns / 1e9, "t1_s": window.t1_ns / 1e9, "steps": list(window.steps)},
+        "summary": {k: (rows(v) if isinstance(v, pd.DataFrame) else v)
+                    for k, v in summary(trace, window, peak_gflops).items()},
+        "pop": pop.pop(trace, window, calls, states),
+        "imbalance": rows(imbalance(kern, segs, ranks)),
+        "waits": {"total_wait_s": total_wait, "calls": rows(waits.per_call(calls, wait_rows)),
+                  "states": rows(by_state)},
+        "root_causes": [{**r, "text": rootcause.sentence(r)} for r in rows(causes)],
+        "occupancy": {"mean_occupancy": float(per_rank["mean_occupancy"].mean()) if len(per_rank) else None,
+                      "serial_s": float(per_rank["serial_s"].sum()),
+                      **{k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in occ.items()}},
+        "warnings": warnings,
+    }
+    result = jsonable(result)
+    result["findings"] = findings(result, top)
+    return result
+
+
+def analyze_many(traces: list[Trace], steps: str | None = None, top: int = 10,
+                 peak_gflops: float | None = None) -> dict:
+    """One result per trace and, with two or more, the model-factors table with the first as reference."""
+    results = [analyze(t, steps, top, peak_gflops) for t in traces]
+    out: dict = {"traces": results}
+    if len(results) > 1:
+        table = scaling.modelfactors(results)
+        out["scaling"] = rows(table)
+        out["scaling_work_unit"] = table.attrs.get("work_unit")
+    return out
+
+
+def rows(df: pd.DataFrame) -> list[dict]:
+    return [jsonable(r) for r in df.to_dict("records")]
+
+
+def jsonable(obj):
+    """Plain Python values for json.dumps: NumPy scalars unwrapped, NaN / NA as None."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return [jsonable(v) for v in obj.tolist()]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if obj is pd.NA or obj is None:
+        return None
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj

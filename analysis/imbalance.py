@@ -1,0 +1,95 @@
+"""Load imbalance per kernel and per kernel x layer, across ranks and across the threads of each rank.
+
+Across ranks, a rank's time in a kernel is the wall time of its segments (every rank of the trace counts, with
+zero if it never runs the kernel); across threads, a thread's time is the sum of its blocks (only the threads that
+run the kernel count). For values t_i: mean, max, imbalance = max / mean, time lost = sum(max - t_i).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.segments import Segments
+from analysis.window import NS, Records
+from gpt2trace.schema import END_NS, LAYER, NAME, RANK, START_NS, THREAD
+
+COLUMNS = ["scope", "kernel", LAYER, RANK, "count", "mean_s", "max_s", "imbalance", "lost_s", "slowest"]
+
+
+def imbalance(kern: Records, segs: Segments, ranks: np.ndarray) -> pd.DataFrame:
+    """Rows sorted by time lost; scope 'ranks' or 'threads', layer None on the per-kernel rows."""
+    if not len(kern):
+        return pd.DataFrame(columns=COLUMNS)
+    frames = []
+    for by_layer in (False, True):
+        seg_key = _key(segs.name, segs.layer, by_layer)
+        frames.append(_across_ranks(seg_key, segs.rank, segs.end_ns - segs.start_ns, ranks, segs.names, by_layer))
+        key = _key(kern[NAME], kern[LAYER], by_layer)
+        frames.append(_across_threads(key, kern[RANK], kern[THREAD], kern[END_NS] - kern[START_NS], kern.names,
+                                      by_layer))
+    out = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else None
+    if out is None:
+        return pd.DataFrame(columns=COLUMNS)
+    out = out[out["lost_s"] > 0]
+    return out[COLUMNS].sort_values("lost_s", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def _key(name: np.ndarray, layer: np.ndarray, by_layer: bool) -> np.ndarray:
+    """(name, layer + 1) as one int; per-kernel rows use layer slot 0. Layer rows only for layer kernels."""
+    layer = layer.astype(np.int64)
+    if not by_layer:
+        return name.astype(np.int64) * 65538
+    return np.where(layer >= 0, name.astype(np.int64) * 65538 + layer + 1, -1)
+
+
+def _decode(keys: np.ndarray, names: tuple[str, ...], by_layer: bool):
+    kernel = np.array(names, dtype=object)[keys // 65538]
+    layer = [int(v) - 1 if by_layer else None for v in keys % 65538]
+    return kernel, layer
+
+
+def _across_ranks(key, rank, dur, ranks, names, by_layer) -> pd.DataFrame:
+    ok = key >= 0
+    key, rank, dur = key[ok], rank[ok], dur[ok]
+    if not len(key) or len(ranks) < 2:
+        return pd.DataFrame(columns=COLUMNS)
+    ukey, kidx = np.unique(key, return_inverse=True)
+    ridx = np.searchsorted(ranks, rank)
+    t = np.bincount(kidx * len(ranks) + ridx, weights=dur, minlength=len(ukey) * len(ranks))
+    t = t.reshape(len(ukey), len(ranks)) / NS
+    kernel, layer = _decode(ukey, names, by_layer)
+    top = t.max(axis=1)
+    mean = t.mean(axis=1)
+    return pd.DataFrame({"scope": "ranks", "kernel": kernel, LAYER: layer, RANK: None, "count": len(ranks),
+                         "mean_s": mean, "max_s": top, "imbalance": np.where(mean > 0, top / np.maximum(mean, 1e-300),
+                                                                              np.nan),
+                         "lost_s": (top[:, None] - t).sum(axis=1),
+                         "slowest": [str(r) for r in ranks[t.argmax(axis=1)]]})
+
+
+def _across_threads(key, rank, thread, dur, names, by_layer) -> pd.DataFrame:
+    ok = key >= 0
+    key, rank, thread, dur = key[ok], rank[ok].astype(np.int64), thread[ok].astype(np.int64), dur[ok]
+    if not len(key):
+        return pd.DataFrame(columns=COLUMNS)
+    ukey, kidx = np.unique(key, return_inverse=True)
+    urank, ridx = np.unique(rank, return_inverse=True)
+    nth = int(thread.max()) + 1
+    cell = (kidx * len(urank) + ridx) * nth + thread
+    size = len(ukey) * len(urank) * nth
+    t = np.bincount(cell, weights=dur, minlength=size).reshape(len(ukey), len(urank), nth) / NS
+    present = np.bincount(cell, minlength=size).reshape(t.shape) > 0
+    count = present.sum(axis=2)
+    total = t.sum(axis=2)
+    top = np.where(present, t, -np.inf).max(axis=2)
+    slow = np.where(present, t, -np.inf).argmax(axis=2)
+    k, r = np.nonzero(count >= 2)
+    if not len(k):
+        return pd.DataFrame(columns=COLUMNS)
+    mean = total[k, r] / count[k, r]
+    kernel, layer = _decode(ukey[k], names, by_layer)
+    return pd.DataFrame({"scope": "threads", "kernel": kernel, LAYER: layer, RANK: urank[r].astype(int),
+                         "count": count[k, r], "mean_s": mean, "max_s": top[k, r],
+                         "imbalance": np.where(mean > 0, top[k, r] / np.maximum(mean, 1e-300), np.nan),
+                         "lost_s": top[k, r] * count[k, r] - total[k, r],
+                         "slowest": [f"{a}.{b}" for a, b in zip(urank[r], slow[k, r])]})

@@ -1,0 +1,140 @@
+"""MPI calls of a trace as one table: what each call is, which collective instance it joins, its matched partner.
+
+Collective instances are matched across ranks by (collective, seq); without a seq by their order on each rank.
+Point-to-point calls are matched in order: the k-th send from a to b pairs with the k-th receive on b from a.
+`peer` is the partner of a point-to-point call and the root of a rooted collective (rank 0 when null).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.window import Records, Window, decode, records
+from gpt2trace.reader import Trace
+from gpt2trace.schema import BYTES, END_NS, NAME, PEER, RANK, SEQ, START_NS, STEP, THREAD, Kind
+
+# Operation types (what the call does in the ideal replay).
+LOCAL, COLL, COLL_POST, WAIT, SEND, RECV, SENDRECV, ISEND, IRECV = range(9)
+# Collective classes, named after the Scalasca wait state each can show.
+NXN, ONE_TO_ALL, ALL_TO_ONE = 0, 1, 2
+WAIT_STATE = {NXN: "Wait at NxN", ONE_TO_ALL: "Late Broadcast", ALL_TO_ONE: "Early Reduce"}
+
+_CLASS = {**{n: NXN for n in ("MPI_Allreduce", "MPI_Allgather", "MPI_Allgatherv", "MPI_Alltoall", "MPI_Alltoallv",
+                              "MPI_Alltoallw", "MPI_Reduce_scatter", "MPI_Reduce_scatter_block", "MPI_Barrier",
+                              "MPI_Scan", "MPI_Exscan")},
+          **{n: ONE_TO_ALL for n in ("MPI_Bcast", "MPI_Scatter", "MPI_Scatterv")},
+          **{n: ALL_TO_ONE for n in ("MPI_Reduce", "MPI_Gather", "MPI_Gatherv")}}
+_P2P = {**dict.fromkeys(("MPI_Send", "MPI_Ssend", "MPI_Rsend", "MPI_Bsend"), SEND),
+        **dict.fromkeys(("MPI_Isend", "MPI_Issend", "MPI_Irsend", "MPI_Ibsend"), ISEND),
+        "MPI_Recv": RECV, "MPI_Irecv": IRECV, "MPI_Sendrecv": SENDRECV, "MPI_Sendrecv_replace": SENDRECV,
+        **dict.fromkeys(("MPI_Wait", "MPI_Waitall", "MPI_Waitany", "MPI_Waitsome"), WAIT)}
+
+
+def classify(name: str) -> tuple[int, int, str]:
+    """(operation type, collective class or -1, the blocking collective's name) of an MPI call name."""
+    if name in _P2P:
+        return _P2P[name], -1, name
+    if name in _CLASS:
+        return COLL, _CLASS[name], name
+    if name.startswith("MPI_I") and len(name) > 5:
+        base = "MPI_" + name[5].upper() + name[6:]
+        if base in _CLASS:
+            return COLL_POST, _CLASS[base], base
+    return LOCAL, -1, name
+
+
+def calls(trace: Trace, window: Window | None = None) -> pd.DataFrame:
+    """The comm records starting in the window, sorted by rank and start, with their type and matches.
+
+    Columns: the record's rank, thread, start_ns, end_ns, name, bytes, peer, seq, step, and
+    prev_end (end of the rank's earlier calls, -1 for its first),
+    op, cls, base (see `classify`), inst (collective instance id, -1 for others), is_root, parts (ranks in the
+    instance), send_of (row of the send a receive is matched with, -1), recv_of (the reverse),
+    wait_inst (the instance a wait names through its seq; -1 = every outstanding request).
+    """
+    rec: Records = records(trace, Kind.COMM, (RANK, THREAD, NAME, BYTES, PEER, SEQ, STEP), None)
+    if window is not None:
+        keep = (rec[START_NS] >= window.t0_ns) & (rec[START_NS] < window.t1_ns)
+        rec = rec.take(keep)
+    df = pd.DataFrame({c: rec[c] for c in (RANK, THREAD, START_NS, END_NS, BYTES, PEER, SEQ, STEP)})
+    df[NAME] = decode(rec[NAME], rec.names)
+    df = df.sort_values([RANK, START_NS, END_NS], kind="stable").reset_index(drop=True)
+    kinds = {n: classify(str(n)) for n in df[NAME].unique()}
+    df["op"] = df[NAME].map(lambda n: kinds[n][0]).astype(np.int64)
+    df["cls"] = df[NAME].map(lambda n: kinds[n][1]).astype(np.int64)
+    df["base"] = df[NAME].map(lambda n: kinds[n][2])
+    # The end of the rank's earlier calls (-1 for its first): the compute burst before a call starts there.
+    reach = df.groupby(RANK)[END_NS].cummax()
+    df["prev_end"] = reach.groupby(df[RANK]).shift(1).fillna(-1).astype(np.int64)
+    _instances(df)
+    _match_p2p(df)
+    _wait_targets(df)
+    return df
+
+
+def _instances(df: pd.DataFrame) -> None:
+    coll = df["op"].isin((COLL, COLL_POST)).to_numpy()
+    df["inst"], df["is_root"], df["parts"] = -1, False, 0
+    if not coll.any():
+        return
+    sub = df.loc[coll, [RANK, SEQ, "base", PEER]].copy()
+    order = sub.groupby([RANK, "base"]).cumcount()
+    sub["key"] = np.where(sub[SEQ] >= 0, sub[SEQ], -1 - order)   # no seq: the k-th call of that collective
+    inst = sub.groupby(["base", "key"], sort=False).ngroup().to_numpy()
+    df.loc[coll, "inst"] = inst
+    df.loc[coll, "is_root"] = (sub[RANK] == np.where(sub[PEER] >= 0, sub[PEER], 0)).to_numpy()
+    df.loc[coll, "parts"] = np.bincount(inst)[inst]
+
+
+def _match_p2p(df: pd.DataFrame) -> None:
+    df["send_of"], df["recv_of"] = -1, -1
+    sends = df[df["op"].isin((SEND, ISEND, SENDRECV)) & (df[PEER] >= 0)]
+    recvs = df[df["op"].isin((RECV, IRECV, SENDRECV)) & (df[PEER] >= 0)]
+    if sends.empty or recvs.empty:
+        return
+    s = pd.DataFrame({"src": sends[RANK], "dst": sends[PEER], "k": sends.groupby([RANK, PEER]).cumcount(),
+                      "s_row": sends.index})
+    r = pd.DataFrame({"src": recvs[PEER], "dst": recvs[RANK], "k": recvs.groupby([PEER, RANK]).cumcount(),
+                      "r_row": recvs.index})
+    m = s.merge(r, on=["src", "dst", "k"])
+    df.loc[m["r_row"].to_numpy(), "send_of"] = m["s_row"].to_numpy()
+    df.loc[m["s_row"].to_numpy(), "recv_of"] = m["r_row"].to_numpy()
+
+
+def _wait_targets(df: pd.DataFrame) -> None:
+    df["wait_inst"] = -1
+    waits = df[(df["op"] == WAIT) & (df[SEQ] >= 0)]
+    posts = df[df["op"] == COLL_POST]
+    if waits.empty or posts.empty:
+        return
+    m = waits.reset_index().merge(posts[[RANK, SEQ, "inst"]], on=[RANK, SEQ], how="inner")
+    df.loc[m["index"].to_numpy(), "wait_inst"] = m["inst"].to_numpy()
+
+
+def post_waits(df: pd.DataFrame) -> np.ndarray:
+    """For each row, the row of the wait that completes it if it is a nonblocking post (else -1).
+
+    A post is completed by the first wait on its rank after it that names its instance (seq) or names none.
+    """
+    out = np.full(len(df), -1, dtype=np.int64)
+    posts = np.flatnonzero(df["op"].isin((COLL_POST, IRECV)).to_numpy())
+    waits = np.flatnonzero((df["op"] == WAIT).to_numpy())
+    if not len(posts) or not len(waits):
+        return out
+    rank = df[RANK].to_numpy()
+    inst, wait_inst = df["inst"].to_numpy(), df["wait_inst"].to_numpy()
+    anyw = waits[wait_inst[waits] < 0]
+    # rows are sorted by rank then start: the next generic wait is the next row index in `anyw` on the same rank
+    nxt = np.searchsorted(anyw, posts, side="right")
+    ok = nxt < len(anyw)
+    cand = np.where(ok, anyw[np.minimum(nxt, len(anyw) - 1)], -1)
+    cand = np.where((cand >= 0) & (rank[np.maximum(cand, 0)] == rank[posts]), cand, -1)
+    named = waits[wait_inst[waits] >= 0]
+    if len(named):
+        width = int(inst.max()) + 2                                   # (rank, instance) as one key
+        first_named = pd.Series(named).groupby(rank[named] * width + wait_inst[named]).first()
+        hit = pd.Series(rank[posts] * width + inst[posts]).map(first_named).fillna(-1).to_numpy().astype(np.int64)
+        use = (hit > posts) & ((cand < 0) | (hit < cand))
+        cand = np.where(use, hit, cand)
+    out[posts] = cand
+    return out

@@ -1,0 +1,136 @@
+"""Thread occupancy: how many threads of a rank are Running over time, serial sections, per-kernel occupancy.
+
+A serial section is time where the main thread (thread 0) is Running and no other thread of its rank is.
+Per kernel: mean occupancy = the threads' block time / the kernel's wall time on the rank (segments), and the
+time its threads spent in Synchronization (waiting at the region's end) and in Scheduling and Fork/Join.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.segments import Segments, composite
+from analysis.window import NS, Records, Window, records
+from gpt2trace.reader import Trace, thread_order
+from gpt2trace.schema import END_NS, LAYER, RANK, START_NS, STATE, THREAD, Kind, State
+
+
+def _events(st, ranks: np.ndarray):
+    """Running intervals as +1/-1 events sorted by (rank, time), ends before starts at equal times; and the
+    main-thread and worker counts after each event.
+
+    Each thread's intervals, in time order, give an already sorted run of events, so the stable sort only
+    merges one run per thread.
+    """
+    run = np.flatnonzero((st[STATE] == State.RUNNING) & (st[END_NS] > st[START_NS]))
+    r, th, s, e = st[RANK][run], st[THREAD][run], st[START_NS][run], st[END_NS][run]
+    order = thread_order(r, th, s)
+    rank = np.repeat(np.searchsorted(ranks, r[order]).astype(np.int64), 2)
+    main = np.repeat(th[order] == 0, 2)
+    t = np.stack([s[order], e[order]], axis=1).ravel()
+    is_start = np.tile(np.array([1, 0], dtype=np.int64), len(order))
+    lo = int(t.min()) if len(t) else 0
+    width = (int(t.max()) - lo + 1) if len(t) else 1
+    order = np.argsort(composite(rank, t, lo, width) * 2 + is_start, kind="stable")
+    step = (2 * is_start - 1)[order]
+    is_main = main[order]
+    return rank[order], t[order], np.cumsum(np.where(is_main, step, 0)), np.cumsum(np.where(is_main, 0, step))
+
+
+def occupancy(trace: Trace, window: Window, segs: Segments, top: int = 10, bins: int = 100,
+              states: Records | None = None) -> dict:
+    """Tables (pandas) per_rank, levels, per_kernel, serial_sections and a binned timeline (lists).
+
+    `states` are the window's state records if the caller has them already.
+    """
+    st = states if states is not None else records(trace, Kind.STATE, (RANK, THREAD, STATE), window)
+    ranks = np.unique(st[RANK]) if len(st) else np.zeros(0, dtype=np.int32)
+    T = window.t1_ns - window.t0_ns
+    threads = np.zeros(len(ranks), dtype=np.int64)
+    if len(st):
+        np.maximum.at(threads, np.searchsorted(ranks, st[RANK]), st[THREAD].astype(np.int64) + 1)
+    rank, t, main, workers = _events(st, ranks) if len(st) else (np.zeros(0, np.int64),) * 4
+    level = main + workers
+    same = np.r_[rank[1:] == rank[:-1], False] if len(rank) else np.zeros(0, bool)
+    dt = np.where(same, np.r_[np.diff(t), 0], 0) if len(t) else np.zeros(0, np.int64)
+    nlev = int(threads.max()) + 1 if len(threads) else 1
+    at_level = np.bincount(rank * nlev + level, weights=dt, minlength=len(ranks) * nlev).reshape(len(ranks), nlev)
+    at_level[:, 0] += T - at_level.sum(axis=1)                       # before the first / after the last event
+    busy = (at_level * np.arange(nlev)).sum(axis=1)
+    serial = (main == 1) & (workers == 0) & (threads[rank] > 1 if len(rank) else False)
+    serial_ns = np.bincount(rank, weights=dt * serial, minlength=len(ranks))
+    per_rank = pd.DataFrame({RANK: ranks.astype(int), "threads": threads, "mean_occupancy": busy / T,
+                             "serial_s": serial_ns / NS, "serial_fraction": serial_ns / T})
+    levels = pd.DataFrame({RANK: np.repeat(ranks.astype(int), nlev), "level": np.tile(np.arange(nlev), len(ranks)),
+                           "seconds": at_level.ravel() / NS})
+    levels = levels[levels["level"] <= np.repeat(threads, nlev)].reset_index(drop=True)
+    return {"per_rank": per_rank, "levels": levels,
+            "per_kernel": per_kernel(st, segs, ranks),
+            "serial_sections": _sections(rank, t, serial & same, ranks, window, top),
+            "timeline": _timeline(rank, t, level, dt, ranks, window, bins)}
+
+
+def per_kernel(st, segs: Segments, ranks: np.ndarray) -> pd.DataFrame:
+    cols = ["kernel", LAYER, "wall_s", "mean_occupancy", "sync_s", "fork_s"]
+    if not len(segs):
+        return pd.DataFrame(columns=cols)
+    key = segs.name.astype(np.int64) * 65538 + segs.layer + 1
+    ukey, kidx = np.unique(key, return_inverse=True)
+    wall = np.bincount(kidx, weights=segs.end_ns - segs.start_ns, minlength=len(ukey))
+    busy = np.bincount(kidx, weights=segs.busy_ns, minlength=len(ukey))
+    waits = {}
+    # A Synchronization record starts inside the kernel's segment (when the thread's block ends); a Fork/Join
+    # record ends inside it (when the thread's block starts).
+    for state, col, at in ((State.SYNCHRONIZATION, "sync_s", st[START_NS]),
+                           (State.SCHEDULING_FORK_JOIN, "fork_s", st[END_NS] - 1)):
+        sel = (st[STATE] == state) & (st[END_NS] > st[START_NS])
+        seg = segs.locate(st[RANK][sel], at[sel])
+        ok = seg >= 0
+        waits[col] = np.bincount(kidx[seg[ok]], weights=(st[END_NS][sel] - st[START_NS][sel])[ok],
+                                 minlength=len(ukey)) / NS
+    layer = ukey % 65538 - 1
+    out = pd.DataFrame({"kernel": np.array(segs.names, dtype=object)[ukey // 65538],
+                        LAYER: pd.array(np.where(layer >= 0, layer, 0), dtype="Int64"),
+                        "wall_s": wall / NS, "mean_occupancy": busy / np.maximum(wall, 1), **waits})
+    out.loc[layer < 0, LAYER] = pd.NA
+    return out[cols].sort_values("sync_s", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def _sections(rank, t, serial, ranks, window: Window, top: int) -> pd.DataFrame:
+    """The longest runs of serial time: rank, start (s from the window start), seconds.
+
+    Runs are found on the intervals of positive length, so zero-length steps between events do not cut them.
+    """
+    cols = [RANK, "start_s", "seconds"]
+    pos = np.flatnonzero(np.r_[np.diff(t), 0] > 0) if len(t) else np.zeros(0, np.int64)
+    pos = pos[rank[pos] == rank[np.minimum(pos + 1, len(t) - 1)]]
+    flag = serial[pos]
+    if not flag.any():
+        return pd.DataFrame(columns=cols)
+    joined = np.r_[False, flag[:-1] & (rank[pos[1:]] == rank[pos[:-1]]) & (t[pos[1:]] == t[pos[:-1] + 1])]
+    begin = flag & ~joined
+    run_id = np.cumsum(begin) - 1
+    first = pos[begin]
+    last_end = np.zeros(len(first), dtype=np.int64)
+    np.maximum.at(last_end, run_id[flag], t[pos[flag] + 1])
+    out = pd.DataFrame({RANK: ranks[rank[first]].astype(int), "start_s": (t[first] - window.t0_ns) / NS,
+                        "seconds": (last_end - t[first]) / NS})
+    return out.nlargest(top, "seconds").reset_index(drop=True)
+
+
+def _timeline(rank, t, level, dt, ranks, window: Window, bins: int) -> dict:
+    """Mean Running threads per rank in `bins` equal bins of the window."""
+    T = window.t1_ns - window.t0_ns
+    edges = window.t0_ns + (np.arange(bins + 1) * (T / bins)).astype(np.int64)
+    area = np.r_[0, np.cumsum(level * dt)]                           # area[k] = integral up to event k
+    series = {}
+    for i, r in enumerate(ranks):                                    # one iteration per rank
+        a, b = np.searchsorted(rank, i), np.searchsorted(rank, i, side="right")
+        if a == b:
+            series[int(r)] = [0.0] * bins
+            continue
+        k = np.searchsorted(t[a:b], edges, side="right") - 1
+        kk = np.clip(k, 0, b - a - 1) + a
+        integral = np.where(k >= 0, area[kk] - area[a] + level[kk] * (edges - t[kk]) * (k < b - a - 1), 0)
+        series[int(r)] = (np.diff(integral) / np.diff(edges)).tolist()
+    return {"t0_s": window.t0_ns / NS, "bin_s": T / bins / NS, "ranks": series}

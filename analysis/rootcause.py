@@ -1,0 +1,92 @@
+"""Root cause of communication waits: which kernel on which rank made the others wait (Scalasca's delay idea).
+
+For a wait on rank w caused by rank c (the last to arrive), compare what each did since its previous MPI call,
+up to its own call of the operation: per kernel (name, layer), the wall time of that kernel's segments on the
+rank, plus "(outside kernels)" for the rest of the interval. The culprit's excess over the waiter,
+max(0, t_c - t_w) per kernel, is the delay; the wait is charged to the kernels in proportion to it.
+A wait where the culprit did no more than the waiter (the delay came from further back) stays "(unattributed)".
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.segments import Segments, composite
+from analysis.window import NS, Window
+from gpt2trace.schema import END_NS, LAYER, NAME, RANK, START_NS
+
+OUTSIDE, UNATTRIBUTED = "(outside kernels)", "(unattributed)"
+_OUTSIDE_CODE, _UNATTRIBUTED_CODE = -2, -3
+
+
+def interval_times(calls: pd.DataFrame, segs: Segments, window: Window, rows: np.ndarray) -> pd.DataFrame:
+    """Per comm row in `rows` and kernel (code, layer): nanoseconds of the rank's segments since its previous call."""
+    rank = calls[RANK].to_numpy().astype(np.int64)
+    start, end = calls[START_NS].to_numpy(), calls[END_NS].to_numpy()
+    begin = np.maximum(calls["prev_end"].to_numpy(), window.t0_ns)
+    length = np.maximum(start - begin, 0)
+    frames = []
+    if len(segs):
+        lo = min(segs.lo, window.t0_ns, int(start.min()))
+        width = max(segs.lo + segs.width, window.t1_ns, int(end.max())) - lo + 1
+        ckey = composite(rank, start, lo, width)
+        skey = composite(segs.rank, segs.start_ns, lo, width)
+        row = np.searchsorted(ckey, skey, side="left")              # the first call at or after the segment
+        ok = row < len(calls)
+        row = np.minimum(row, len(calls) - 1)
+        ok &= (rank[row] == segs.rank) & (segs.start_ns >= begin[row])
+        wanted = np.zeros(len(calls), dtype=bool)
+        wanted[rows] = True
+        ok &= wanted[row]
+        seg = pd.DataFrame({"iv": row[ok], NAME: segs.name[ok], LAYER: segs.layer[ok],
+                            "ns": (np.minimum(segs.end_ns, start[row]) - segs.start_ns)[ok]})
+        seg = seg.groupby(["iv", NAME, LAYER], as_index=False)["ns"].sum()
+        frames.append(seg)
+        in_kernels = np.bincount(seg["iv"].to_numpy(), weights=seg["ns"].to_numpy(), minlength=len(calls))
+    else:
+        in_kernels = np.zeros(len(calls))
+    rest = pd.DataFrame({"iv": rows, NAME: _OUTSIDE_CODE, LAYER: -1,
+                         "ns": np.maximum(length[rows] - in_kernels[rows], 0)})
+    frames.append(rest)
+    return pd.concat(frames, ignore_index=True)
+
+
+def root_causes(calls: pd.DataFrame, waits: pd.DataFrame, segs: Segments, window: Window) -> pd.DataFrame:
+    """Waits charged to (culprit rank, kernel, layer): wait_s, waits (count), share of all wait time; sorted."""
+    cols = [RANK, "kernel", LAYER, "wait_s", "waits", "share"]
+    if waits.empty:
+        return pd.DataFrame(columns=cols)
+    w = waits.reset_index(drop=True)
+    w["wid"] = np.arange(len(w))
+    rows = np.unique(np.r_[w["sync_row"].to_numpy(), w["culprit_row"].to_numpy()])
+    times = interval_times(calls, segs, window, rows)
+    c = w[["wid", "culprit_row"]].merge(times, left_on="culprit_row", right_on="iv")[["wid", NAME, LAYER, "ns"]]
+    s = w[["wid", "sync_row"]].merge(times, left_on="sync_row", right_on="iv")[["wid", NAME, LAYER, "ns"]]
+    both = c.merge(s, on=["wid", NAME, LAYER], how="left", suffixes=("_c", "_w")).fillna({"ns_w": 0})
+    both["excess"] = np.maximum(both["ns_c"] - both["ns_w"], 0)
+    total = both.groupby("wid")["excess"].transform("sum")
+    both = both[both["excess"] > 0]
+    wait = w["wait_ns"].to_numpy()[both["wid"].to_numpy()]
+    both["charged"] = wait * both["excess"] / total[both.index]
+    charged = both[["wid", NAME, LAYER, "charged"]]
+    covered = np.zeros(len(w), dtype=bool)
+    covered[both["wid"].to_numpy()] = True
+    loose = w[~covered]
+    charged = pd.concat([charged, pd.DataFrame({"wid": loose["wid"], NAME: _UNATTRIBUTED_CODE, LAYER: -1,
+                                                "charged": loose["wait_ns"].astype(float)})], ignore_index=True)
+    charged[RANK] = w["culprit"].to_numpy()[charged["wid"].to_numpy()]
+    agg = charged.groupby([RANK, NAME, LAYER], as_index=False).agg(wait_ns=("charged", "sum"),
+                                                                        waits=("wid", "nunique"))
+    lookup = {**dict(enumerate(segs.names)), _OUTSIDE_CODE: OUTSIDE, _UNATTRIBUTED_CODE: UNATTRIBUTED}
+    out = pd.DataFrame({RANK: agg[RANK].astype(int), "kernel": agg[NAME].map(lookup),
+                        LAYER: agg[LAYER].where(agg[LAYER] >= 0).astype("Int64"),
+                        "wait_s": agg["wait_ns"] / NS, "waits": agg["waits"].astype(int)})
+    out["share"] = out["wait_s"] / (w["wait_ns"].sum() / NS)
+    return out[cols].sort_values("wait_s", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def sentence(row: dict) -> str:
+    """'X s of waits caused by kernel K (layer L) on rank r', as the issue phrases it."""
+    layer = f" (layer {row[LAYER]})" if row.get(LAYER) is not None else ""
+    what = f"kernel {row['kernel']}" if not str(row["kernel"]).startswith("(") else row["kernel"]
+    return f"{row['wait_s']:.3g} s of waits caused by {what}{layer} on rank {row[RANK]}"

@@ -1,0 +1,77 @@
+"""Kernel invocations seen from a rank: the wall-clock segments its threads spend in one kernel.
+
+The trace has one `kernel` record per thread per invocation and no invocation id, so a rank's records sorted by
+start are cut where a record starts after every earlier one has ended, or where the kernel (name, layer) changes.
+Consecutive invocations of the same kernel and layer may merge into one segment; per-kernel totals are unchanged.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from analysis.window import Records, Window, records
+from gpt2trace.reader import Trace
+from gpt2trace.schema import END_NS, LAYER, NAME, RANK, START_NS, STEP, THREAD, Kind
+
+
+@dataclass(frozen=True)
+class Segments:
+    """One entry per segment, sorted by (rank, start); `busy_ns` sums the threads' block times in it."""
+    rank: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    name: np.ndarray          # codes into `names`
+    layer: np.ndarray         # -1: not a layer kernel
+    busy_ns: np.ndarray
+    names: tuple[str, ...]
+    lo: int                   # composite time: rank * width + (t - lo), sorted like the segments
+    width: int
+
+    def __len__(self) -> int:
+        return len(self.rank)
+
+    def locate(self, rank: np.ndarray, t_ns: np.ndarray) -> np.ndarray:
+        """The segment holding each (rank, time) (start <= t < end), or -1."""
+        if not len(self):
+            return np.full(len(t_ns), -1, dtype=np.int64)
+        key = composite(rank, t_ns, self.lo, self.width)
+        seg_start = composite(self.rank, self.start_ns, self.lo, self.width)
+        i = np.searchsorted(seg_start, key, side="right") - 1
+        ok = (i >= 0) & (self.rank[np.maximum(i, 0)] == rank) & (t_ns < self.end_ns[np.maximum(i, 0)])
+        return np.where(ok, i, -1)
+
+
+def composite(rank: np.ndarray, t_ns: np.ndarray, lo: int, width: int) -> np.ndarray:
+    """(rank, time) as one sortable int64 (callers check that rank * width fits)."""
+    return rank.astype(np.int64) * width + (np.asarray(t_ns, dtype=np.int64) - lo)
+
+
+def kernel_records(trace: Trace, window: Window | None) -> Records:
+    return records(trace, Kind.KERNEL, (RANK, THREAD, NAME, LAYER, STEP), window)
+
+
+def segments(kern: Records) -> Segments:
+    n = len(kern)
+    if n == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return Segments(z, z, z, z, z, z, kern.names, 0, 1)
+    rank, start, end = kern[RANK].astype(np.int64), kern[START_NS], kern[END_NS]
+    lo = int(min(start.min(), end.min()))
+    width = int(max(start.max(), end.max())) - lo + 1
+    if (int(rank.max()) + 1) * width >= 2**62:
+        raise ValueError("trace span too long for composite keys")  # ~ 50 days at 1 ns with 1000 ranks
+    cs, ce = composite(rank, start, lo, width), composite(rank, end, lo, width)
+    order = np.argsort(cs, kind="stable")
+    cs, ce = cs[order], ce[order]
+    name, layer = kern[NAME][order], kern[LAYER][order].astype(np.int64)
+    key = name.astype(np.int64) * 65538 + (layer + 1)
+    reach = np.maximum.accumulate(ce)
+    cut = np.ones(n, dtype=bool)
+    cut[1:] = (cs[1:] >= reach[:-1]) | (key[1:] != key[:-1])
+    first = np.flatnonzero(cut)
+    seg_rank = rank[order][first]
+    return Segments(rank=seg_rank, start_ns=cs[first] - seg_rank * width + lo,
+                    end_ns=np.maximum.reduceat(ce, first) - seg_rank * width + lo,
+                    name=name[first], layer=layer[first], busy_ns=np.add.reduceat(ce - cs, first),
+                    names=kern.names, lo=lo, width=width)

@@ -1,0 +1,112 @@
+"""Run summary of a window: runtime, steps, layout, step-time spread, tokens/s, model FLOPs and MFU."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.window import NS, Window, outliers, records, steps_table, threads
+from gpt2trace.reader import Trace
+from gpt2trace.schema import END_NS, NAME, RANK, START_NS, STEP, VALUE, Kind
+
+
+def layout(trace: Trace) -> tuple[int, int]:
+    """(ranks, threads per rank) seen in the trace: the largest thread count of any rank."""
+    pairs = threads(trace)
+    return pairs[RANK].nunique(), int(pairs.groupby(RANK).size().max())
+
+
+def flops_per_token(run: dict | None) -> float | None:
+    """Model FLOPs per token: 6*N + 6*L*T*C.
+
+    6*N is the forward and backward matmuls over every parameter (PaLM, appendix B); attention adds
+    12*L*T*C for QK^T and AV, halved for the causal mask as llm.c (the seeds' TFLOPS/MFU estimate) does.
+    """
+    try:
+        model, train = run["model"], run["train"]
+        n, layers, channels, seq = (float(model["num_parameters"]), model["n_layer"], model["n_embd"],
+                                    train["seq_len"])
+    except (KeyError, TypeError):
+        return None
+    return 6 * n + 6 * layers * seq * channels
+
+
+def tokens_per_step(trace: Trace, window: Window, ranks: int) -> np.ndarray | None:
+    """Tokens of each step in the window from the `tokens` counter, else B*T*grad_accum*ranks from the metadata.
+
+    Counters from every rank are summed (each rank counts its own tokens); a counter written by fewer ranks is
+    taken as the global count.
+    """
+    rec = records(trace, Kind.COUNTER, (RANK, NAME, STEP, VALUE), window)
+    if "tokens" in rec.names and len(rec):
+        sel = (rec[NAME] == rec.names.index("tokens")) & (rec[STEP] >= 0)
+        if sel.any():
+            step, rank, value = rec[STEP][sel], rec[RANK][sel], rec[VALUE][sel]
+            steps = np.unique(step)
+            idx = np.searchsorted(steps, step)
+            total = np.bincount(idx, weights=value)
+            most = np.full(len(steps), -np.inf)
+            np.maximum.at(most, idx, value)
+            width = int(rank.max()) + 1
+            pairs = np.unique(idx.astype(np.int64) * width + rank)       # distinct (step, rank)
+            reporting = np.bincount(pairs // width, minlength=len(steps))
+            return np.where(reporting >= ranks, total, most)
+    try:
+        train, par = trace.run["train"], trace.run.get("parallel", {})
+        per = train["batch_size"] * train["seq_len"] * train.get("grad_accum", 1) * par.get("ranks", ranks)
+    except (KeyError, TypeError, AttributeError):
+        return None
+    return np.full(max(len(window.steps), 1), float(per))
+
+
+def phases(trace: Trace, window: Window) -> pd.DataFrame:
+    """Per phase name: count, total seconds (summed over ranks), mean per record, share = total / (ranks x T)."""
+    cols = ["phase", "count", "total_s", "mean_s", "share"]
+    rec = records(trace, Kind.PHASE, (RANK, NAME), window)
+    if not len(rec):
+        return pd.DataFrame(columns=cols)
+    dur = (rec[END_NS] - rec[START_NS]) / NS
+    count = np.bincount(rec[NAME], minlength=len(rec.names))
+    total = np.bincount(rec[NAME], weights=dur, minlength=len(rec.names))
+    ranks = len(np.unique(rec[RANK]))
+    keep = count > 0
+    out = pd.DataFrame({"phase": np.array(rec.names, dtype=object)[keep], "count": count[keep],
+                        "total_s": total[keep], "mean_s": total[keep] / count[keep],
+                        "share": total[keep] / (ranks * window.seconds) if window.seconds > 0 else np.nan})
+    return out.sort_values("total_s", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def summary(trace: Trace, window: Window, peak_gflops: float | None = None) -> dict:
+    """Scalars of the run (seconds, FLOP/s; FLOPs and MFU None when the metadata does not allow them) and
+    the `phases` table."""
+    ranks, threads = layout(trace)
+    steps = steps_table(trace)
+    chosen = steps[steps[STEP].isin(window.steps)] if window.steps else steps.iloc[:0]
+    secs = chosen["seconds"].to_numpy()
+    flagged = outliers(steps["seconds"].to_numpy()) if len(steps) else np.zeros(0, dtype=bool)
+    tokens = tokens_per_step(trace, window, ranks)
+    total_tokens = float(tokens.sum()) if tokens is not None else None
+    runtime = window.seconds
+    fpt = flops_per_token(trace.run)
+    flops = fpt * total_tokens if fpt is not None and total_tokens is not None else None
+    cores = ranks * threads
+    gflops = flops / runtime / 1e9 if flops is not None and runtime > 0 else None
+    per_core = gflops / cores if gflops is not None else None
+    peak = peak_gflops if peak_gflops is not None else (trace.peak or {}).get("gflops_per_core")
+    n_steps = len(window.steps)
+    return {
+        "runtime_s": runtime, "steps": n_steps,
+        "first_step": window.steps[0] if n_steps else None, "last_step": window.steps[-1] if n_steps else None,
+        "ranks": ranks, "threads_per_rank": threads,
+        "step_s_median": float(np.median(secs)) if n_steps else None,
+        "step_s_min": float(secs.min()) if n_steps else None, "step_s_max": float(secs.max()) if n_steps else None,
+        "step_s_mad": float(np.median(np.abs(secs - np.median(secs)))) if n_steps else None,
+        "outlier_steps": [int(s) for s in steps[STEP][flagged]],
+        "warmup_excluded": window.warmup_excluded, "warmup_outlier": window.warmup_outlier,
+        "tokens_per_step": total_tokens / max(n_steps, 1) if total_tokens is not None else None,
+        "tokens_per_s": total_tokens / runtime if total_tokens is not None and runtime > 0 else None,
+        "flops_per_token": fpt, "flops_per_step": flops / max(n_steps, 1) if flops is not None else None,
+        "achieved_gflops": gflops, "achieved_gflops_per_core": per_core,
+        "peak_gflops_per_core": peak,
+        "mfu": per_core / peak if per_core is not None and peak else None,
+        "phases": phases(trace, window),
+    }

@@ -1,0 +1,151 @@
+"""Communication waits with Scalasca's definitions, per-call statistics and the overlap of nonblocking collectives.
+
+Wait states (each clipped to the waiting call's duration):
+  Wait at NxN     all-to-all collectives: latest enter of the instance - own enter (blocking), or for a nonblocking
+                  one, latest posting of the instance - enter of the wait that completes it;
+  Late Broadcast  one-to-all: root's enter - own enter, on non-roots;
+  Early Reduce    all-to-one: first non-root enter - root's enter, on the root;
+  Late Sender     a receive (or sendrecv) that entered before its matched send;
+  Late Receiver   a blocking send that entered before its matched receive (only synchronous sends show it).
+The culprit is the rank that arrived last (for Early Reduce: the first sender). Transfer time is the call's time
+minus its wait; bandwidth is bytes over transfer time.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis import mpi
+from analysis.window import NS
+from gpt2trace.schema import BYTES, END_NS, NAME, RANK, START_NS
+
+LATE_SENDER, LATE_RECEIVER = "Late Sender", "Late Receiver"
+
+
+def wait_states(calls: pd.DataFrame) -> pd.DataFrame:
+    """One row per call that waited: row (where the time was lost), sync_row (the waiter's own call of the
+    operation, whose preceding compute is compared in root causes), culprit_row, culprit rank, wait_ns, state."""
+    start, end = calls[START_NS].to_numpy(), calls[END_NS].to_numpy()
+    dur = end - start
+    op, cls, inst, root = (calls[c].to_numpy() for c in ("op", "cls", "inst", "is_root"))
+    parts: list[tuple] = []
+
+    def add(rows, sync_rows, culprit_rows, wait, state):
+        keep = wait > 0
+        parts.append((rows[keep], sync_rows[keep], culprit_rows[keep], wait[keep], state))
+
+    blocking = np.flatnonzero(op == mpi.COLL)
+    if len(blocking):
+        g = pd.DataFrame({"row": blocking, "inst": inst[blocking], "cls": cls[blocking], "root": root[blocking],
+                          "s": start[blocking]})
+        last = g.loc[g.groupby("inst")["s"].idxmax()].set_index("inst")["row"]
+        nxn = g[g["cls"] == mpi.NXN]
+        c = last.reindex(nxn["inst"]).to_numpy()
+        add(nxn["row"].to_numpy(), nxn["row"].to_numpy(), c, np.minimum(start[c] - nxn["s"].to_numpy(),
+                                                                        dur[nxn["row"].to_numpy()]),
+            mpi.WAIT_STATE[mpi.NXN])
+        bc = g[g["cls"] == mpi.ONE_TO_ALL]
+        roots = bc[bc["root"]].drop_duplicates("inst").set_index("inst")["row"]
+        nonroot = bc[~bc["root"] & bc["inst"].isin(roots.index)]
+        c = roots.reindex(nonroot["inst"]).to_numpy()
+        r = nonroot["row"].to_numpy()
+        add(r, r, c, np.minimum(start[c] - start[r], dur[r]), mpi.WAIT_STATE[mpi.ONE_TO_ALL])
+        red = g[g["cls"] == mpi.ALL_TO_ONE]
+        senders = red[~red["root"]]
+        if len(senders):
+            first = senders.loc[senders.groupby("inst")["s"].idxmin()].set_index("inst")["row"]
+            rootrows = red[red["root"] & red["inst"].isin(first.index)]
+            c = first.reindex(rootrows["inst"]).to_numpy()
+            r = rootrows["row"].to_numpy()
+            add(r, r, c, np.minimum(start[c] - start[r], dur[r]), mpi.WAIT_STATE[mpi.ALL_TO_ONE])
+    _nonblocking(calls, start, dur, add)
+    recv_of, send_of = calls["recv_of"].to_numpy(), calls["send_of"].to_numpy()
+    r = np.flatnonzero(np.isin(op, (mpi.RECV, mpi.SENDRECV)) & (send_of >= 0))
+    add(r, r, send_of[r], np.minimum(start[send_of[r]] - start[r], dur[r]), LATE_SENDER)
+    s = np.flatnonzero((op == mpi.SEND) & (recv_of >= 0))
+    add(s, s, recv_of[s], np.minimum(start[recv_of[s]] - start[s], dur[s]), LATE_RECEIVER)
+    rank = calls[RANK].to_numpy()
+    out = pd.DataFrame({
+        "row": np.concatenate([p[0] for p in parts]).astype(np.int64),
+        "sync_row": np.concatenate([p[1] for p in parts]).astype(np.int64),
+        "culprit_row": np.concatenate([p[2] for p in parts]).astype(np.int64),
+        "wait_ns": np.concatenate([p[3] for p in parts]).astype(np.int64),
+        "wait_state": np.concatenate([np.full(len(p[0]), p[4], dtype=object) for p in parts])})
+    out[RANK] = rank[out["row"].to_numpy()]
+    out["culprit"] = rank[out["culprit_row"].to_numpy()]
+    return out
+
+
+def _nonblocking(calls, start, dur, add) -> None:
+    """Wait at NxN of nonblocking collectives, seen in the wait that completes the posting."""
+    op, inst = calls["op"].to_numpy(), calls["inst"].to_numpy()
+    posts = np.flatnonzero(op == mpi.COLL_POST)
+    if not len(posts):
+        return
+    completer = mpi.post_waits(calls)[posts]
+    g = pd.DataFrame({"row": posts, "inst": inst[posts], "s": start[posts], "wait": completer})
+    last = g.loc[g.groupby("inst")["s"].idxmax()].set_index("inst")["row"]
+    g["culprit"] = last.reindex(g["inst"]).to_numpy()
+    g["late"] = start[g["culprit"].to_numpy()]
+    g = g[g["wait"] >= 0]
+    if g.empty:
+        return
+    worst = g.loc[g.groupby("wait")["late"].idxmax()]                 # the latest instance a wait covers
+    w = worst["wait"].to_numpy()
+    add(w, worst["row"].to_numpy(), worst["culprit"].to_numpy(), np.minimum(worst["late"].to_numpy() - start[w],
+                                                                            dur[w]), mpi.WAIT_STATE[mpi.NXN])
+
+
+def per_call(calls: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:
+    """Per MPI call name: count, bytes, total/wait/transfer seconds, bandwidth (GB/s), the wait state it shows,
+    and for nonblocking postings the in-flight, hidden seconds and the hidden fraction."""
+    cols = [NAME, "wait_state", "count", BYTES, "total_s", "wait_s", "transfer_s", "bandwidth_gb_s",
+            "inflight_s", "hidden_s", "hidden_fraction"]
+    if calls.empty:
+        return pd.DataFrame(columns=cols)
+    dur = (calls[END_NS] - calls[START_NS]).to_numpy()
+    wait = np.bincount(waits["row"].to_numpy(), weights=waits["wait_ns"].to_numpy(), minlength=len(calls))
+    state = pd.Series(waits["wait_state"].to_numpy(), index=waits["row"].to_numpy())
+    df = pd.DataFrame({NAME: calls[NAME].to_numpy(), BYTES: np.maximum(calls[BYTES].to_numpy(), 0),
+                       "dur": dur, "wait": wait, "wait_state": state[~state.index.duplicated()].reindex(
+                           np.arange(len(calls))).to_numpy()})
+    agg = df.groupby(NAME, sort=False).agg(count=("dur", "size"), nbytes=(BYTES, "sum"), total=("dur", "sum"),
+                                             wait=("wait", "sum"),
+                                             wait_state=("wait_state", lambda s: s.dropna().iloc[0] if s.notna().any()
+                                                         else None))
+    out = pd.DataFrame({NAME: agg.index, "wait_state": agg["wait_state"].to_numpy(),
+                        "count": agg["count"].to_numpy(), BYTES: agg["nbytes"].to_numpy(),
+                        "total_s": agg["total"].to_numpy() / NS, "wait_s": agg["wait"].to_numpy() / NS})
+    out["transfer_s"] = (out["total_s"] - out["wait_s"]).clip(lower=0)
+    bw = out[BYTES] / out["transfer_s"].where(out["transfer_s"] > 0) / 1e9
+    out["bandwidth_gb_s"] = bw.where(out[BYTES] > 0)
+    ov = overlap(calls)
+    out = out.merge(ov, on=NAME, how="left")
+    return out[cols].sort_values("total_s", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def overlap(calls: pd.DataFrame) -> pd.DataFrame:
+    """Per nonblocking posting name: time in flight (union over a rank of posting -> completing wait), the exposed
+    part (the postings and their completing waits), hidden = in flight - exposed, and hidden / in flight."""
+    cols = [NAME, "inflight_s", "hidden_s", "hidden_fraction"]
+    completer = mpi.post_waits(calls)
+    posts = np.flatnonzero(completer >= 0)
+    if not len(posts):
+        return pd.DataFrame(columns=cols)
+    start, end = calls[START_NS].to_numpy(), calls[END_NS].to_numpy()
+    g = pd.DataFrame({NAME: calls[NAME].to_numpy()[posts], RANK: calls[RANK].to_numpy()[posts],
+                      "s": start[posts], "e": end[completer[posts]], "post": end[posts] - start[posts],
+                      "wait": completer[posts]})
+    rows = []
+    for name, sub in g.groupby(NAME, sort=False):                  # one iteration per call name
+        sub = sub.sort_values([RANK, "s"], kind="stable")
+        s, e, rk = sub["s"].to_numpy(), sub["e"].to_numpy(), sub[RANK].to_numpy()
+        new = np.ones(len(sub), dtype=bool)
+        reach = pd.Series(e).groupby(rk).cummax().to_numpy()
+        new[1:] = (rk[1:] != rk[:-1]) | (s[1:] > reach[:-1])
+        inflight = (np.maximum.reduceat(e, np.flatnonzero(new)) - s[new]).sum()
+        waits = np.unique(sub["wait"].to_numpy())
+        exposed = sub["post"].sum() + (end[waits] - start[waits]).sum()
+        hidden = max(inflight - exposed, 0)
+        rows.append((name, inflight / NS, hidden / NS, hidden / inflight if inflight > 0 else None))
+    return pd.DataFrame(rows, columns=cols)

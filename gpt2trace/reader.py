@@ -1,0 +1,262 @@
+"""Reading a Parquet trace into a `Trace`: checks the file, the schema version and the columns, casts to the schema.
+
+A `Trace` keeps the records of each kind in their own Arrow table, without the columns that are null for every
+record of that kind (a state record has no name, step, bytes, ...): a 10-million-record trace then takes about a
+third of the memory of the full table, and an analysis reads its kind without filtering. `Trace.table` rebuilds
+the full table in the schema's layout on demand. Analyses take a `Trace` and never modify it; `check_states` is
+the cheap partition check that `analyze` runs.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from gpt2trace import schema
+from gpt2trace.errors import TraceError
+from gpt2trace.schema import END_NS, FIELDS, KIND, RANK, REQUIRED, START_NS, STATE, THREAD, Kind
+
+BATCH_ROWS = 1 << 20
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A trace: per-kind Arrow tables (schema types) and the parsed metadata (None where absent)."""
+    parts: Mapping[str, pa.Table]
+    path: Path | None = None
+    version: int = schema.SCHEMA_VERSION
+    run: dict | None = None
+    machine: dict | None = None
+    peak: dict | None = None
+    clock: dict | None = None
+    extra_columns: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def from_parquet(cls, path: str | Path) -> Trace:
+        return load(path)
+
+    @classmethod
+    def from_table(cls, table: pa.Table, path: str | Path | None = None) -> Trace:
+        """A trace from an in-memory table (tests, generators): the same checks and casts as `load`."""
+        where = Path(path) if path else None
+        meta = table.schema.metadata or {}
+        version = _check_version(where or "<table>", meta)
+        _check_required(where or "<table>", table.schema.names)
+        return _build(table.to_batches(max_chunksize=BATCH_ROWS), table.schema.names, meta, where, version)
+
+    def records(self, kind: str) -> pa.Table:
+        """The records of one kind (no `kind` column; columns null for the whole kind left out)."""
+        part = self.parts.get(kind)
+        return part if part is not None else _empty_part()
+
+    @property
+    def num_rows(self) -> int:
+        return sum(t.num_rows for t in self.parts.values())
+
+    @property
+    def table(self) -> pa.Table:
+        """The full table in the schema's column order and types, records grouped by kind (built on each call)."""
+        tables = []
+        for kind, part in self.parts.items():
+            n = part.num_rows
+            cols = {}
+            for name, typ in FIELDS.items():
+                if name == KIND:
+                    cols[name] = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([kind]))
+                else:
+                    cols[name] = part.column(name) if name in part.column_names else pa.nulls(n, typ)
+            tables.append(pa.table(cols, schema=schema.arrow_schema()))
+        return pa.concat_tables(tables).unify_dictionaries() if tables else schema.arrow_schema().empty_table()
+
+    def to_pandas(self):
+        return self.table.to_pandas()
+
+    @property
+    def name(self) -> str:
+        return str(self.path) if self.path else "<table>"
+
+
+def load(path: str | Path) -> Trace:
+    """Reads and checks a trace file; every problem is a TraceError whose one-line message names the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise TraceError(f"{path}: no such trace file")
+    try:
+        pfile = pq.ParquetFile(path)
+        arrow_schema = pfile.schema_arrow
+    except (pa.ArrowException, OSError) as exc:
+        raise TraceError(f"{path}: not a Parquet file ({_first_line(exc)})") from None
+    meta = arrow_schema.metadata or {}
+    version = _check_version(path, meta)
+    _check_required(path, arrow_schema.names)
+    wanted = [n for n in FIELDS if n in arrow_schema.names]          # unknown extra columns are not read
+    try:
+        batches = pfile.iter_batches(batch_size=BATCH_ROWS, columns=wanted)
+        return _build(batches, arrow_schema.names, meta, path, version)
+    except (pa.ArrowException, OSError) as exc:
+        raise TraceError(f"{path}: cannot read the Parquet data ({_first_line(exc)})") from None
+
+
+def _build(batches: Iterable[pa.RecordBatch], names: list[str], meta: dict, path: Path | None,
+           version: int) -> Trace:
+    """Checks and casts batch by batch, splitting each into kinds, so only one batch is held twice."""
+    where = path or "<table>"
+    chunks: dict[str, list[pa.Table]] = {}
+    for batch in batches:
+        for kind, part in _split(where, pa.Table.from_batches([batch])).items():
+            chunks.setdefault(kind, []).append(part)
+    if not chunks:
+        raise TraceError(f"{where}: the trace is empty (no records); was it written by a run with tracing on?")
+    parts = {}
+    for kind in Kind.ALL:
+        if kind in chunks:
+            table = pa.concat_tables(chunks.pop(kind), promote_options="default").unify_dictionaries()
+            parts[kind] = table.combine_chunks() if table.num_rows < BATCH_ROWS else table
+    extra = tuple(n for n in names if n not in FIELDS)
+    pa.default_memory_pool().release_unused()       # the batches' buffers, back to the system
+    return Trace(parts=parts, path=path, version=version, run=_json(where, meta, schema.META_RUN),
+                 machine=_json(where, meta, schema.META_MACHINE), peak=_json(where, meta, schema.META_PEAK),
+                 clock=_json(where, meta, schema.META_CLOCK), extra_columns=extra)
+
+
+def _split(where, table: pa.Table) -> dict[str, pa.Table]:
+    """One batch, cast to the schema and checked, as per-kind tables without their all-null columns."""
+    cols = {}
+    for name, typ in FIELDS.items():
+        if name in table.column_names:
+            try:
+                cols[name] = table.column(name).cast(typ)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise TraceError(f"{where}: column {name!r} has type {table.schema.field(name).type}, "
+                                 f"which does not cast to {typ} ({_first_line(exc)})") from None
+    table = pa.table(cols)
+    _check_values(where, table)
+    kind_col = table.column(KIND).combine_chunks()
+    codes = kind_col.indices.to_numpy()
+    kinds = kind_col.dictionary.to_pylist()
+    counts = np.bincount(codes, minlength=len(kinds))
+    base = [RANK, THREAD, START_NS, END_NS]
+    valid = {c: np.bincount(codes, weights=pc.is_valid(table.column(c)).to_numpy(zero_copy_only=False),
+                            minlength=len(kinds))
+             for c in table.column_names if c not in base and c != KIND}
+    order = np.argsort(codes.astype(np.int8), kind="stable") if np.count_nonzero(counts) > 1 else None
+    out, offset = {}, 0
+    for k, (kind, n) in enumerate(zip(kinds, counts)):
+        if not n:
+            continue
+        keep = base + [c for c, v in valid.items() if v[k] > 0]    # columns null for every record of the kind
+        rows = table.select(keep)                                   # are left out
+        out[kind] = rows if order is None else rows.take(order[offset:offset + n])
+        offset += n
+    return out
+
+
+def _empty_part() -> pa.Table:
+    return pa.table({n: pa.array([], FIELDS[n]) for n in REQUIRED if n != KIND})
+
+
+def _check_version(where, meta: dict) -> int:
+    raw = meta.get(schema.META_VERSION)
+    if raw is None:
+        return schema.SCHEMA_VERSION   # a hand-made trace without metadata: read as version 1
+    try:
+        version = int(raw)
+    except ValueError:
+        version = None
+    if version != schema.SCHEMA_VERSION:
+        shown = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+        raise TraceError(f"{where}: trace schema version {shown} is not supported (this gpt2trace reads version "
+                         f"{schema.SCHEMA_VERSION}); analyze it with the gpt2trace release that wrote it")
+    return version
+
+
+def _check_required(where, names) -> None:
+    missing = [c for c in REQUIRED if c not in names]
+    if missing:
+        raise TraceError(f"{where}: missing required column(s) {', '.join(missing)} "
+                         f"(a trace needs {', '.join(REQUIRED)})")
+
+
+def _check_values(where, table: pa.Table) -> None:
+    for name in (KIND, RANK, THREAD, START_NS, END_NS):
+        if table.column(name).null_count:
+            raise TraceError(f"{where}: column {name!r} has null values; every record needs one")
+    unknown = set(pc.unique(table.column(KIND)).to_pylist()) - set(Kind.ALL)
+    if unknown:
+        raise TraceError(f"{where}: unknown record kind(s) {', '.join(sorted(unknown))} "
+                         f"(kinds are {', '.join(Kind.ALL)})")
+    is_state = pc.equal(table.column(KIND), Kind.STATE)
+    if pc.sum(pc.and_(is_state, pc.is_null(table.column(STATE)))).as_py():
+        raise TraceError(f"{where}: state records with a null 'state' id; each needs its Paraver state id")
+    bad = pc.sum(pc.less(table.column(END_NS), table.column(START_NS))).as_py() or 0
+    if bad:
+        raise TraceError(f"{where}: {bad} record(s) end before they start (end_ns < start_ns)")
+
+
+def _json(where, meta: dict, key: bytes) -> dict | None:
+    raw = meta.get(key)
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise TraceError(f"{where}: metadata {key.decode()} is not valid JSON") from None
+    return value if isinstance(value, dict) else None
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def thread_order(rank: np.ndarray, thread: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """The permutation sorting records by (rank, thread, start).
+
+    Cheap when each thread's records are already in time order (as a per-thread buffer writes them): a radix
+    sort on the thread's lane, then a check; otherwise one full sort.
+    """
+    lane = rank.astype(np.int64) * (int(thread.max()) + 1 if len(thread) else 1) + thread
+    small = lane.astype(np.int16) if len(lane) and lane.max() < 2**15 else lane
+    order = np.argsort(small, kind="stable")
+    s, ln = start[order], lane[order]
+    if len(s) < 2 or not ((s[1:] < s[:-1]) & (ln[1:] == ln[:-1])).any():
+        return order
+    lo = int(start.min())
+    span = int(start.max()) - lo + 1
+    if (int(lane.max()) + 1) * span < 2**62:
+        return np.argsort(lane * span + (start - lo), kind="stable")
+    return np.lexsort((start, lane))
+
+
+def check_states(trace: Trace) -> list[str]:
+    """Checks that each thread's state records do not overlap; returns warnings for gaps.
+
+    Overlap is an error (TraceError naming rank.thread and the time); a gap is a warning, since analyses
+    treat uncovered time as not Running.
+    """
+    states = trace.records(Kind.STATE)
+    if states.num_rows == 0:
+        return [f"{trace.name}: no state records; POP efficiencies and occupancy are not available"]
+    rank, thread = states.column(RANK).to_numpy(), states.column(THREAD).to_numpy()
+    start, end = states.column(START_NS).to_numpy(), states.column(END_NS).to_numpy()
+    order = thread_order(rank, thread, start)
+    rank, thread, start, end = rank[order], thread[order], start[order], end[order]
+    same = (rank[1:] == rank[:-1]) & (thread[1:] == thread[:-1])
+    overlap = same & (start[1:] < end[:-1])
+    if overlap.any():
+        i = int(np.argmax(overlap))
+        raise TraceError(f"{trace.name}: state records overlap on rank.thread {rank[i]}.{thread[i]} "
+                         f"at {start[i + 1] / 1e9:.9f} s (a record starts before the previous one ends at "
+                         f"{end[i] / 1e9:.9f} s); each thread's states must partition the time span")
+    gaps = same & (start[1:] > end[:-1])
+    if not gaps.any():
+        return []
+    i = int(np.argmax(gaps))
+    return [f"{trace.name}: {int(gaps.sum())} gap(s) between state records, first on rank.thread "
+            f"{rank[i]}.{thread[i]} at {end[i] / 1e9:.9f} s; gaps count as not Running"]

@@ -1,0 +1,81 @@
+"""Tiny hand-built traces whose every number the tests work out by hand (times in seconds).
+
+late_rank    2 ranks x 1 thread, one step, one MPI_Allreduce; rank 1's gelu_forward (layer 1) takes 5 s
+             instead of 2 s, so rank 0 waits 3 s in the allreduce.
+slow_thread  1 rank x 3 threads; in matmul_forward (layer 0) thread 2's block takes 4 s, the others 2 s;
+             then 3 s of Python on the main thread alone; then gelu_forward (layer 0) on all threads.
+serial       1 rank x 2 threads: 4 s of a kernel on both threads, then 6 s of the main thread alone.
+nonblocking  2 ranks x 1 thread: MPI_Iallreduce posted early on rank 0 and late on rank 1 (after a 3.5 s
+             matmul_backward, layer 1), completed by MPI_Wait on both.
+"""
+from __future__ import annotations
+
+import pytest
+
+from gpt2trace import synthetic as syn
+from gpt2trace.reader import Trace
+from gpt2trace.schema import State
+
+RUN, SYNC, FORK, IDLE = State.RUNNING, State.SYNCHRONIZATION, State.SCHEDULING_FORK_JOIN, State.IDLE
+GROUP, WAIT = State.GROUP_COMMUNICATION, State.WAIT_WAITALL
+
+
+@pytest.fixture
+def late_rank() -> Trace:
+    # rank 0: matmul_forward L0 [0,4], gelu_forward L1 [4,6], MPI_Allreduce [6,10]   (waits 9 - 6 = 3 s)
+    # rank 1: matmul_forward L0 [0,4], gelu_forward L1 [4,9], MPI_Allreduce [9,10]   (arrives last)
+    recs = []
+    for rank, gelu_end in ((0, 6), (1, 9)):
+        recs += [syn.state(rank, 0, 0, gelu_end, RUN), syn.state(rank, 0, gelu_end, 10, GROUP),
+                 syn.kernel(rank, 0, 0, 4, "matmul_forward", 0, 0),
+                 syn.kernel(rank, 0, 4, gelu_end, "gelu_forward", 0, 1),
+                 syn.phase(rank, 0, gelu_end, "forward", 0), syn.phase(rank, gelu_end, 10, "grad_sync", 0),
+                 syn.comm(rank, gelu_end, 10, "MPI_Allreduce", seq=0, nbytes=1_000_000_000, step=0)]
+    return Trace.from_table(syn.from_records(recs))
+
+
+@pytest.fixture
+def slow_thread() -> Trace:
+    recs = [
+        # thread 0: block [0,2], Synchronization [2,5], Python [5,8], gelu block [8,10]        U = 7
+        syn.state(0, 0, 0, 2, RUN), syn.state(0, 0, 2, 5, SYNC), syn.state(0, 0, 5, 8, RUN),
+        syn.state(0, 0, 8, 10, RUN),
+        # thread 1: fork [0,1], block [1,3], Synchronization [3,5], Idle [5,8], gelu [8,10]   U = 4
+        syn.state(0, 1, 0, 1, FORK), syn.state(0, 1, 1, 3, RUN), syn.state(0, 1, 3, 5, SYNC),
+        syn.state(0, 1, 5, 8, IDLE), syn.state(0, 1, 8, 10, RUN),
+        # thread 2 (slow): fork [0,1], block [1,5], Idle [5,8], gelu [8,10]                    U = 6
+        syn.state(0, 2, 0, 1, FORK), syn.state(0, 2, 1, 5, RUN), syn.state(0, 2, 5, 8, IDLE),
+        syn.state(0, 2, 8, 10, RUN),
+        syn.kernel(0, 0, 0, 2, "matmul_forward", 0, 0), syn.kernel(0, 1, 1, 3, "matmul_forward", 0, 0),
+        syn.kernel(0, 2, 1, 5, "matmul_forward", 0, 0),
+        syn.kernel(0, 0, 8, 10, "gelu_forward", 0, 0), syn.kernel(0, 1, 8, 10, "gelu_forward", 0, 0),
+        syn.kernel(0, 2, 8, 10, "gelu_forward", 0, 0),
+        syn.phase(0, 0, 10, "forward", 0),
+    ]
+    return Trace.from_table(syn.from_records(recs))
+
+
+@pytest.fixture
+def serial() -> Trace:
+    recs = [syn.state(0, 0, 0, 4, RUN), syn.state(0, 0, 4, 10, RUN),
+            syn.state(0, 1, 0, 4, RUN), syn.state(0, 1, 4, 10, IDLE),
+            syn.kernel(0, 0, 0, 4, "matmul_forward", 0, 0), syn.kernel(0, 1, 0, 4, "matmul_forward", 0, 0),
+            syn.phase(0, 0, 10, "forward", 0)]
+    return Trace.from_table(syn.from_records(recs))
+
+
+@pytest.fixture
+def nonblocking() -> Trace:
+    recs = [
+        # rank 0: Python [0,1], post [1,1.5], matmul_backward L0 [1.5,4], MPI_Wait [4,6], Python [6,7]
+        syn.state(0, 0, 0, 1, RUN), syn.state(0, 0, 1, 1.5, GROUP), syn.state(0, 0, 1.5, 4, RUN),
+        syn.state(0, 0, 4, 6, WAIT), syn.state(0, 0, 6, 7, RUN),
+        syn.kernel(0, 0, 1.5, 4, "matmul_backward", None, 0),
+        syn.comm(0, 1, 1.5, "MPI_Iallreduce", seq=0, nbytes=100), syn.comm(0, 4, 6, "MPI_Wait"),
+        # rank 1: Python [0,1], matmul_backward L1 [1,4.5], post [4.5,5], MPI_Wait [5,6], Python [6,7]
+        syn.state(1, 0, 0, 4.5, RUN), syn.state(1, 0, 4.5, 5, GROUP), syn.state(1, 0, 5, 6, WAIT),
+        syn.state(1, 0, 6, 7, RUN),
+        syn.kernel(1, 0, 1, 4.5, "matmul_backward", None, 1),
+        syn.comm(1, 4.5, 5, "MPI_Iallreduce", seq=0, nbytes=100), syn.comm(1, 5, 6, "MPI_Wait"),
+    ]
+    return Trace.from_table(syn.from_records(recs))

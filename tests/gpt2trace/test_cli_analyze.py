@@ -1,0 +1,90 @@
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from gpt2trace import schema
+from gpt2trace import synthetic as syn
+from gpt2trace.schema import KIND, State
+
+
+@pytest.fixture(scope="module")
+def app():
+    from gpt2trace.cli.main import app
+    return app
+
+
+@pytest.fixture(scope="module")
+def trace_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("traces") / "trace.parquet"
+    syn.write(syn.generate(syn.SyntheticConfig(ranks=2, threads=2, steps=3, layers=1, late_rank=(1, 1.5))), path)
+    return path
+
+
+def _run(app, *args):
+    return CliRunner().invoke(app, ["analyze", *map(str, args)])
+
+
+def test_tables_and_findings(app, trace_file):
+    r = _run(app, trace_file, "--top", "3")
+    assert r.exit_code == 0, r.output
+    for title in ("Summary", "POP efficiencies", "Load imbalance", "MPI calls", "Root causes", "Findings"):
+        assert title in r.stdout
+
+
+def test_json_to_stdout(app, trace_file):
+    r = _run(app, trace_file, "--json", "-", "--steps", "1:3", "--peak-gflops", "100")
+    assert r.exit_code == 0
+    out = json.loads(r.stdout)
+    assert out["summary"]["steps"] == 2 and out["summary"]["peak_gflops_per_core"] == 100
+    assert 0 < out["pop"]["parallel_efficiency"] <= 1
+    assert out["root_causes"][0]["rank"] == 1                  # the late rank
+
+
+def test_json_file_and_several_traces(app, trace_file, tmp_path):
+    dest = tmp_path / "out.json"
+    r = _run(app, trace_file, trace_file, "--json", dest)
+    assert r.exit_code == 0 and "Model factors" in r.stdout
+    out = json.loads(dest.read_text())
+    assert len(out["traces"]) == 2 and out["scaling"][1]["speedup"] == pytest.approx(1.0)
+
+
+def _overlapping(path):
+    recs = [syn.state(0, 0, 0, 2, State.RUNNING), syn.state(0, 0, 1, 3, State.IDLE)]
+    pq.write_table(syn.from_records(recs), path)
+
+
+BAD = [
+    ("not parquet", lambda p: p.write_text("hello"), "not a Parquet file"),
+    ("missing columns", lambda p: pq.write_table(pa.table({KIND: ["state"]}), p), "missing required column"),
+    ("unknown version", lambda p: pq.write_table(syn.from_records(
+        [syn.state(0, 0, 0, 1, State.RUNNING)]).replace_schema_metadata({schema.META_VERSION: b"7"}), p),
+     "schema version 7 is not supported"),
+    ("empty", lambda p: pq.write_table(syn.from_records([]), p), "the trace is empty"),
+    ("overlapping states", _overlapping, "state records overlap on rank.thread 0.0 at 1.000000000 s"),
+]
+
+
+@pytest.mark.parametrize("case,make,message", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_one_line_exit_2(app, tmp_path, case, make, message):
+    path = tmp_path / "bad.parquet"
+    make(path)
+    r = _run(app, path)
+    assert r.exit_code == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert message in r.stderr and str(path) in r.stderr and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("args,message", [(["--steps", "x:y"], "--steps 'x:y'"),
+                                          (["--steps", "7:9"], "--steps 7:9 selects no step")])
+def test_bad_options_exit_2(app, trace_file, args, message):
+    r = _run(app, trace_file, *args)
+    assert r.exit_code == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_missing_file_is_a_usage_error(app, tmp_path):
+    r = _run(app, tmp_path / "nope.parquet")
+    assert r.exit_code == 2 and "does not exist" in r.output and "Traceback" not in r.output
