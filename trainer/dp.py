@@ -175,3 +175,31 @@ def make_strategy(name: DPSync | str | None, model: GPT2, tcfg: TrainConfig, run
     if not hasattr(comm, "Waitall"):
         comm = PlainComm(comm)
     return STRATEGIES[DPSync(name)](model, tcfg, run, comm)
+
+
+class DataLoading(str, Enum):
+    scatter = "scatter"
+    local = "local"
+
+
+class ScatterLoader:
+    """`--data-loading scatter`: rank 0 reads the global batch and MPI_Scatters each rank its B sequences.
+
+    `global_loader` (rank 0 only) is a world=1 TokenLoader of N*B sequences, whose rows r*B..(r+1)*B-1 are
+    exactly what rank r would read itself with `--data-loading local`: the two modes train on the same tokens.
+    Inputs and targets travel together as one (N, 2, B, T) int32 buffer, so each batch is one collective.
+    """
+
+    def __init__(self, comm, global_loader, B: int, T: int):
+        self.comm, self.loader, self.B, self.T = comm, global_loader, B, T
+        self.rank, self.ranks = comm.Get_rank(), comm.Get_size()
+        self._recv = np.empty((2, B, T), dtype=np.int32)
+        self._send = np.empty((self.ranks, 2, B, T), dtype=np.int32) if self.rank == 0 else None
+
+    def batch(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        if self.rank == 0:
+            x, y = self.loader.batch(k)                                  # (N*B, T) each
+            self._send[:, 0] = x.reshape(self.ranks, self.B, self.T)
+            self._send[:, 1] = y.reshape(self.ranks, self.B, self.T)
+        self.comm.Scatter(self._send, self._recv, root=0)
+        return self._recv[0].copy(), self._recv[1].copy()

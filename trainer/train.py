@@ -131,7 +131,8 @@ class _NoSync:
 def train(model: GPT2, data: Batches, tcfg: TrainConfig, dp: DataParallel, *, observer: Observer | None = None,
           on_step: Callable[[StepMetrics], None] | None = None) -> list[StepMetrics]:
     obs = observer or NullObserver()
-    tokens = model.B * model.T * tcfg.grad_accum * dp.ranks
+    rank_tokens = model.B * model.T * tcfg.grad_accum   # the `tokens` counter: this rank's share
+    tokens = rank_tokens * dp.ranks
     history = []
     for step in range(tcfg.steps):
         t0 = time.perf_counter_ns()
@@ -147,7 +148,7 @@ def train(model: GPT2, data: Batches, tcfg: TrainConfig, dp: DataParallel, *, ob
                 raise _blame_non_finite(model, step_data, step, tcfg, "the loss" if not math.isfinite(local_loss)
                                         else "the gradient norm", dp)
             dp.update(model, tcfg.lr)
-        for name, value in (("loss", loss), ("lr", tcfg.lr), ("grad_norm", gnorm), ("tokens", tokens)):
+        for name, value in (("loss", loss), ("lr", tcfg.lr), ("grad_norm", gnorm), ("tokens", rank_tokens)):
             if value is not None:
                 obs.counter(name, value)
         obs.end_step(step)

@@ -16,7 +16,7 @@ from mpi4py import MPI
 
 from trainer.config import TrainConfig, model_config
 from trainer.data import TokenLoader, synthetic_corpus
-from trainer.dp import DPSync, Local, make_strategy
+from trainer.dp import DPSync, Local, ScatterLoader, make_strategy
 from trainer.launcher import Launcher
 from trainer.model import GPT2
 from trainer.params import init_params
@@ -29,12 +29,17 @@ STEPS, B, T = 4, 2, 16
 RTOL = 1e-5
 
 
-def run(strategy: str | None, comm, rank: int, world: int, batch: int) -> tuple[list, list, list[float]]:
+def run(strategy: str | None, comm, rank: int, world: int, batch: int,
+        loading: str = "local") -> tuple[list, list, list[float]]:
     cfg = model_config("tiny")
     tcfg = TrainConfig(batch_size=batch, seq_len=T, steps=STEPS, lr=1e-3, weight_decay=0.1)
     launcher = Launcher(2)
     model = GPT2(cfg, init_params(cfg, 7), batch, T, launcher)
-    data = TokenLoader(synthetic_corpus(cfg.vocab_size, 4096, 7), batch, T, rank=rank, world=world)
+    if loading == "scatter":  # rank 0 alone reads (N*B sequences) and scatters
+        tokens = synthetic_corpus(cfg.vocab_size, 4096, 7) if rank == 0 else None
+        data = ScatterLoader(comm, TokenLoader(tokens, batch * world, T) if rank == 0 else None, batch, T)
+    else:
+        data = TokenLoader(synthetic_corpus(cfg.vocab_size, 4096, 7), batch, T, rank=rank, world=world)
     dp = make_strategy(strategy, model, tcfg, launcher, comm) if comm is not None else Local(model, tcfg, launcher)
     param_err = []
 
@@ -54,13 +59,14 @@ def main() -> None:
     rank, world = comm.Get_rank(), comm.Get_size()
     out = {"ranks": world, "strategies": {}}
     ref_loss, ref_norm, _ = run(None, None, 0, 1, B * world) if rank == 0 else (None, None, None)
-    for s in DPSync:
-        losses, norms, param_err = run(s.value, comm, rank, world, B)
+    cases = [(s.value, "local") for s in DPSync] + [(DPSync.allreduce.value, "scatter")]
+    for strategy, loading in cases:
+        losses, norms, param_err = run(strategy, comm, rank, world, B, loading)
         worst_param = comm.allreduce(max(param_err), op=MPI.MAX)
         if rank == 0:
             rel = float(np.max(np.abs(np.array(losses) - ref_loss) / np.abs(ref_loss)))
             rel_norm = float(np.max(np.abs(np.array(norms) - ref_norm) / np.abs(ref_norm)))
-            out["strategies"][s.value] = {
+            out["strategies"][strategy if loading == "local" else f"{strategy}+scatter"] = {
                 "losses": losses, "reference": ref_loss, "max_rel_loss_err": rel, "max_rel_norm_err": rel_norm,
                 "max_param_diff_across_ranks": worst_param,
                 "ok": rel <= RTOL and rel_norm <= RTOL and worst_param == 0.0}

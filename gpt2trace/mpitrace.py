@@ -1,0 +1,87 @@
+"""A traced stand-in for an mpi4py communicator: every MPI call becomes a `comm` record and an MPI state.
+
+The strategies in trainer.dp call Allreduce, Reduce, Bcast, Iallreduce, Waitall, Reduce_scatter, Allgatherv and
+Scatter on whatever communicator they are given; this proxy times each call on the calling (main) thread,
+as Extrae does, and hands the tracer: the MPI call's name, bytes, peer (root of a rooted collective), the
+per-communicator collective sequence number (so the same call can be matched across ranks) and the Paraver
+state the thread is in meanwhile. Worker threads are outside parallel regions, hence Idle, meanwhile.
+"""
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+import numpy as np
+
+from gpt2trace.schema import State
+
+
+class CommSink(Protocol):
+    def comm(self, name: str, start_ns: int, end_ns: int, nbytes: int | None, peer: int | None,
+             seq: int | None, state: int) -> None: ...
+
+
+def _nbytes(buf) -> int:
+    """Bytes of an mpi4py buffer spec: an array, or [array, ...] / [array, counts, displs, type]."""
+    if buf is None or isinstance(buf, type(None)):
+        return 0
+    arr = buf[0] if isinstance(buf, (list, tuple)) else buf
+    return int(np.asarray(arr).nbytes) if not isinstance(arr, (int, float)) else 0
+
+
+class TracedComm:
+    def __init__(self, comm, sink: CommSink):
+        from mpi4py import MPI
+        self.comm, self.sink, self.MPI = comm, sink, MPI
+        self.seq = 0   # collectives posted on this communicator, in order: identical on every rank
+
+    def __getattr__(self, name):
+        return getattr(self.comm, name)
+
+    def _collective(self, name: str, nbytes: int, peer: int | None, call, state: int = State.GROUP_COMMUNICATION):
+        seq = self.seq
+        self.seq += 1
+        t0 = time.monotonic_ns()
+        out = call()
+        self.sink.comm(name, t0, time.monotonic_ns(), nbytes, peer, seq, state)
+        return out
+
+    def _data(self, sendbuf, recvbuf):
+        return _nbytes(recvbuf) if sendbuf is self.MPI.IN_PLACE else _nbytes(sendbuf)
+
+    def Allreduce(self, sendbuf, recvbuf, op=None):
+        return self._collective("MPI_Allreduce", self._data(sendbuf, recvbuf), None,
+                                lambda: self.comm.Allreduce(sendbuf, recvbuf, op=op or self.MPI.SUM))
+
+    def Reduce(self, sendbuf, recvbuf, op=None, root: int = 0):
+        return self._collective("MPI_Reduce", self._data(sendbuf, recvbuf), root,
+                                lambda: self.comm.Reduce(sendbuf, recvbuf, op=op or self.MPI.SUM, root=root))
+
+    def Bcast(self, buf, root: int = 0):
+        return self._collective("MPI_Bcast", _nbytes(buf), root, lambda: self.comm.Bcast(buf, root=root))
+
+    def Scatter(self, sendbuf, recvbuf, root: int = 0):
+        return self._collective("MPI_Scatter", _nbytes(recvbuf), root,
+                                lambda: self.comm.Scatter(sendbuf, recvbuf, root=root))
+
+    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=None):
+        return self._collective("MPI_Reduce_scatter", _nbytes(sendbuf), None,
+                                lambda: self.comm.Reduce_scatter(sendbuf, recvbuf, recvcounts=recvcounts,
+                                                                 op=op or self.MPI.SUM))
+
+    def Allgatherv(self, sendbuf, recvbuf):
+        return self._collective("MPI_Allgatherv", _nbytes(recvbuf), None,
+                                lambda: self.comm.Allgatherv(sendbuf, recvbuf))
+
+    def Barrier(self):
+        return self._collective("MPI_Barrier", 0, None, self.comm.Barrier)
+
+    def Iallreduce(self, sendbuf, recvbuf, op=None):
+        # the posting: short, but it carries the seq that the matching Waitall completes
+        return self._collective("MPI_Iallreduce", self._data(sendbuf, recvbuf), None,
+                                lambda: self.comm.Iallreduce(sendbuf, recvbuf, op=op or self.MPI.SUM))
+
+    def Waitall(self, requests) -> None:
+        t0 = time.monotonic_ns()
+        self.MPI.Request.Waitall(requests)
+        self.sink.comm("MPI_Waitall", t0, time.monotonic_ns(), None, None, None, State.WAIT_WAITALL)
