@@ -78,8 +78,9 @@ STATE_NAMES = {
 MPI_STATES = (State.WAITING_A_MESSAGE, State.BLOCKING_SEND, State.WAIT_WAITALL, State.IMMEDIATE_SEND,
               State.IMMEDIATE_RECEIVE, State.GROUP_COMMUNICATION, State.SEND_RECEIVE, State.TEST_PROBE)
 
-# Phase names the trainer writes.
-PHASES = ("dataload", "forward", "backward", "grad_sync", "optimizer", "checkpoint")
+# Phase names the trainer writes; `trace_flush` is the tracer's own flush of the previous step (main thread,
+# outside any step: step is null), so analyses can tell tracing cost from training.
+PHASES = ("dataload", "forward", "backward", "grad_sync", "optimizer", "checkpoint", "trace_flush")
 # Counter names the trainer writes per step.
 COUNTERS = ("loss", "lr", "grad_norm", "tokens")
 

@@ -2,8 +2,9 @@
 
 Why parts: a Parquet file is only readable once its footer is written. Closing a part per step means a run
 killed at step k leaves parts for every step before k; `pyarrow.parquet.read_table(<trace>.parts)` reads them
-as they are, and `gpt2trace recover` merges them into the final file. Each part is written under a temporary
-name and renamed, so a kill during a write leaves no half-written part.
+as they are, and `gpt2trace recover` (`recover`) merges them into the final file. Each part is written under a
+hidden temporary name (a leading dot: pyarrow's dataset discovery skips it) and renamed, so a kill during a
+write leaves no half-written part where a reader looks.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gpt2trace import schema as S
@@ -22,35 +24,62 @@ from gpt2trace.errors import TraceError
 _DICT_COLUMNS = [S.KIND, S.NAME]
 _ENCODINGS = {S.START_NS: "DELTA_BINARY_PACKED", S.END_NS: "DELTA_BINARY_PACKED"}
 MERGED_ROW_GROUP = 1 << 20
+PARTS_SUFFIX = ".parts"
+NULL = -1  # in the integer columns handed to `records_table`: no value
+
+KIND_CODES = {k: i for i, k in enumerate(S.Kind.ALL)}
+_KIND_DICTIONARY = pa.array(S.Kind.ALL, type=pa.string())
+_NUMPY_TYPES = {name: typ.to_pandas_dtype() for name, typ in S.FIELDS.items() if not pa.types.is_dictionary(typ)}
+_NEVER_NULL = (S.RANK, S.THREAD, S.START_NS, S.END_NS)
 
 
 def parts_dir(trace_path: Path) -> Path:
-    return Path(str(trace_path) + ".parts")
+    return Path(str(trace_path) + PARTS_SUFFIX)
 
 
-def write_options() -> dict:
-    return dict(compression="zstd", use_dictionary=_DICT_COLUMNS, column_encoding=_ENCODINGS)
+def write_options(part: bool = False) -> dict:
+    """The merged file: zstd and column statistics (readers skip row groups with them). A part's write is on
+    the training loop's critical path and the part lives only until the merge: snappy (25% cheaper to
+    encode than zstd here, and as small on a step's records) and no statistics (parts are read whole)."""
+    return {"compression": "snappy" if part else "zstd", "use_dictionary": _DICT_COLUMNS,
+            "column_encoding": _ENCODINGS, "write_statistics": not part}
 
 
-def records_table(columns: dict[str, np.ndarray], schema: pa.Schema, nulls: dict[str, int] | None = None,
-                  value_mask: np.ndarray | None = None) -> pa.Table:
-    """A table in schema order from NumPy columns. Missing columns become nulls; in a column named in
-    `nulls` the given sentinel becomes null; `value_mask` marks the rows whose `value` is null."""
-    n = len(next(iter(columns.values())))
-    nulls = nulls or {}
+def records_table(columns: dict[str, np.ndarray], names: pa.Array, schema: pa.Schema) -> pa.Table:
+    """A table in `schema`'s layout built straight from NumPy columns (no Python object per record).
+
+    `kind` holds codes into schema.Kind.ALL (`KIND_CODES`), `name` codes into `names` (a string array);
+    in those and in the other integer columns NULL (-1) is a null, in `value` NaN is. Missing columns are null.
+    """
+    n = len(columns[S.KIND])
     arrays = []
     for field in schema:
         col = columns.get(field.name)
         if col is None:
             arrays.append(pa.nulls(n, type=field.type))
-        elif pa.types.is_dictionary(field.type):
-            arrays.append(pa.array(col, type=pa.string()).dictionary_encode())
+        elif field.name == S.KIND:
+            arrays.append(pa.DictionaryArray.from_arrays(_array(col.astype(np.int32, copy=False), None),
+                                                         _KIND_DICTIONARY, safe=False))
+        elif field.name == S.NAME:
+            codes = col.astype(np.int32, copy=False)
+            arrays.append(pa.DictionaryArray.from_arrays(_array(codes, codes < 0), names, safe=False))
+        elif field.name == S.VALUE:
+            arrays.append(_array(col.astype(np.float64, copy=False), np.isnan(col)))
         else:
-            mask = col == nulls[field.name] if field.name in nulls else None
-            if field.name == S.VALUE and value_mask is not None:
-                mask = value_mask
-            arrays.append(pa.array(col, type=field.type, mask=mask))
+            values = col.astype(_NUMPY_TYPES[field.name], copy=False)
+            arrays.append(_array(values, None if field.name in _NEVER_NULL else values == NULL))
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _array(values: np.ndarray, is_null: np.ndarray | None) -> pa.Array:
+    """An Arrow array over a NumPy array's buffer, with a validity bitmap packed from `is_null`."""
+    values = np.ascontiguousarray(values)
+    n, typ = len(values), pa.from_numpy_dtype(values.dtype)
+    nulls = 0 if is_null is None else int(np.count_nonzero(is_null))
+    if nulls == n and n:
+        return pa.nulls(n, type=typ)
+    valid = pa.py_buffer(np.packbits(~is_null, bitorder="little")) if nulls else None
+    return pa.Array.from_buffers(typ, n, [valid, pa.py_buffer(values)], null_count=nulls)
 
 
 class PartWriter:
@@ -63,17 +92,25 @@ class PartWriter:
         self.seq = 0
         self.bytes = 0
 
-    def write(self, table: pa.Table) -> None:
+    def write(self, table: pa.Table) -> Path:
         final = self.dir / f"{self.seq:08d}.parquet"
-        tmp = final.with_suffix(".tmp")
-        pq.write_table(table, tmp, **write_options())
+        tmp = self.dir / f".{final.name}.tmp"
+        # Encoded in memory, then one plain file write: cheaper than pyarrow's file layer for a small part.
+        sink = pa.BufferOutputStream()
+        with pq.ParquetWriter(sink, self.schema, **write_options(part=True)) as writer:
+            writer.write_table(table)
+        data = sink.getvalue()
+        with open(tmp, "wb") as f:
+            f.write(data)
         os.replace(tmp, final)
-        self.bytes += final.stat().st_size
+        self.bytes += data.size
         self.seq += 1
+        return final
 
 
 def part_files(parts: Path) -> list[Path]:
-    return sorted(parts.glob("rank*/*.parquet"))
+    """Every rank's finished parts, rank by rank in flush order (temporaries of a killed write excluded)."""
+    return sorted(parts.glob("rank*/[0-9]*.parquet"))
 
 
 def merge_parts(trace_path: Path, extra_metadata: dict[bytes, bytes] | None = None,
@@ -87,7 +124,7 @@ def merge_parts(trace_path: Path, extra_metadata: dict[bytes, bytes] | None = No
     meta = dict(first.metadata or {})
     meta.update(extra_metadata or {})
     schema = S.arrow_schema(meta)
-    tmp = Path(str(trace_path) + ".tmp")
+    tmp = trace_path.with_name(f".{trace_path.name}.tmp")
     rows = 0
     with pq.ParquetWriter(tmp, schema, **write_options()) as writer:
         pending: list[pa.Table] = []
@@ -97,13 +134,34 @@ def merge_parts(trace_path: Path, extra_metadata: dict[bytes, bytes] | None = No
             pending.append(t)
             pending_rows += t.num_rows
             if pending_rows >= MERGED_ROW_GROUP:
-                writer.write_table(pa.concat_tables(pending), row_group_size=MERGED_ROW_GROUP)
-                rows += pending_rows
+                rows += _write_group(writer, pending)
                 pending, pending_rows = [], 0
         if pending:
-            writer.write_table(pa.concat_tables(pending), row_group_size=MERGED_ROW_GROUP)
-            rows += pending_rows
+            rows += _write_group(writer, pending)
     os.replace(tmp, trace_path)
     if not keep_parts:
         shutil.rmtree(parts)
     return rows
+
+
+def _write_group(writer: pq.ParquetWriter, tables: list[pa.Table]) -> int:
+    # One dictionary per column chunk: the parts' name dictionaries differ (kernels appear as the run goes).
+    table = pa.concat_tables(tables).unify_dictionaries().combine_chunks()
+    # Parts are grouped by kind (cheapest to build during the run); in (rank, start) order the timestamp
+    # deltas are small and the file ~15% smaller (4.7 instead of 5.5 bytes per record on the `small` model).
+    table = table.take(pc.sort_indices(table, sort_keys=[(S.RANK, "ascending"), (S.START_NS, "ascending")]))
+    writer.write_table(table, row_group_size=MERGED_ROW_GROUP)
+    return table.num_rows
+
+
+def recover(trace: Path) -> tuple[Path, int]:
+    """Merge the parts a killed run left in <trace>.parts into `trace`; returns (trace, record count).
+    `trace` may also name the .parts directory itself. Every part holds whole steps, so the result does too."""
+    trace = Path(trace)
+    if trace.name.endswith(PARTS_SUFFIX) and trace.is_dir():
+        trace = trace.with_name(trace.name[: -len(PARTS_SUFFIX)])
+    parts = parts_dir(trace)
+    if not parts.is_dir():
+        hint = "the trace is already complete" if trace.is_file() else "check the path (the run's --trace)"
+        raise TraceError(f"{parts}: no parts directory to recover {trace} from; {hint}")
+    return trace, merge_parts(trace)

@@ -5,6 +5,8 @@ import typer
 
 from gpt2trace.cli import run
 from gpt2trace.cli import analyze
+from gpt2trace.cli import info
+from gpt2trace.cli import recover
 
 app = typer.Typer(
     name="gpt2trace",
@@ -15,3 +17,5 @@ app = typer.Typer(
 )
 app.command("run")(run.run)
 app.command("analyze")(analyze.analyze)
+app.command("info")(info.info)
+app.command("recover")(recover.recover)

@@ -1,0 +1,87 @@
+"""`gpt2trace info TRACE [--json]`: what a trace holds (a thin layer over gpt2trace.info.trace_info)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from gpt2trace.cli.common import console, fail
+from gpt2trace.errors import TraceError
+from gpt2trace.info import trace_info
+
+
+def info(
+    trace: Annotated[Path, typer.Argument(help="Trace file (Parquet).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the information as one JSON object.")] = False,
+) -> None:
+    """Schema version, ranks, threads, steps, time span, records per kind, run configuration and machine."""
+    try:
+        data = trace_info(trace)
+    except TraceError as exc:
+        fail(str(exc))
+    if as_json:
+        sys.stdout.write(json.dumps(data, indent=1) + "\n")
+        return
+    for table in (_trace_table(data), _run_table(data.get("run")), _machine_table(data)):
+        if table is not None:
+            console.print(table)
+
+
+def _kv(title: str, rows: list[tuple[str, object]]) -> Table:
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in rows:
+        table.add_row(key, "-" if value is None else str(value))
+    return table
+
+
+def _trace_table(d: dict) -> Table:
+    steps = f"{d['steps']} ({d['first_step']}..{d['last_step']})" if d["steps"] else "0"
+    per_kind = ", ".join(f"{k} {n:,}" for k, n in d["records_per_kind"].items() if n)
+    threads = ", ".join(f"rank {r}: {n}" for r, n in d["threads_per_rank"].items())
+    rows = [("file", d["path"]), ("size", f"{d['bytes'] / 1e6:.2f} MB" if d["bytes"] is not None else None),
+            ("schema version", d["schema_version"]), ("records", f"{d['records']:,} ({per_kind})"),
+            ("ranks", d["ranks"]), ("threads", threads), ("steps", steps),
+            ("time span", f"{d['duration_s']:.6f} s ({d['start_ns']:,} .. {d['end_ns']:,} ns)")]
+    if d["extra_columns"]:
+        rows.append(("extra columns", ", ".join(d["extra_columns"])))
+    return _kv("Trace", rows)
+
+
+def _run_table(run: dict | None) -> Table | None:
+    if not run:
+        return None
+    m, t, p = run.get("model", {}), run.get("train", {}), run.get("parallel", {})
+    rows = [("model", (f"L={m.get('n_layer')} NH={m.get('n_head')} C={m.get('n_embd')} V={m.get('vocab_size')} "
+                       f"max T={m.get('max_seq_len')}, {m.get('num_parameters', 0):,} parameters")),
+            ("training", (f"B={t.get('batch_size')} T={t.get('seq_len')} steps={t.get('steps')} "
+                          f"grad_accum={t.get('grad_accum')} lr={t.get('lr')} seed={t.get('seed')}")),
+            ("parallel", f"{p.get('ranks')} rank(s) x {p.get('threads')} thread(s)"),
+            ("data", run.get("data")), ("init from", run.get("init_from"))]
+    return _kv("Run", rows)
+
+
+def _machine_table(d: dict) -> Table | None:
+    mach, peak, clock = d.get("machine"), d.get("sgemm_peak"), d.get("clock")
+    if not (mach or peak or clock):
+        return None
+    rows = []
+    if mach:
+        blas = mach.get("blas") or {}
+        pk = mach.get("packages") or {}
+        rows += [("host", mach.get("hostname")), ("cpu", f"{mach.get('cpu')}, {mach.get('cores')} cores"),
+                 ("threading layer", mach.get("threading_layer")),
+                 ("BLAS", f"{blas.get('library')} {blas.get('version')} ({blas.get('kernel')})" if blas else None),
+                 ("MPI", mach.get("mpi")), ("Python", mach.get("python")),
+                 ("packages", ", ".join(f"{k} {v}" for k, v in pk.items() if v))]
+    if peak:
+        rows.append(("sgemm peak", ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}"
+                                             for k, v in peak.items() if k.startswith("gflops"))))
+    if clock:
+        rows.append(("clock", f"{clock.get('source')}, {clock.get('ranks')} rank(s)"))
+    return _kv("Machine", rows)

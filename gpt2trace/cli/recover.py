@@ -1,0 +1,26 @@
+"""`gpt2trace recover TRACE`: merge the parts a killed run left beside TRACE into TRACE (gpt2trace.tracefile)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpt2trace.cli.common import console, fail
+from gpt2trace.errors import TraceError
+from gpt2trace.info import trace_info
+from gpt2trace.tracefile import parts_dir
+from gpt2trace.tracefile import recover as recover_trace
+
+
+def recover(
+    trace: Annotated[Path, typer.Argument(help="The killed run's --trace path (or its .parts directory).")],
+) -> None:
+    """Write TRACE from the per-step parts in TRACE.parts/ that a killed or crashed run left behind."""
+    try:
+        target, records = recover_trace(trace)
+        info = trace_info(target)
+    except TraceError as exc:
+        fail(str(exc))
+    steps = f"steps {info['first_step']}..{info['last_step']}" if info["steps"] else "no complete step"
+    console.print(f"recovered {target}: {records:,} records, {steps}; parts {parts_dir(target)} removed")

@@ -1,0 +1,49 @@
+"""Regenerate the sample traces: small real traces from the trainer, written through the runner API.
+
+    python sample_traces/make_samples.py
+
+Each is a `gpt2trace run` on the built-in synthetic corpus (seed 1337); timings differ from run to run and
+machine to machine, the structure (records per step, threads, steps, counters) does not. Tests check them
+with the same invariants as fresh traces (tests/gpt2trace/test_sample_traces.py).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+MAX_BYTES = 2_000_000
+
+# file name: (model, threads, steps, batch_size, seq_len, grad_accum)
+SAMPLES = {
+    "tiny_1thread.parquet": ("tiny", 1, 10, 4, 32, 1),
+    "tiny_2threads.parquet": ("tiny", 2, 10, 4, 32, 1),
+    "tiny_2threads_accum2.parquet": ("tiny", 2, 6, 4, 32, 2),
+    "small_2threads.parquet": ("small", 2, 20, 4, 64, 1),
+}
+
+
+def make(name: str, model: str, threads: int, steps: int, batch_size: int, seq_len: int, grad_accum: int) -> int:
+    from gpt2trace.runner import RunConfig, TraceConfig, prepare_process, run
+    prepare_process(threads)
+    from trainer.config import ParallelConfig, TrainConfig, model_config
+
+    cfg = RunConfig(model_config(model), TrainConfig(batch_size=batch_size, seq_len=seq_len, steps=steps, lr=1e-3,
+                                                     grad_accum=grad_accum),
+                    ParallelConfig(threads=threads), TraceConfig(Path(name)))
+    result = run(cfg)
+    size = Path(name).stat().st_size
+    if size > MAX_BYTES:
+        raise SystemExit(f"{name}: {size:,} bytes is over the {MAX_BYTES:,}-byte budget of a sample trace")
+    return result.trace_records
+
+
+def main() -> None:
+    os.chdir(HERE)   # relative paths: the run metadata records "tiny_1thread.parquet", not this machine's path
+    for name, spec in SAMPLES.items():
+        records = make(name, *spec)
+        print(f"{name}: {records:,} records, {Path(name).stat().st_size / 1e3:.0f} kB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""`gpt2trace info TRACE [--json]` and the gpt2trace.info.trace_info it prints."""
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from gpt2trace import schema as S
+from gpt2trace.cli.main import app
+from gpt2trace.info import trace_info
+
+
+def _info(*args):
+    return CliRunner().invoke(app, ["info", *map(str, args)])
+
+
+def test_trace_info_of_a_real_trace(real_trace):
+    rt = real_trace(2, 3, 1)
+    info = trace_info(rt.path)
+    assert info["schema_version"] == S.SCHEMA_VERSION and info["ranks"] == 1
+    assert info["threads_per_rank"] == {"0": 2}
+    assert (info["steps"], info["first_step"], info["last_step"]) == (3, 0, 2)
+    assert info["records"] == sum(info["records_per_kind"].values()) == pq.read_metadata(rt.path).num_rows
+    assert info["records_per_kind"]["counter"] == 3 * len(S.COUNTERS) and info["records_per_kind"]["comm"] == 0
+    assert info["start_ns"] == 0 and info["duration_s"] == pytest.approx(info["end_ns"] / 1e9)
+    assert info["run"]["train"]["steps"] == 3 and info["machine"]["cores"] >= 1
+    assert info["bytes"] == rt.path.stat().st_size
+
+
+def test_table_and_json(real_trace):
+    rt = real_trace(2, 3, 1)
+    r = _info(rt.path)
+    assert r.exit_code == 0, r.output
+    for text in ("schema version", "rank 0: 2", "3 (0..2)", "L=2 NH=4 C=32", "threading layer"):
+        assert text in r.stdout, text
+    r = _info(rt.path, "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout) == json.loads(json.dumps(trace_info(rt.path)))
+
+
+def test_a_trace_of_zero_steps(real_trace):
+    info = trace_info(real_trace(1, 0, 1).path)
+    assert info["steps"] == 0 and info["first_step"] is None and info["threads_per_rank"] == {"0": 1}
+
+
+BAD = [
+    ("missing", lambda p: None, "no such trace file"),
+    ("not parquet", lambda p: p.write_text("step,loss\n"), "not a Parquet file"),
+    ("future version", lambda p: pq.write_table(pa.table({S.KIND: ["state"]}).replace_schema_metadata(
+        {S.META_VERSION: b"99"}), p), "trace schema version 99 is not supported"),
+    ("missing columns", lambda p: pq.write_table(pa.table({S.KIND: ["state"]}), p), "missing required column"),
+]
+
+
+@pytest.mark.parametrize("case,make,message", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, case, make, message):
+    path = tmp_path / "trace.parquet"
+    make(path)
+    r = _info(path)
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and str(path) in lines[0], r.stderr

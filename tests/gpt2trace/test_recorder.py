@@ -1,0 +1,56 @@
+"""KernelRecorder: preallocated slots the kernels write into, and what `take` hands the tracer."""
+from __future__ import annotations
+
+import numpy as np
+
+from gpt2trace.recorder import NO_VALUE, KernelRecorder
+
+
+def _fill(slot, enter, exit_, *blocks):
+    slot[0, :2] = enter, exit_
+    for t, (s, e, tid) in enumerate(blocks):
+        slot[1 + t] = s, e, tid
+
+
+def test_slot_is_a_view_marked_absent():
+    rec = KernelRecorder(nthreads=2, capacity=8)
+    slot = rec.slot("matmul_forward", 3)
+    assert slot.shape == (3, 3) and slot.dtype == np.int64 and slot.flags.c_contiguous
+    assert np.shares_memory(slot, rec.times)
+    assert (slot[1:, 2] == NO_VALUE).all()          # blocks no thread has run yet
+
+
+def test_take_returns_the_calls_and_their_meta():
+    rec = KernelRecorder(nthreads=2, capacity=8)
+    rec.step, rec.microstep = 4, 1
+    _fill(rec.slot("matmul_forward", 0), 100, 200, (110, 150, 7), (120, 190, 8))
+    _fill(rec.slot("gelu_forward", -1), 210, 260, (215, 250, 7))      # the second block was not run
+    rec.step = 5
+    _fill(rec.slot("matmul_forward", 1), 300, 400, (301, 399, 7), (302, 398, 8))
+    times, meta = rec.take()
+    assert times.shape == (3, 3, 3) and meta.dtype == np.int32
+    # kernel ids in order of first appearance: matmul_forward 0, gelu_forward 1
+    assert rec.kernel_names == ["matmul_forward", "gelu_forward"]
+    assert meta.tolist() == [[0, 0, 4, 1], [1, -1, 4, 1], [0, 1, 5, 1]]
+    assert times[1, 2, 2] == NO_VALUE and times[0, 2].tolist() == [120, 190, 8]
+    assert rec.n == 0 and rec.take()[0].shape == (0, 3, 3)
+
+
+def test_take_copies_and_resets_the_slots():
+    rec = KernelRecorder(nthreads=1, capacity=4)
+    slot = rec.slot("zero_fill", -1)
+    _fill(slot, 1, 2, (1, 2, 99))
+    times, _ = rec.take()
+    slot[0, 0] = 12345                       # the slot is reused by the next call: the copy must not change
+    assert times[0, 0, 0] == 1
+    again = rec.slot("zero_fill", -1)
+    assert again[1, 2] == NO_VALUE           # a reused slot starts with its blocks marked absent again
+
+
+def test_growth_keeps_the_recorded_calls():
+    rec = KernelRecorder(nthreads=1, capacity=2)
+    for i in range(5):                       # 2 -> 4 -> 8 slots
+        _fill(rec.slot("k", i), 10 * i, 10 * i + 5, (10 * i, 10 * i + 5, 1))
+    times, meta = rec.take()
+    assert len(rec.times) == 8
+    assert times[:, 0, 0].tolist() == [0, 10, 20, 30, 40] and meta[:, 1].tolist() == [0, 1, 2, 3, 4]

@@ -1,0 +1,89 @@
+"""Parts and their merge: records_table's nulls and dictionaries, atomic parts, merge, recover."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from gpt2trace import schema as S
+from gpt2trace.errors import TraceError
+from gpt2trace.reader import load
+from gpt2trace.tracefile import KIND_CODES, NULL, PartWriter, merge_parts, part_files, parts_dir, records_table, recover
+
+SCHEMA = S.arrow_schema({S.META_RUN: b'{"model": {"n_layer": 2}}'})
+
+
+def _table(names: list[str], name_codes: list[int], start: int = 0, rank: int = 0) -> pa.Table:
+    """Two state records and one kernel record per name code (a part as the tracer makes it)."""
+    n = len(name_codes)
+    cols = {
+        S.KIND: np.array([KIND_CODES["state"]] * 2 + [KIND_CODES["kernel"]] * n),
+        S.RANK: np.full(n + 2, rank, np.int32), S.THREAD: np.zeros(n + 2, np.int32),
+        S.START_NS: np.array([start, start + 5] + [start] * n, np.int64),
+        S.END_NS: np.array([start + 5, start + 10] + [start + 5] * n, np.int64),
+        S.STATE: np.array([1, 5] + [NULL] * n), S.NAME: np.array([NULL, NULL] + name_codes),
+        S.STEP: np.array([NULL, NULL] + [start // 10] * n), S.VALUE: np.full(n + 2, np.nan),
+    }
+    return records_table(cols, pa.array(names), SCHEMA)
+
+
+def test_records_table_types_and_nulls():
+    t = _table(["matmul_forward", "gelu_forward"], [1, 0])
+    assert t.schema.equals(SCHEMA, check_metadata=True)
+    assert t.column(S.KIND).to_pylist() == ["state", "state", "kernel", "kernel"]
+    assert t.column(S.NAME).to_pylist() == [None, None, "gelu_forward", "matmul_forward"]
+    assert t.column(S.STATE).to_pylist() == [1, 5, None, None]
+    assert t.column(S.STEP).null_count == 2 and t.column(S.VALUE).null_count == 4
+    assert t.column(S.LAYER).null_count == 4                 # a column not given is all null
+
+
+def test_parts_are_atomic_and_hidden_temporaries_are_ignored(tmp_path):
+    trace = tmp_path / "trace.parquet"
+    writer = PartWriter(trace, rank=3, schema=SCHEMA)
+    writer.write(_table(["a"], [0], start=0))
+    writer.write(_table(["a", "b"], [1], start=10))
+    rank_dir = parts_dir(trace) / "rank00003"
+    assert sorted(p.name for p in rank_dir.iterdir()) == ["00000000.parquet", "00000001.parquet"]
+    # what a SIGKILL in the middle of writing part 2 leaves: a half-written hidden temporary
+    (rank_dir / ".00000002.parquet.tmp").write_bytes(b"PAR1 half a part")
+    assert [p.name for p in part_files(parts_dir(trace))] == ["00000000.parquet", "00000001.parquet"]
+    read = pq.read_table(parts_dir(trace))                   # what a user reads after a crash
+    assert read.num_rows == 6 and sorted(set(read.column(S.NAME).to_pylist()) - {None}) == ["a", "b"]
+    assert writer.bytes == sum(p.stat().st_size for p in part_files(parts_dir(trace)))
+
+
+def test_merge_unifies_dictionaries_keeps_order_and_metadata(tmp_path):
+    trace = tmp_path / "trace.parquet"
+    w0, w1 = PartWriter(trace, 0, SCHEMA), PartWriter(trace, 1, SCHEMA)
+    w0.write(_table(["a"], [0], start=0))
+    w0.write(_table(["a", "b"], [1, 0], start=10))          # the dictionary grew: b appeared
+    w1.write(_table(["c"], [0], start=0, rank=1))
+    rows = merge_parts(trace, extra_metadata={S.META_CLOCK: b'{"source": "CLOCK_MONOTONIC"}'})
+    assert rows == 3 + 4 + 3 and not parts_dir(trace).exists()
+    merged = pq.read_table(trace)
+    assert merged.schema.equals(S.arrow_schema(), check_metadata=False)
+    assert merged.column(S.NAME).num_chunks == 1             # one row group, one dictionary
+    # in (rank, start) order: rank 0's kernel at 0 ns, then its two at 10 ns (in part order), then rank 1's
+    assert [n for n in merged.column(S.NAME).to_pylist() if n] == ["a", "b", "a", "c"]
+    assert merged.column(S.RANK).to_pylist() == [0] * 7 + [1] * 3
+    starts = merged.column(S.START_NS).to_pylist()
+    assert starts[:7] == sorted(starts[:7]) and starts[7:] == sorted(starts[7:])
+    assert load(trace).run == {"model": {"n_layer": 2}} and load(trace).clock == {"source": "CLOCK_MONOTONIC"}
+
+
+def test_merge_without_parts_names_the_directory(tmp_path):
+    with pytest.raises(TraceError, match=r"trace.parquet.parts: no trace parts to merge"):
+        merge_parts(tmp_path / "trace.parquet")
+
+
+def test_recover_from_the_trace_or_its_parts_directory(tmp_path):
+    for name in ("a.parquet", "b.parquet"):
+        trace = tmp_path / name
+        PartWriter(trace, 0, SCHEMA).write(_table(["k"], [0]))
+        arg = trace if name == "a.parquet" else parts_dir(trace)
+        assert recover(arg) == (trace, 3) and load(trace).num_rows == 3
+    with pytest.raises(TraceError, match="a.parquet.parts: no parts directory to recover .* already complete"):
+        recover(tmp_path / "a.parquet")
+    with pytest.raises(TraceError, match="check the path"):
+        recover(tmp_path / "never.parquet")

@@ -1,0 +1,166 @@
+"""What every trace the trainer writes must satisfy (issue 3's acceptance list), as reusable checks.
+
+Shared by the tests over fresh traces (test_tracer_invariants.py), the sample traces and the recovered trace
+of a killed run (test_crash.py). Each check raises AssertionError with what broke.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from gpt2trace import schema as S
+from gpt2trace.reader import Trace, check_states, load
+from gpt2trace.schema import State
+
+# Per step, a worker's Running time equals the sum of its kernel blocks exactly: both are the same clipped
+# clock reads (states.py derives Running from the blocks; records of one thread never overlap, since a thread's
+# blocks of consecutive regions are separated by the main thread's region exit/enter reads). Tolerance: 0 ns.
+RUNNING_TOLERANCE_NS = 0
+COMPUTE_PHASES = ("forward", "backward", "optimizer")
+
+
+def records(trace: Trace, kind: str) -> pd.DataFrame:
+    """The records of one kind with every column (the reader leaves out columns null for the whole kind)."""
+    df = trace.records(kind).to_pandas()
+    for name in S.FIELDS:
+        if name not in df.columns and name != S.KIND:
+            df[name] = pd.Series(np.nan, index=df.index, dtype=object if name == S.NAME else float)
+    return df
+
+
+def check_columns(path: Path) -> None:
+    """Columns, order and Arrow types as documented in schema.py / docs/trace-format.md; the version key."""
+    schema = pq.read_schema(path)
+    assert schema.names == list(S.FIELDS), schema.names
+    for name, typ in S.FIELDS.items():
+        assert schema.field(name).type == typ, (name, schema.field(name).type)
+    assert schema.metadata[S.META_VERSION] == str(S.SCHEMA_VERSION).encode()
+
+
+def check_metadata(trace: Trace, threads: int, steps: int) -> None:
+    run, machine, peak, clock = trace.run, trace.machine, trace.peak, trace.clock
+    assert run["parallel"]["threads"] == threads and run["parallel"]["ranks"] == 1
+    assert run["train"]["steps"] == steps and run["model"]["num_parameters"] > 0
+    assert machine["cores"] >= 1 and machine["threading_layer"] and machine["python"]
+    assert machine["blas"]["library"] and "numba" in machine["packages"]
+    assert peak["gflops_per_core"] > 0
+    assert clock["source"] == "CLOCK_MONOTONIC" and clock["offsets_ns"] == [0]
+
+
+def check_partition(trace: Trace, threads: int) -> None:
+    """For every thread 0..threads-1: state records in time order, back to back, covering the whole span."""
+    span0 = min(int(trace.records(k).column(S.START_NS).to_numpy().min()) for k in trace.parts)
+    span1 = max(int(trace.records(k).column(S.END_NS).to_numpy().max()) for k in trace.parts)
+    st = records(trace, S.Kind.STATE)
+    assert sorted(st[S.THREAD].unique()) == list(range(threads))
+    assert st[S.STATE].isin([int(s) for s in State]).all()
+    for thread, g in st.groupby(S.THREAD):
+        g = g.sort_values(S.START_NS)
+        s, e = g[S.START_NS].to_numpy(), g[S.END_NS].to_numpy()
+        assert (e > s).all(), f"thread {thread}: an empty state record"
+        assert s[0] == span0 and e[-1] == span1, f"thread {thread} covers [{s[0]}, {e[-1]}) of [{span0}, {span1})"
+        gaps = np.flatnonzero(s[1:] != e[:-1])
+        assert len(gaps) == 0, f"thread {thread}: gap or overlap at {e[gaps[0]]} ns"
+        allowed = {State.RUNNING, State.SCHEDULING_FORK_JOIN, State.SYNCHRONIZATION}
+        allowed |= {State.IO} if thread == 0 else {State.IDLE}
+        assert set(g[S.STATE].unique()) <= allowed, (thread, set(g[S.STATE].unique()))
+    assert check_states(trace) == []              # the reader's own check agrees
+
+
+def _running_before(st: pd.DataFrame, thread: int):
+    """t -> Running ns of `thread` in [span start, t): cumulative over its (partitioning) state records."""
+    g = st[st[S.THREAD] == thread].sort_values(S.START_NS)
+    s, e = g[S.START_NS].to_numpy(), g[S.END_NS].to_numpy()
+    run = (g[S.STATE] == State.RUNNING).to_numpy()
+    cum = np.concatenate([[0], np.cumsum(np.where(run, e - s, 0))])
+
+    def at(t: np.ndarray) -> np.ndarray:
+        i = np.clip(np.searchsorted(s, t, side="right") - 1, 0, len(s) - 1)
+        return cum[i] + np.where(run[i], np.clip(t - s[i], 0, e[i] - s[i]), 0)
+    return at
+
+
+def check_kernels(trace: Trace, threads: int, n_layer: int, grad_accum: int) -> None:
+    """Kernel records lie inside a compute phase of their step and microstep, and inside their thread's
+    Running time."""
+    k, ph, st = records(trace, S.Kind.KERNEL), records(trace, S.Kind.PHASE), records(trace, S.Kind.STATE)
+    if k.empty:
+        return
+    assert k[S.THREAD].between(0, threads - 1).all() and k[S.NAME].notna().all()
+    assert k[S.STEP].notna().all() and k[S.MICROSTEP].between(0, grad_accum - 1).all()
+    assert k[S.LAYER].dropna().between(0, n_layer - 1).all()
+    outside = np.ones(len(k), dtype=bool)
+    for p in ph[ph[S.NAME].isin(COMPUTE_PHASES)].itertuples(index=False):
+        p = p._asdict()
+        outside &= ~((k[S.STEP] == p[S.STEP]) & (k[S.MICROSTEP] == p[S.MICROSTEP])
+                     & (k[S.START_NS] >= p[S.START_NS]) & (k[S.END_NS] <= p[S.END_NS])).to_numpy()
+    assert not outside.any(), f"{outside.sum()} kernel record(s) outside the compute phases of their step " \
+                              f"and microstep, first:\n{k[outside].head(1)}"
+    k = records(trace, S.Kind.KERNEL)
+    for thread, g in k.groupby(S.THREAD):
+        running = _running_before(st, thread)
+        covered = running(g[S.END_NS].to_numpy()) - running(g[S.START_NS].to_numpy())
+        dur = (g[S.END_NS] - g[S.START_NS]).to_numpy()
+        assert (covered == dur).all(), f"thread {thread}: a kernel record is not inside Running time"
+
+
+def step_spans(trace: Trace) -> pd.DataFrame:
+    """[start, end) of each step: from its first phase's start to its last phase's end."""
+    ph = records(trace, S.Kind.PHASE).dropna(subset=[S.STEP])
+    return ph.astype({S.STEP: int}).groupby(S.STEP).agg(start=(S.START_NS, "min"), end=(S.END_NS, "max"))
+
+
+def check_running_per_step(trace: Trace) -> None:
+    """Per step and thread: workers' Running == the sum of their kernel blocks (RUNNING_TOLERANCE_NS); the
+    main thread's Running >= its blocks, since it also runs the step's Python between regions."""
+    st, k = records(trace, S.Kind.STATE), records(trace, S.Kind.KERNEL)
+    for step, span in step_spans(trace).iterrows():
+        for thread in sorted(st[S.THREAD].unique()):
+            running = _running_before(st, thread)
+            run_ns = int(np.diff(running(np.array([span["start"], span["end"]])))[0])
+            mine = k[(k[S.THREAD] == thread) & (k[S.STEP] == step)]
+            blocks_ns = int((mine[S.END_NS] - mine[S.START_NS]).sum())
+            if thread == 0:
+                assert run_ns >= blocks_ns, (step, thread, run_ns, blocks_ns)
+            else:
+                assert abs(run_ns - blocks_ns) <= RUNNING_TOLERANCE_NS, \
+                    f"step {step} thread {thread}: Running {run_ns} ns, kernel blocks {blocks_ns} ns"
+
+
+def check_steps(trace: Trace, steps: int, grad_accum: int, tokens: int, lr: float, closed: bool = True) -> None:
+    """Counters once per step (end == start), the phases of every step, the tracer's flushes (one per step;
+    the last flush's own `trace_flush` phase would be in the next window, which a killed run never writes)."""
+    co = records(trace, S.Kind.COUNTER)
+    assert (co[S.END_NS] == co[S.START_NS]).all() and co[S.VALUE].notna().all()
+    counts = co.groupby([S.STEP, S.NAME]).size()
+    assert len(counts) == steps * len(S.COUNTERS) and (counts == 1).all(), f"counters per step:\n{counts}"
+    if steps:
+        assert set(co[S.NAME]) == set(S.COUNTERS)
+        assert (co[co[S.NAME] == "tokens"][S.VALUE] == tokens).all()
+        assert (co[co[S.NAME] == "lr"][S.VALUE] == lr).all()
+    ph = records(trace, S.Kind.PHASE)
+    assert set(ph[S.NAME]) <= set(S.PHASES)
+    per_step = ph.dropna(subset=[S.STEP]).groupby([S.STEP, S.NAME]).size().unstack(fill_value=0)
+    want = {"dataload": grad_accum, "forward": grad_accum, "backward": grad_accum, "grad_sync": 1, "optimizer": 1}
+    assert len(per_step) == steps
+    for name, n in want.items():
+        assert steps == 0 or (per_step[name] == n).all(), (name, per_step)
+    flushes = ph[ph[S.NAME] == "trace_flush"]
+    assert flushes[S.STEP].isna().all() and len(flushes) == (steps if closed else max(steps - 1, 0))
+
+
+def check_trace(path: Path, *, threads: int, steps: int, grad_accum: int = 1, n_layer: int = 2,
+                tokens: int | None = None, lr: float = 1e-3, closed: bool = True) -> Trace:
+    """All of the above on a trace file written by `gpt2trace run` (or recovered); returns the loaded trace."""
+    check_columns(path)
+    trace = load(path)
+    check_metadata(trace, threads, trace.run["train"]["steps"])
+    check_partition(trace, threads)
+    check_kernels(trace, threads, n_layer, grad_accum)
+    check_running_per_step(trace)
+    if tokens is not None:
+        check_steps(trace, steps, grad_accum, tokens, lr, closed)
+    return trace
