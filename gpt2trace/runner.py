@@ -5,7 +5,9 @@ Import order matters: the CLI calls `prepare_process(threads)` before anything i
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+import os
+import time
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -63,61 +65,116 @@ def run_config_json(cfg: RunConfig, num_parameters: int) -> dict:
     }
 
 
-def _load_data(cfg: RunConfig, model: ModelConfig):
+def _load_data(cfg: RunConfig, model: ModelConfig, comm, traced_comm):
+    """This rank's batches: its own shard of the token stream (`local`), or what rank 0 scatters (`scatter`)."""
     from trainer.data import TokenLoader, read_tokens, synthetic_corpus
+    from trainer.dp import DataLoading, ScatterLoader
 
     B, T, par = cfg.train.batch_size, cfg.train.seq_len, cfg.parallel
-    if cfg.data is not None:
-        tokens = read_tokens(cfg.data)
-    else:
-        tokens = synthetic_corpus(model.vocab_size, SYNTHETIC_TOKENS, cfg.train.seed)
-    return TokenLoader(tokens, B, T, rank=par.rank, world=par.ranks, vocab_size=model.vocab_size)
+
+    def tokens():
+        if cfg.data is not None:
+            return read_tokens(cfg.data)
+        return synthetic_corpus(model.vocab_size, SYNTHETIC_TOKENS, cfg.train.seed)
+
+    if comm is None or par.data_loading == DataLoading.local:
+        return TokenLoader(tokens(), B, T, rank=par.rank, world=par.ranks, vocab_size=model.vocab_size)
+    root_loader = (TokenLoader(tokens(), B * par.ranks, T, vocab_size=model.vocab_size)
+                   if par.rank == 0 else None)
+    return ScatterLoader(traced_comm, root_loader, B, T)
 
 
-def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dict], None] | None = None) -> RunResult:
-    """Train as configured; returns the per-step metrics. Raises trainer.errors.TrainerError on bad input."""
+def _mpi_info() -> dict:
+    import mpi4py
+    from mpi4py import MPI
+    return {"library": MPI.Get_library_version().strip().splitlines()[0], "standard": "%d.%d" % MPI.Get_version(),
+            "mpi4py": mpi4py.__version__}
+
+
+class _InjectedFault(Exception):
+    pass
+
+
+class _FaultInjector:
+    """GPT2TRACE_INJECT_FAULT=RANK:STEP makes that rank fail when it starts that step: the fault-tolerance tests
+    use it to check that one failing rank stops the whole job, with its error shown and the trace kept."""
+
+    def __init__(self, inner, rank: int):
+        spec = os.environ.get("GPT2TRACE_INJECT_FAULT", "")
+        r, _, st = spec.partition(":")
+        self.inner, self.when = inner, (int(st) if spec and int(r) == rank else None)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def begin_step(self, step: int) -> None:
+        if step == self.when:
+            raise _InjectedFault(f"fault injected at step {step} (GPT2TRACE_INJECT_FAULT)")
+        self.inner.begin_step(step)
+
+
+def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dict], None] | None = None,
+        comm=None) -> RunResult:
+    """Train as configured; returns the per-step metrics. Raises trainer.errors.TrainerError on bad input.
+
+    With `comm` (an mpi4py communicator of cfg.parallel.ranks processes) this process is rank comm.rank of a
+    data-parallel job: it traces its own part, MPI calls included, and rank 0 merges all parts at the end.
+    """
     from gpt2trace import schema as S
+    from gpt2trace.clocksync import estimate_offsets
     from gpt2trace.machine import machine_info
+    from gpt2trace.mpitrace import TracedComm
     from gpt2trace.tracefile import merge_parts
     from gpt2trace.tracer import Tracer
     from trainer.checkpoint import read_checkpoint, write_checkpoint
+    from trainer.dp import make_strategy
     from trainer.launcher import Launcher
     from trainer.model import GPT2
-    from trainer.dp import Local
     from trainer.params import init_params
     from trainer.peak import sgemm_gflops
     from trainer.train import NullObserver, train
 
-    threads = cfg.parallel.threads
+    threads, rank, ranks = cfg.parallel.threads, cfg.parallel.rank, cfg.parallel.ranks
     if cfg.init_from is not None:
         model_cfg, params = read_checkpoint(cfg.init_from)
     else:
         model_cfg, params = cfg.model, init_params(cfg.model, cfg.train.seed)
-    cfg = RunConfig(model_cfg, cfg.train, cfg.parallel, cfg.trace, cfg.data, cfg.init_from, cfg.save,
-                    cfg.metrics_json)
-    loader = _load_data(cfg, model_cfg)
+    cfg = replace(cfg, model=model_cfg)
 
-    tracer = None
+    tracer, clock_start, origin0 = None, None, 0
     if cfg.trace.enabled:
+        if rank == 0:
+            _check_no_old_parts(cfg.trace.path)
         peak = {"gflops_per_core": sgemm_gflops(1), f"gflops_{threads}_threads": sgemm_gflops(threads),
                 "cores": threads, "kernel": "matmul_forward (cblas_sgemm), BT=256 x 768 -> 3072"}
+        clock = {"source": "CLOCK_MONOTONIC", "ranks": ranks, "offsets_ns": [0], "error_bound_ns": [0]}
+        origin = None
+        if comm is not None:
+            clock_start = estimate_offsets(comm)
+            origin0 = comm.bcast(time.monotonic_ns() if rank == 0 else None, root=0)
+            origin = origin0 + clock_start.offsets_ns[rank]  # rank 0's origin, read on this rank's clock
+            clock |= {"method": "ping-pong with rank 0, shortest of 20 round trips (Cristian)",
+                      "offsets_ns": clock_start.offsets_ns, "error_bound_ns": clock_start.error_ns,
+                      "start": clock_start.as_json()}
         meta = {
             S.META_RUN: json.dumps(run_config_json(cfg, params.size)).encode(),
-            S.META_MACHINE: json.dumps(machine_info()).encode(),
+            S.META_MACHINE: json.dumps(machine_info(_mpi_info() if comm is not None else None)).encode(),
             S.META_PEAK: json.dumps(peak).encode(),
-            S.META_CLOCK: json.dumps({"source": "CLOCK_MONOTONIC", "ranks": 1, "offsets_ns": [0],
-                                      "error_bound_ns": [0]}).encode(),
+            S.META_CLOCK: json.dumps(clock).encode(),
         }
-        _clean_old_trace(cfg.trace.path)
-        tracer = Tracer(cfg.trace.path, cfg.parallel.rank, threads, meta)
+        if comm is not None:
+            comm.Barrier()  # rank 0 has cleared the way before anyone writes a part
+        tracer = Tracer(cfg.trace.path, rank, threads, meta, origin_ns=origin)
+    traced = TracedComm(comm, tracer) if comm is not None and tracer is not None else comm
     launcher = Launcher(threads, recorder=tracer.recorder if tracer else None)
     model = GPT2(model_cfg, params, cfg.train.batch_size, cfg.train.seq_len, launcher)
-    dp = Local(model, cfg.train, launcher)
+    loader = _load_data(cfg, model_cfg, comm, traced)
+    dp = make_strategy(cfg.parallel.dp_sync, model, cfg.train, launcher, traced)
     if on_start is not None:
         on_start({"model": model_cfg, "num_parameters": params.size, "activations_bytes": model.acts.nbytes})
 
-    metrics_file = open(cfg.metrics_json, "w") if cfg.metrics_json else None
-    observer = tracer if tracer is not None else NullObserver()
+    metrics_file = open(cfg.metrics_json, "w") if cfg.metrics_json and rank == 0 else None
+    observer = _FaultInjector(tracer if tracer is not None else NullObserver(), rank)
 
     def step_done(m):
         if metrics_file:
@@ -126,29 +183,55 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
         if on_step:
             on_step(m)
 
-    records = 0
+    records, finished = 0, False
     try:
-        history = train(model, loader, cfg.train, dp, observer=observer,
-                        on_step=step_done)
-        if cfg.save is not None:
+        history = train(model, loader, cfg.train, dp, observer=observer, on_step=step_done)
+        if cfg.save is not None and rank == 0:
             with observer.phase("checkpoint"):
                 write_checkpoint(cfg.save, model_cfg, model.params)
+        finished = True
     finally:
         if metrics_file:
             metrics_file.close()
         if tracer is not None:
-            # Whatever happened, what was traced is kept: the last window is flushed and parts merged.
+            # Whatever happened, what was traced is kept: this rank's last window is flushed.
             tracer.close()
-            records = merge_parts(cfg.trace.path)
+            if comm is None:
+                records = merge_parts(cfg.trace.path)
+    if tracer is not None and comm is not None and finished:
+        records = _merge_ranks(cfg.trace.path, comm, clock_start, origin0)
     return RunResult(history, cfg.trace.path, records, params.size)
 
 
-def _clean_old_trace(path: Path) -> None:
-    """A new run replaces an old trace and any parts an earlier, crashed run left beside it."""
-    import shutil
+def _merge_ranks(path: Path, comm, clock_start, origin0: int) -> int:
+    """End of a clean MPI run: estimate the clocks again, then rank 0 merges every rank's parts."""
+    from gpt2trace import schema as S
+    from gpt2trace.clocksync import drift_slope, estimate_offsets
+    from gpt2trace.tracefile import merge_parts
 
+    rank, ranks = comm.Get_rank(), comm.Get_size()
+    clock_end = estimate_offsets(comm)
+    comm.Barrier()   # every rank's parts are on disk
+    if rank != 0:
+        return 0
+    slopes = [drift_slope(clock_start, clock_end, r) for r in range(ranks)]
+    drift = {r: (slopes[r], clock_start.at_ns[r] - origin0) for r in range(ranks)}
+    error = [max(a, b) for a, b in zip(clock_start.error_ns, clock_end.error_ns)]
+    clock = {"source": "CLOCK_MONOTONIC", "ranks": ranks,
+             "method": "ping-pong with rank 0, shortest of 20 round trips (Cristian), at start and end; "
+                       "offset at start applied while tracing, drift between the two applied linearly at merge",
+             "offsets_ns": clock_start.offsets_ns, "error_bound_ns": error,
+             "start": clock_start.as_json(), "end": clock_end.as_json(), "drift_slope": slopes}
+    return merge_parts(path, extra_metadata={S.META_CLOCK: json.dumps(clock).encode()}, drift=drift)
+
+
+def _check_no_old_parts(path: Path) -> None:
+    """A new run replaces an old trace, but never silently deletes what a crashed run left to recover."""
     from gpt2trace.tracefile import parts_dir
+    from trainer.errors import TrainerError
+
     if parts_dir(path).exists():
-        shutil.rmtree(parts_dir(path))
+        raise TrainerError(f"{parts_dir(path)} holds the parts of an earlier run that did not finish; run "
+                           f"`gpt2trace recover {path}` to keep them, or delete that directory")
     path.unlink(missing_ok=True)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -114,8 +114,12 @@ def part_files(parts: Path) -> list[Path]:
 
 
 def merge_parts(trace_path: Path, extra_metadata: dict[bytes, bytes] | None = None,
-                keep_parts: bool = False) -> int:
-    """Merge every rank's parts into `trace_path` (rank by rank, in flush order); returns the record count."""
+                keep_parts: bool = False, drift: dict[int, tuple[float, int]] | None = None) -> int:
+    """Merge every rank's parts into `trace_path` (rank by rank, in flush order); returns the record count.
+
+    `drift[rank] = (slope, t_ref)` corrects that rank's times linearly for clock drift against rank 0
+    (t -> t - slope * (t - t_ref), see gpt2trace.clocksync); the same monotonic map for every record of a rank
+    keeps its states a partition."""
     parts = parts_dir(trace_path)
     files = part_files(parts)
     if not files:
@@ -130,7 +134,7 @@ def merge_parts(trace_path: Path, extra_metadata: dict[bytes, bytes] | None = No
         pending: list[pa.Table] = []
         pending_rows = 0
         for f in files:
-            t = pq.read_table(f).cast(schema)
+            t = _corrected(pq.read_table(f).cast(schema), drift)
             pending.append(t)
             pending_rows += t.num_rows
             if pending_rows >= MERGED_ROW_GROUP:
@@ -142,6 +146,20 @@ def merge_parts(trace_path: Path, extra_metadata: dict[bytes, bytes] | None = No
     if not keep_parts:
         shutil.rmtree(parts)
     return rows
+
+
+def _corrected(table: pa.Table, drift: dict[int, tuple[float, int]] | None) -> pa.Table:
+    if not drift or table.num_rows == 0:
+        return table
+    rank = table.column(S.RANK)[0].as_py()
+    slope, t_ref = drift.get(rank, (0.0, 0))
+    if slope == 0.0:
+        return table
+    for col in (S.START_NS, S.END_NS):
+        t = table.column(col).to_numpy()
+        fixed = t - np.rint(slope * (t - t_ref)).astype(np.int64)
+        table = table.set_column(table.schema.get_field_index(col), col, pa.array(fixed, type=pa.int64()))
+    return table
 
 
 def _write_group(writer: pq.ParquetWriter, tables: list[pa.Table]) -> int:

@@ -6,6 +6,7 @@ B batch, T time (sequence), C channels, V vocab, Vp padded vocab, L layers, NH h
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from enum import Enum
 
 
 def pad_vocab(vocab_size: int, multiple: int = 128) -> int:
@@ -79,8 +80,24 @@ class TrainConfig:
             raise ValueError(f"steps must be >= 0, got {self.steps}")
 
 
+class DPSync(str, Enum):
+    """How data-parallel ranks combine gradients (trainer.dp holds the strategies)."""
+    allreduce = "allreduce"
+    reduce_bcast = "reduce-bcast"
+    overlap = "overlap"
+    zero1 = "zero1"
+
+
+class DataLoading(str, Enum):
+    """Who reads the data: each rank its shard (local), or rank 0 for everyone (scatter)."""
+    local = "local"
+    scatter = "scatter"
+
+
 @dataclass(frozen=True)
 class ParallelConfig:
     threads: int = 1             # Numba threads per rank (our only intra-rank parallelism; BLAS runs on 1)
-    ranks: int = 1
+    ranks: int = 1               # MPI processes, data parallel
     rank: int = 0
+    dp_sync: DPSync = DPSync.allreduce
+    data_loading: DataLoading = DataLoading.local

@@ -18,21 +18,12 @@ communication here.
 """
 from __future__ import annotations
 
-from enum import Enum
-
 import numpy as np
 
-from trainer.config import TrainConfig
+from trainer.config import DataLoading, DPSync, TrainConfig  # noqa: F401  (re-exported)
 from trainer.launcher import Launcher
 from trainer.model import GPT2
 from trainer.optim import AdamW
-
-
-class DPSync(str, Enum):
-    allreduce = "allreduce"
-    reduce_bcast = "reduce-bcast"
-    overlap = "overlap"
-    zero1 = "zero1"
 
 
 def shard_bounds(n: int, ranks: int, rank: int) -> tuple[int, int]:
@@ -175,11 +166,6 @@ def make_strategy(name: DPSync | str | None, model: GPT2, tcfg: TrainConfig, run
     if not hasattr(comm, "Waitall"):
         comm = PlainComm(comm)
     return STRATEGIES[DPSync(name)](model, tcfg, run, comm)
-
-
-class DataLoading(str, Enum):
-    scatter = "scatter"
-    local = "local"
 
 
 class ScatterLoader:
