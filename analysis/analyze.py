@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import mpi, pop, rootcause, scaling, segments, waits
+from analysis import counters
 from analysis.findings import findings
 from analysis.imbalance import imbalance
 from analysis.occupancy import occupancy
@@ -48,6 +49,7 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
         "summary": {k: (rows(v) if isinstance(v, pd.DataFrame) else v)
                     for k, v in summary(trace, window, peak_gflops).items()},
         "pop": pop.pop(trace, window, calls, states),
+        "counters": counters.counters(trace, window, states),       # useful IPC and frequency (hardware counters)
         "imbalance": rows(imbalance(kern, segs, ranks)),
         "waits": {"total_wait_s": total_wait, "calls": rows(waits.per_call(calls, wait_rows)),
                   "states": rows(by_state)},

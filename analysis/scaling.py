@@ -3,7 +3,10 @@
 Work is normalized per token when every run knows its tokens, else per step, else per run, so runs of different
 lengths compare:  speedup = (T_ref / work_ref) / (T / work);  computation scalability =
 (sum of Useful of the reference / work_ref) / (sum of Useful / work);  global efficiency = PE x computation
-scalability. (IPC, instruction and frequency scalability need hardware counters, which traces do not carry yet.)
+scalability. With instruction and cycle counters in every run (`analysis.counters`), computation scalability
+splits as BasicAnalysis does: IPC scalability = IPC / IPC_ref, frequency scalability = f / f_ref, instruction
+scalability = (useful instructions of the reference / work_ref) / (useful instructions / work); their product is
+the computation scalability. Without counters those three are None.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import pandas as pd
 COLUMNS = ["trace", "processes", "threads", "runtime_s", "speedup", "parallel_efficiency", "load_balance",
            "communication_efficiency", "serialization_efficiency", "transfer_efficiency",
            "computation_scalability", "global_efficiency"]
+COUNTER_COLUMNS = ["ipc_scalability", "instruction_scalability", "frequency_scalability"]
 
 
 def _work(result: dict, unit: str) -> float:
@@ -47,8 +51,9 @@ def modelfactors(results: list[dict]) -> pd.DataFrame:
                      "communication_efficiency": p.get("communication_efficiency"),
                      "serialization_efficiency": p.get("serialization_efficiency"),
                      "transfer_efficiency": p.get("transfer_efficiency"), "computation_scalability": scal,
-                     "global_efficiency": pe * scal if pe is not None and scal is not None else None})
-    out = pd.DataFrame(rows, columns=COLUMNS)
+                     "global_efficiency": pe * scal if pe is not None and scal is not None else None,
+                     **_counter_scalability(ref, r, unit)})
+    out = pd.DataFrame(rows, columns=COLUMNS + COUNTER_COLUMNS)
     out.attrs["work_unit"] = unit
     return out
 
@@ -56,3 +61,17 @@ def modelfactors(results: list[dict]) -> pd.DataFrame:
 def _useful(result: dict) -> float:
     p = result["pop"]
     return (p.get("useful_avg_s") or 0.0) * (p.get("cpus") or 0)
+
+
+def _counter_scalability(ref: dict, result: dict, unit: str) -> dict:
+    """IPC, instruction and frequency scalability against the reference (None unless both have the counters)."""
+    a, b = ref.get("counters") or {}, result.get("counters") or {}
+    out = dict.fromkeys(COUNTER_COLUMNS)
+    if a.get("ipc") and b.get("ipc"):
+        out["ipc_scalability"] = b["ipc"] / a["ipc"]
+    if a.get("frequency_ghz") and b.get("frequency_ghz"):
+        out["frequency_scalability"] = b["frequency_ghz"] / a["frequency_ghz"]
+    if a.get("useful_instructions") and b.get("useful_instructions"):
+        out["instruction_scalability"] = ((a["useful_instructions"] / _work(ref, unit))
+                                          / (b["useful_instructions"] / _work(result, unit)))
+    return out

@@ -85,6 +85,10 @@ class Trace:
 def load(path: str | Path) -> Trace:
     """Reads and checks a trace file; every problem is a TraceError whose one-line message names the file."""
     path = Path(path)
+    # Paraver traces (.prv, .prv.gz with the .pcf/.row beside them) go through the importer.
+    if path.name.endswith((".prv", ".prv.gz")):
+        from gpt2trace.interop.paraver_import import load_paraver
+        return load_paraver(path)
     if not path.is_file():
         raise TraceError(f"{path}: no such trace file")
     try:

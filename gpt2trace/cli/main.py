@@ -5,6 +5,8 @@ import typer
 
 from gpt2trace.cli import run
 from gpt2trace.cli import analyze
+from gpt2trace.cli import export
+from gpt2trace.cli import importer
 from gpt2trace.cli import info
 from gpt2trace.cli import recover
 
@@ -19,3 +21,5 @@ app.command("run")(run.run)
 app.command("analyze")(analyze.analyze)
 app.command("info")(info.info)
 app.command("recover")(recover.recover)
+app.command("export")(export.export)
+app.command("import")(importer.import_trace)

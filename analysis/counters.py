@@ -1,0 +1,64 @@
+"""Hardware counters of a window: BasicAnalysis' useful IPC and frequency, from instruction and cycle counters.
+
+Extrae reads a thread's counters at each of its events and writes the count since the previous read, so a value
+written at time t belongs to the burst that t closes: the thread's state record in effect just before t
+(start < t <= end). Useful instructions and cycles sum the values whose burst is Running:
+    IPC = useful instructions / useful cycles      frequency = useful cycles / useful time (GHz)
+with the useful time all the Running time of the window (BasicAnalysis' definitions). Traces without the
+counters (ours, today) give None for all four.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from analysis.window import NS, Records, Window, records
+from gpt2trace.interop.paraver_format import CYCLES, INSTRUCTIONS
+from gpt2trace.reader import Trace
+from gpt2trace.schema import END_NS, NAME, RANK, START_NS, STATE, THREAD, VALUE, Kind, State
+
+KEYS = ("useful_instructions", "useful_cycles", "ipc", "frequency_ghz")
+
+
+def counters(trace: Trace, window: Window, states: Records | None = None) -> dict:
+    """{useful_instructions, useful_cycles, ipc, frequency_ghz} of the window (None without the counters)."""
+    out = dict.fromkeys(KEYS)
+    rec = records(trace, Kind.COUNTER, (RANK, THREAD, NAME, VALUE), None)
+    if INSTRUCTIONS not in rec.names and CYCLES not in rec.names:
+        return out
+    st = states if states is not None else records(trace, Kind.STATE, (RANK, THREAD, STATE), window)
+    t = rec[START_NS]
+    inside = (t > window.t0_ns) & (t <= window.t1_ns)          # a value closes the burst (t_prev, t]
+    running = _closes_running(st, rec[RANK][inside], rec[THREAD][inside], t[inside])
+    value, name = rec[VALUE][inside], rec[NAME][inside]
+    totals = {}
+    for key, counter in (("useful_instructions", INSTRUCTIONS), ("useful_cycles", CYCLES)):
+        if counter in rec.names:
+            sel = running & (name == rec.names.index(counter))
+            totals[key] = float(np.nansum(value[sel]))
+    out.update(totals)
+    useful_s = float(((st[END_NS] - st[START_NS]) * (st[STATE] == State.RUNNING)).sum()) / NS
+    ins, cyc = totals.get("useful_instructions"), totals.get("useful_cycles")
+    if ins is not None and cyc:
+        out["ipc"] = ins / cyc
+    if cyc and useful_s > 0:
+        out["frequency_ghz"] = cyc / useful_s / 1e9
+    return out
+
+
+def _closes_running(st: Records, rank: np.ndarray, thread: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """For each instant, whether its thread's state just before it (start < t <= end) is Running."""
+    if not len(st) or not len(t):
+        return np.zeros(len(t), dtype=bool)
+    width = int(max(st[THREAD].max(), thread.max())) + 1
+    lo = int(min(st[START_NS].min(), t.min()))
+    span = int(max(st[END_NS].max(), t.max())) - lo + 1
+    lanes = int(max(st[RANK].max(), rank.max())) + 1
+    if lanes * width * span >= 2**62:
+        raise ValueError("trace span too long for composite keys")
+    key = (st[RANK].astype(np.int64) * width + st[THREAD]) * span + (st[START_NS] - lo)
+    order = np.argsort(key, kind="stable")
+    q = (rank.astype(np.int64) * width + thread) * span + (t - lo)
+    j = np.searchsorted(key[order], q, side="left") - 1         # the last state starting before t
+    jj = order[np.maximum(j, 0)]
+    same = (st[RANK][jj] == rank) & (st[THREAD][jj] == thread)
+    return (j >= 0) & same & (st[END_NS][jj] >= t) & (st[STATE][jj] == State.RUNNING)

@@ -1,0 +1,211 @@
+"""Our trace as Chrome's Trace Event JSON, for Perfetto UI and chrome://tracing, written streaming.
+
+pid = rank, one process per rank. Each kind has its own tracks, so durations on a track always nest:
+  tid = thread                 states       X events named after the Paraver state
+  tid = 100000 + thread        kernels      X events (args: step, layer, microstep)
+  tid = 200000 + thread        MPI calls    X events (args: bytes, peer, seq, step)
+  tid = 300000 + thread        phases       X events (args: step, microstep)
+`M` events name the processes and tracks; `C` events carry the counters (loss, lr, ...); flow events (`s`, `f`)
+link a point-to-point send to its receive, and the last rank to enter a blocking collective to every other
+rank's call of it (what they waited for). Times are microseconds with three decimals (exact nanoseconds).
+Events stream out batch by batch (the format does not need them sorted), so memory stays bounded.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gpt2trace import schema
+from gpt2trace.errors import TraceError
+from gpt2trace.interop import paraver_format as F
+from gpt2trace.interop.layout import Layout, messages, scan
+from gpt2trace.interop.linesort import write_lines
+from gpt2trace.interop.source import open_source
+from gpt2trace.schema import (BYTES, END_NS, KIND, LAYER, MICROSTEP, NAME, PEER, RANK, SEQ, START_NS, STATE, STEP,
+                              THREAD, VALUE, Kind)
+
+STATE_TID, KERNEL_TID, MPI_TID, PHASE_TID = 0, 100_000, 200_000, 300_000
+TRACKS = {Kind.STATE: (STATE_TID, "thread {t}"), Kind.KERNEL: (KERNEL_TID, "thread {t} kernels"),
+          Kind.COMM: (MPI_TID, "thread {t} MPI"), Kind.PHASE: (PHASE_TID, "thread {t} phases")}
+ARGS = {Kind.KERNEL: (STEP, LAYER, MICROSTEP), Kind.COMM: (BYTES, PEER, SEQ, STEP), Kind.PHASE: (STEP, MICROSTEP)}
+
+
+@dataclass(frozen=True)
+class ChromeExport:
+    path: Path
+    records: int
+    events: int
+    flows: int
+    dropped_counters: int       # NaN/inf counter values: JSON has no number for them
+
+
+def export_chrome(source, name: str | Path, batch_rows: int = 1 << 19) -> ChromeExport:
+    """Writes NAME.json (NAME.json.gz: gzipped) from a trace (a Parquet path, streamed; a `Trace`; or any file
+    `gpt2trace.load` reads). Raises TraceError for a trace it cannot export."""
+    src = open_source(source)
+    lay = scan(src)
+    path = Path(str(name) if str(name).endswith((".json", ".json.gz")) else f"{name}.json")
+    opener = partial(gzip.open, compresslevel=6) if path.name.endswith(".gz") else open
+    events = flows = dropped = 0
+    try:
+        with opener(path, "wb") as fh:
+            head = {"displayTimeUnit": "ns", "otherData": _other_data(src.meta, src.name)}
+            fh.write((json.dumps(head)[:-1] + ',"traceEvents":[\n').encode())
+            meta = _metadata_events(lay)
+            fh.write(",\n".join(meta).encode())
+            events += len(meta)
+            for batch in src.batches(rows=batch_rows):
+                kinds = batch.column(KIND)
+                for kind in Kind.ALL:
+                    part = batch.filter(pc.equal(kinds, kind))
+                    if not part.num_rows:
+                        continue
+                    if kind == Kind.COUNTER:
+                        lines, lost = _counters(part)
+                        dropped += lost
+                    else:
+                        lines = _slices(kind, part)
+                    write_lines(fh, lines)
+                    events += len(lines)
+            lines = _flows(lay)
+            write_lines(fh, lines)
+            flows = len(lines) // 2
+            events += len(lines)
+            fh.write(b"\n]}\n")
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    return ChromeExport(path, lay.records, events, flows, dropped)
+
+
+def _metadata_events(lay: Layout) -> list[str]:
+    out = []
+    for r in range(lay.ranks):
+        out.append(_m("process_name", r, 0, {"name": f"rank {r}"}))
+        out.append(_m("process_sort_index", r, 0, {"sort_index": r}))
+    for kind, (base, label) in TRACKS.items():
+        for r, t in sorted(lay.kind_threads[kind]):
+            out.append(_m("thread_name", r, base + t, {"name": label.format(t=t)}))
+            out.append(_m("thread_sort_index", r, base + t, {"sort_index": base + t}))
+    return out
+
+
+def _m(name: str, pid: int, tid: int, args: dict) -> str:
+    return json.dumps({"ph": "M", "name": name, "pid": int(pid), "tid": int(tid), "args": args},
+                      separators=(",", ":"))
+
+
+def _slices(kind: str, part: pa.Table) -> pa.Array:
+    start, end = part.column(START_NS).to_numpy(), part.column(END_NS).to_numpy()
+    if kind == Kind.STATE:
+        state = part.column(STATE).to_numpy()
+        lookup = {int(s): json.dumps(F.STATE_NAMES.get(int(s), f"state {s}")) for s in np.unique(state)}
+        keys = np.array(sorted(lookup))
+        names = pa.array([lookup[k] for k in keys]).take(pa.array(np.searchsorted(keys, state)))
+    else:
+        names = _json_names(part)
+    base, _ = TRACKS[kind]
+    parts = [',\n{"ph":"X","cat":"', kind, '","name":', names, ',"pid":', _s(part.column(RANK)), ',"tid":',
+             _s(pc.add(part.column(THREAD).cast(pa.int64()), base)), ',"ts":', _us(start), ',"dur":',
+             _us(end - start)]
+    if kind in ARGS:
+        parts.append(',"args":{')
+        for i, col in enumerate(ARGS[kind]):
+            parts += [("," if i else "") + f'"{col}":', pc.fill_null(_s(part.column(col)), "null")]
+        parts.append("}")
+    parts.append("}")
+    return _join(*parts)
+
+
+def _counters(part: pa.Table) -> tuple[pa.Array, int]:
+    value = part.column(VALUE).to_numpy(zero_copy_only=False)
+    ok = np.isfinite(value)
+    if not ok.all():
+        part = part.filter(pa.array(ok))
+    names = _json_names(part)
+    lines = _join(',\n{"ph":"C","name":', names, ',"pid":', _s(part.column(RANK)), ',"tid":0,"ts":',
+                  _us(part.column(START_NS).to_numpy()), ',"args":{', names, ':', _s(part.column(VALUE)), '}}')
+    return lines, int((~ok).sum())
+
+
+def _flows(lay: Layout) -> pa.Array:
+    """Flow pairs (s, f): a send to its receive; the last rank into a blocking collective to each other rank's
+    call of it. Each `s` lies in its slice's span, each `f` binds to the enclosing slice (bp "e")."""
+    c = lay.comms
+    if not c.num_rows:
+        return pa.array([], pa.string())
+    rank, thread = c.column(RANK).to_numpy(), c.column(THREAD).to_numpy()
+    start, end = c.column(START_NS).to_numpy(), c.column(END_NS).to_numpy()
+    names = np.array(c.column(NAME).to_pylist(), dtype=object)
+    src, dst = messages(lay)
+    cat = np.full(len(src), "message", dtype=object)
+    seq = pc.fill_null(c.column(SEQ), -1).to_numpy()
+    blocking = np.array([F.MPI_CALLS.get(n, (0, 0))[0] == F.MPI_COLLECTIVE and not n.startswith("MPI_I")
+                         for n in names]) & (seq >= 0)
+    if blocking.any():
+        idx = np.flatnonzero(blocking)
+        code = np.unique(names[idx], return_inverse=True)[1].ravel().astype(np.int64)
+        _, inst = np.unique(code * (int(seq[idx].max()) + 1) + seq[idx], return_inverse=True)
+        order = np.lexsort((start[idx], inst))
+        last_of = np.full(inst.max() + 1, -1)
+        last_of[inst[order]] = idx[order]                 # the latest enter of each instance wins
+        late = last_of[inst]
+        other = late != idx
+        src = np.concatenate([src, late[other]])
+        dst = np.concatenate([dst, idx[other]])
+        cat = np.concatenate([cat, np.full(int(other.sum()), "collective", dtype=object)])
+    if not len(src):
+        return pa.array([], pa.string())
+    s_ts = start[src]
+    f_ts = np.maximum(s_ts, np.maximum(end[dst] - 1, start[dst]))
+    ids = np.arange(1, len(src) + 1)
+    label = np.array([json.dumps(n) for n in names[src]], dtype=object)
+    out = []
+    for ph, who, ts, extra in (("s", src, s_ts, ""), ("f", dst, f_ts, ',"bp":"e"')):
+        out.append(_join(',\n{"ph":"', ph, '","cat":"', pa.array(cat.astype(str)), '","name":',
+                         pa.array(label.astype(str)), ',"id":', _s(ids), ',"pid":', _s(rank[who]), ',"tid":',
+                         _s(thread[who].astype(np.int64) + MPI_TID), ',"ts":', _us(ts), extra, '}'))
+    return pa.concat_arrays(out)
+
+
+# --- helpers ------------------------------------------------------------------------------------------------
+
+def _json_names(part: pa.Table) -> pa.Array:
+    col = part.column(NAME).combine_chunks()
+    quoted = pa.array([json.dumps(n) for n in col.dictionary.to_pylist()], pa.string())
+    return quoted.take(col.indices)
+
+
+def _us(ns: np.ndarray) -> pa.Array:
+    """Nanoseconds as exact microseconds with three decimals ('1234.567')."""
+    ns = np.asarray(ns, np.int64)
+    return _join(_s(ns // 1000), ".", pc.utf8_lpad(_s(ns % 1000), width=3, padding="0"))
+
+
+def _s(values) -> pa.Array:
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    return pc.cast(values if isinstance(values, pa.Array) else pa.array(values), pa.string())
+
+
+def _join(*parts) -> pa.Array:
+    out = pc.binary_join_element_wise(*parts, "", null_handling="skip")
+    return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
+
+
+def _other_data(meta: dict, name: str) -> dict:
+    out = {"source": name, "gpt2trace.schema_version": schema.SCHEMA_VERSION}
+    for key in (schema.META_RUN, schema.META_MACHINE):
+        raw = meta.get(key)
+        if raw:
+            try:
+                out[key.decode()] = json.loads(raw)
+            except ValueError:
+                pass
+    return out

@@ -1,0 +1,327 @@
+"""The events of an imported .prv as records: MPI calls, functions (kernels), phases and counters.
+
+Opening and closing events pair per thread and type as a stack; the attributes written in a record's opening line
+(ours, and Extrae's collective sizes, root flag and communicator) become its columns; `3:` records give the bytes
+and partner of the point-to-point calls they fall in. `paraver_import` documents the mapping.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+from numba import njit
+
+from gpt2trace.errors import TraceError
+from gpt2trace.interop import paraver_format as F
+from gpt2trace.interop.paraver_parse import Body, Header
+from gpt2trace.interop.paraver_pcf import Pcf
+from gpt2trace.interop.paraver_records import Lanes, kind_table, require, to_ns
+from gpt2trace.schema import BYTES, LAYER, MICROSTEP, PEER, SEQ, STEP, VALUE, Kind
+
+MPI_ATTRS = (F.MPI_SEND_SIZE, F.MPI_RECV_SIZE, F.MPI_ROOT, F.MPI_COMM)
+FUNCTIONS = tuple(F.FUNCTION_LABELS)
+
+
+class Events:
+    """The event pairs with their place and time, classified, paired and joined with their attributes."""
+
+    def __init__(self, path: Path, header: Header, body: Body, lanes: Lanes):
+        self.path, self.header, self.lanes, self.body = path, header, lanes, body
+        ev_lane = lanes.lane(path, body.events, body.event_line, "event record")
+        ev_time = to_ns(path, header, body.event_line, body.events[:, 4], "event time")
+        self.row = body.pair_rec                          # the pair's line (row in body.events)
+        self.lane, self.time = ev_lane[self.row], ev_time[self.row]
+        self.type, self.value = body.pair_type, body.pair_value
+
+    def records(self, pcf: Pcf, notes: list[str]) -> list[pa.Table]:
+        t = self.type
+        mpi = (t >= F.MPI_P2P) & (t <= F.MPI_IO)
+        ranged = mpi | np.isin(t, FUNCTIONS) | (t == F.PHASE)
+        attr = np.isin(t, list(F.ATTRIBUTES) + list(MPI_ATTRS))
+        counter = ((t >= F.HWC_FIRST) & (t <= F.HWC_LAST)) | ((t >= F.COUNTER_FIRST) & (t <= F.COUNTER_LAST))
+        other = ~(ranged | attr | counter)
+        if other.any():
+            types, counts = np.unique(t[other], return_counts=True)
+            shown = ", ".join(f"{ty} ({pcf.types.get(int(ty), 'unnamed')}: {c})"
+                              for ty, c in list(zip(types, counts))[:8])
+            notes.append(f"{int(other.sum())} event(s) of {len(types)} type(s) are not records of our schema and "
+                         f"were not imported: {shown}{', ...' if len(types) > 8 else ''}")
+        opens, ends = self._pair(np.flatnonzero(ranged), notes)
+        starts = np.concatenate([opens, np.flatnonzero(counter)])
+        attrs = self._attributes(starts, np.flatnonzero(attr), len(opens))
+        a = {typ: (v[:len(opens)], ok[:len(opens)]) for typ, (v, ok) in attrs.items()}
+        c = {typ: (v[len(opens):], ok[len(opens):]) for typ, (v, ok) in attrs.items()}
+        kind_of = self.type[opens]
+        out = []
+        for sel, build in (((kind_of >= F.MPI_P2P) & (kind_of <= F.MPI_IO), self._comms),
+                           (np.isin(kind_of, FUNCTIONS), self._kernels), (kind_of == F.PHASE, self._phases)):
+            if sel.any():
+                out.append(build(opens[sel], ends[sel], {k: (v[sel], ok[sel]) for k, (v, ok) in a.items()},
+                                 pcf, notes))
+        cidx = np.flatnonzero(counter)
+        if len(cidx):
+            out.append(self._counters(cidx, c, pcf, notes))
+        return out
+
+    def _pair(self, idx: np.ndarray, notes: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Opening pairs and the time each closes (the header's end when it never does), stacked per thread and
+        type in time order (file order at one instant)."""
+        order = idx[np.lexsort((idx, self.time[idx], self.type[idx], self.lane[idx]))]
+        opened, closed = np.empty(len(order), np.int64), np.empty(len(order), np.int64)
+        n, stray = _stack_pairs(self.lane[order], self.type[order], self.value[order], opened, closed)
+        opens = order[opened[:n]]
+        shut = closed[:n]
+        ends = np.where(shut >= 0, self.time[order[np.maximum(shut, 0)]], self.header.end_ns)
+        if (shut < 0).any():
+            notes.append(f"{int((shut < 0).sum())} event(s) never closed (value 0); they end at the header's end")
+        if stray:
+            notes.append(f"{stray} closing event(s) (value 0) without an open one were ignored")
+        return opens, ends
+
+    def _attributes(self, starts: np.ndarray, attr_idx: np.ndarray, n_open: int) -> dict:
+        """For each attribute type, (value, present) of every record start: the attribute in the same line, else
+        (a line of Extrae's split at one instant) one at the same thread and time as an MPI call's start."""
+        rows = self.row[starts]
+        out = {}
+        has_start = np.zeros(len(self.body.events), bool)
+        has_start[rows] = True
+        for typ in list(F.ATTRIBUTES) + list(MPI_ATTRS):
+            sel = attr_idx[self.type[attr_idx] == typ]
+            value, ok = np.zeros(len(starts), np.int64), np.zeros(len(starts), bool)
+            if len(sel):
+                i = np.searchsorted(self.row[sel], rows, side="right") - 1
+                hit = (i >= 0) & (self.row[sel][np.maximum(i, 0)] == rows)
+                value[hit], ok[hit] = self.value[sel][i[hit]], True
+                orphan = sel[~has_start[self.row[sel]]]
+                if len(orphan) and n_open:
+                    self._orphans(orphan, starts[:n_open], value, ok)
+            out[typ] = (value, ok)
+        return out
+
+    def _orphans(self, orphan: np.ndarray, opens: np.ndarray, value: np.ndarray, ok: np.ndarray) -> None:
+        width = self.header.end_ns + 1
+        if (int(self.lane.max()) + 1) * width >= 2**62:
+            return
+        key = self.lane[opens] * width + self.time[opens]
+        order = np.argsort(key, kind="stable")
+        okey = self.lane[orphan] * width + self.time[orphan]
+        i = np.searchsorted(key[order], okey, side="right") - 1
+        hit = (i >= 0) & (key[order][np.maximum(i, 0)] == okey)
+        target = order[i[hit]]
+        free = ~ok[target]
+        value[target[free]], ok[target[free]] = self.value[orphan][hit][free], True
+
+    # --- kinds -----------------------------------------------------------------------------------------------
+
+    def _kernels(self, opens, ends, attrs, pcf: Pcf, notes) -> pa.Table:
+        names = self._names(opens, pcf, lambda typ, v: f"{F.FUNCTION_LABELS.get(typ, 'function')} {v}")
+        cols = _columns(attrs, (STEP, LAYER, MICROSTEP))
+        return kind_table(Kind.KERNEL, self.lanes, self.lane[opens], self.time[opens], ends, cols, names)
+
+    def _phases(self, opens, ends, attrs, pcf: Pcf, notes) -> pa.Table:
+        names = self._names(opens, pcf, lambda typ, v: f"phase {v}")
+        cols = _columns(attrs, (STEP, LAYER, MICROSTEP))
+        return kind_table(Kind.PHASE, self.lanes, self.lane[opens], self.time[opens], ends, cols, names)
+
+    def _comms(self, opens, ends, attrs, pcf: Pcf, notes) -> pa.Table:
+        names = self._names(opens, pcf, lambda typ, v: F.MPI_NAMES.get(v, f"MPI call {v}"), prefer_builtin=True)
+        lane, start = self.lane[opens], self.time[opens]
+        rank = self.lanes.rank[lane]
+        cols = _columns(attrs, (STEP, LAYER, MICROSTEP, SEQ, PEER, BYTES))
+        nbytes, has_bytes = (a.copy() for a in cols[BYTES])
+        send, recv = attrs[F.MPI_SEND_SIZE], attrs[F.MPI_RECV_SIZE]
+        sizes = np.maximum(np.where(send[1], send[0], -1), np.where(recv[1], recv[0], -1))
+        use = ~has_bytes & (sizes >= 0)
+        nbytes[use], has_bytes[use] = sizes[use], True
+        coll = self.type[opens] == F.MPI_COLLECTIVE
+        seq = _collective_seq(rank, start, coll, attrs[F.MPI_COMM], cols[SEQ])
+        peer = _roots(rank, coll, attrs[F.MPI_COMM], attrs[F.MPI_ROOT], seq, cols[PEER])
+        p2p = self.type[opens] == F.MPI_P2P
+        nbytes, has_bytes, peer = self._messages(lane, start, ends, p2p, (nbytes, has_bytes), peer, notes)
+        cols.update({BYTES: (nbytes, has_bytes), SEQ: seq, PEER: peer})
+        return kind_table(Kind.COMM, self.lanes, lane, start, ends, cols, names)
+
+    def _messages(self, lane, start, end, p2p, nbytes, peer, notes):
+        """Fills bytes and peer of point-to-point calls from the 3: records they send or receive."""
+        body, path, header = self.body, self.path, self.header
+        cm, line = body.comms, body.comm_line
+        if not len(cm):
+            return nbytes[0], nbytes[1], peer
+        s_lane = self.lanes.lane(path, cm, line, "sender", 0)
+        r_lane = self.lanes.lane(path, cm, line, "receiver", 6)
+        for k, what in ((4, "logical send"), (5, "physical send"), (10, "logical receive"),
+                        (11, "physical receive")):
+            to_ns(path, header, line, cm[:, k], what)
+        require(path, line, cm[:, 12] >= 0, lambda i: f"message size {cm[i, 12]} is negative")
+        t = cm[:, (4, 5, 10, 11)] * header.unit_ns
+        value, has = nbytes[0].copy(), nbytes[1].copy()
+        pv, pok = peer[0].copy(), peer[1].copy()
+        width = header.end_ns + 1
+        if (int(max(lane.max(initial=0), s_lane.max(), r_lane.max())) + 1) * width >= 2**62:
+            raise TraceError(f"{path}: too many threads x too long a trace to match messages with their calls")
+        sel = np.flatnonzero(p2p)
+        key = lane[sel] * width + start[sel]
+        order = np.argsort(key, kind="stable")
+        skey = key[order]
+        attached = np.zeros(len(cm), bool)
+        for side_lane, times, partner in ((s_lane, (t[:, 0],), r_lane), (r_lane, (t[:, 2], t[:, 3]), s_lane)):
+            done = np.zeros(len(cm), bool)
+            for when in times:
+                q = side_lane * width + when
+                i = np.searchsorted(skey, q, side="right") - 1
+                ok = (i >= 0) & ~done
+                j = sel[order[np.maximum(i, 0)]]
+                ok &= (lane[j] == side_lane) & (end[j] >= when)
+                fill = j[ok]
+                nb = ~has[fill]
+                value[fill[nb]], has[fill[nb]] = cm[ok, 12][nb], True
+                npeer = ~pok[fill]
+                pv[fill[npeer]], pok[fill[npeer]] = self.lanes.rank[partner[ok]][npeer], True
+                done |= ok
+            attached |= done
+        if (~attached).any():
+            notes.append(f"{int((~attached).sum())} message(s) (3: records) fall in no point-to-point MPI call of "
+                         "their sender or receiver")
+        return value, has, (pv, pok)
+
+    def _counters(self, idx, attrs, pcf: Pcf, notes) -> pa.Table:
+        typ = self.type[idx]
+        value = self.value[idx].astype(np.float64)
+        types, inverse = _factorize(typ)
+        dictionary: dict[str, int] = {}
+        code_of_type = np.empty(len(types), np.int32)
+        for k, ty in enumerate(types):
+            name, scale = _counter_name(int(ty), pcf)
+            code_of_type[k] = dictionary.setdefault(name, len(dictionary))
+            value[inverse == k] *= scale
+        cols = {STEP: attrs[F.ATTRIBUTE_TYPES[STEP]], LAYER: attrs[F.ATTRIBUTE_TYPES[LAYER]],
+                MICROSTEP: attrs[F.ATTRIBUTE_TYPES[MICROSTEP]], VALUE: (value, None)}
+        t = self.time[idx]
+        names = (code_of_type[inverse], list(dictionary))
+        return kind_table(Kind.COUNTER, self.lanes, self.lane[idx], t, t, cols, names)
+
+    def _names(self, opens, pcf: Pcf, fallback, prefer_builtin: bool = False) -> tuple[np.ndarray, list[str]]:
+        """(codes, dictionary): the names of the records' (type, value), the dictionary in (type, value) order, so
+        names keep the order our export gave them (their order of first appearance in the original trace)."""
+        typ, val = self.type[opens], self.value[opens]
+        types, t_inv = _factorize(typ)
+        values, v_inv = _factorize(val)
+        pair_key, inverse = _factorize(t_inv * len(values) + v_inv)       # sorted by (type, value)
+        pairs = np.stack([types[pair_key // len(values)], values[pair_key % len(values)]], axis=1)
+        dictionary: dict[str, int] = {}
+        code_of_pair = np.empty(len(pairs), np.int32)
+        for k, (ty, v) in enumerate(pairs):
+            label = pcf.value_label(int(ty), int(v))
+            builtin = fallback(int(ty), int(v))
+            name = builtin if prefer_builtin and int(v) in F.MPI_NAMES else (label or builtin)
+            code_of_pair[k] = dictionary.setdefault(name, len(dictionary))
+        return code_of_pair[inverse], list(dictionary)
+
+
+def _columns(attrs: dict, cols: tuple[str, ...]) -> dict:
+    """Our attribute types' (values, present) as the columns they carry."""
+    return {c: attrs[F.ATTRIBUTE_TYPES[c]] for c in cols}
+
+
+def _factorize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct values, index of each element's value): by counting when the values are small
+    non-negative ints (ids, the usual case), else by sorting."""
+    x = np.asarray(x, np.int64)
+    if not len(x):
+        return x, np.zeros(0, np.int64)
+    lo, hi = int(x.min()), int(x.max())
+    if lo >= 0 and hi < 4 * len(x) + 4096:
+        present = np.flatnonzero(np.bincount(x, minlength=hi + 1))
+        lookup = np.zeros(hi + 1, np.int64)
+        lookup[present] = np.arange(len(present))
+        return present, lookup[x]
+    uniq, inverse = np.unique(x, return_inverse=True)
+    return uniq, inverse.ravel()
+
+
+def _counter_name(typ: int, pcf: Pcf) -> tuple[str, float]:
+    label = pcf.types.get(typ)
+    if F.COUNTER_FIRST <= typ <= F.COUNTER_LAST:
+        if label and label.startswith(F.COUNTER_LABEL_PREFIX):
+            name = label[len(F.COUNTER_LABEL_PREFIX):]
+            if name.endswith(F.COUNTER_LABEL_SUFFIX):
+                return name[:-len(F.COUNTER_LABEL_SUFFIX)], 1.0 / F.COUNTER_SCALE
+            return name, 1.0
+        return f"counter {typ}", 1.0
+    if typ in F.HWC_NAMES:
+        return F.HWC_NAMES[typ], 1.0
+    return (label.split()[0] if label else f"counter {typ}"), 1.0
+
+
+def _collective_seq(rank, start, coll, comm, seq):
+    """Our seq where the trace has it; else the call's order among its rank's collectives on its communicator
+    (every rank calls a communicator's collectives in the same order), with the communicator's id in the high
+    32 bits when the trace uses more than one."""
+    value, ok = seq[0].copy(), seq[1].copy()
+    need = coll & ~ok
+    if not need.any():
+        return value, ok
+    cid = np.where(comm[1], comm[0], 0)
+    idx = np.flatnonzero(coll)
+    order = idx[np.lexsort((start[idx], cid[idx], rank[idx]))]
+    group = rank[order] * (int(cid.max()) + 1) + cid[order]
+    first = np.r_[0, np.flatnonzero(group[1:] != group[:-1]) + 1]
+    ordinal = np.arange(len(order)) - np.repeat(first, np.diff(np.r_[first, len(order)]))
+    several = len(np.unique(cid[idx])) > 1
+    computed = np.zeros(len(rank), np.int64)
+    computed[order] = ordinal + ((cid[order] << 32) if several else 0)
+    value[need], ok[need] = computed[need], True
+    return value, ok
+
+
+def _roots(rank, coll, comm, root, seq, peer):
+    """The root's rank, from Extrae's root flag, as the peer of every call of a rooted collective instance."""
+    value, ok = peer[0].copy(), peer[1].copy()
+    flagged = coll & root[1] & (root[0] == 1)
+    if not flagged.any():
+        return value, ok
+    cid = np.where(comm[1], comm[0], 0)
+    key = np.where(coll & seq[1], cid * (2**40) + seq[0], -1)          # one key per collective instance
+    order = np.argsort(key[flagged], kind="stable")
+    keys, roots = key[flagged][order], rank[flagged][order]
+    i = np.searchsorted(keys, key)
+    hit = coll & ~ok & (key >= 0) & (i < len(keys)) & (keys[np.minimum(i, len(keys) - 1)] == key)
+    value[hit], ok[hit] = roots[i[hit]], True
+    return value, ok
+
+
+@njit(cache=True)
+def _stack_pairs(lane, typ, value, opened, closed):
+    """Pairs each opening event (value != 0) with the next closing one (value 0) of its (lane, type) as a stack.
+    Fills opened/closed with positions (closed -1: never closed); returns (pairs, closings without an open)."""
+    n = len(lane)
+    stack = np.empty(n, np.int64)
+    top = 0
+    k = 0
+    stray = 0
+    for i in range(n):
+        if i > 0 and (lane[i] != lane[i - 1] or typ[i] != typ[i - 1]):
+            while top > 0:
+                top -= 1
+                opened[k] = stack[top]
+                closed[k] = -1
+                k += 1
+        if value[i] != 0:
+            stack[top] = i
+            top += 1
+        elif top == 0:
+            stray += 1
+        else:
+            top -= 1
+            opened[k] = stack[top]
+            closed[k] = i
+            k += 1
+    while top > 0:
+        top -= 1
+        opened[k] = stack[top]
+        closed[k] = -1
+        k += 1
+    return k, stray
+
+

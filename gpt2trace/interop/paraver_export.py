@@ -1,0 +1,298 @@
+"""Our trace as a Paraver trace: NAME.prv, NAME.pcf, NAME.row (and NAME.gpt2trace.json), written streaming.
+
+Mapping (ids 1-based: appl 1, task = rank + 1, thread = thread + 1, one virtual CPU per thread on one node):
+  state    1:cpu:1:task:thread:begin:end:state
+  kernel   2:...:start:60000019:<kernel id>[:attributes]   and   2:...:end:60000019:0   (Extrae's user function)
+  phase    2:...:start:71000010:<phase id>[:attributes]    and   2:...:end:71000010:0
+  comm     2:...:start:5000000x:<Extrae's call id>[:50100001:bytes:50100002:bytes:50100004:1[:50100003:1 on the
+           root]][:attributes]  and  2:...:end:5000000x:0; and 3: records for point-to-point messages, the k-th
+           send from a to b matched with the k-th receive on b from a
+  counter  2:...:t:<type>:<value>[:attributes]: PAPI_TOT_INS/PAPI_TOT_CYC as Extrae's 42000050/42000059, others
+           as 71001001.. with value x 1e9 (the .pcf label says so), raw for PAPI_* names
+Attributes (71000001.. layer, step, microstep, seq, peer, bytes) carry the record's optional columns as they
+are, in the line that starts the record, so an import rebuilds the trace exactly.
+
+Paraver wants the records sorted by time: lines are generated batch by batch and written through an external
+merge sort (`linesort`), so memory stays bounded whatever the trace's size. At one instant on one thread, ends
+come before starts, and zero-length records open before they close, so their nesting survives.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gpt2trace import schema
+from gpt2trace.errors import TraceError
+from gpt2trace.interop import paraver_format as F
+from gpt2trace.interop.layout import Layout, messages, scan
+from gpt2trace.interop.linesort import LineSorter
+from gpt2trace.interop.paraver_pcf import EventType, write_pcf, write_row
+from gpt2trace.interop.source import open_source
+from gpt2trace.schema import (BYTES, END_NS, KIND, LAYER, MICROSTEP, NAME, PEER, RANK, SEQ, START_NS, STATE, STEP,
+                              THREAD, VALUE, Kind)
+
+INT64_LIMIT = 9.2e18
+ROOTED = {"MPI_Bcast", "MPI_Reduce", "MPI_Scatter", "MPI_Scatterv", "MPI_Gather", "MPI_Gatherv", "MPI_Ibcast",
+          "MPI_Ireduce", "MPI_Iscatter", "MPI_Iscatterv", "MPI_Igather", "MPI_Igatherv"}
+
+
+@dataclass(frozen=True)
+class ParaverExport:
+    prv: Path
+    pcf: Path
+    row: Path
+    meta: Path
+    records: int               # records read
+    lines: int                 # body lines written
+    messages: int              # 3: records (matched point-to-point messages)
+    dropped_counters: int      # counter values Paraver cannot hold (NaN, inf, beyond int64 once scaled)
+
+
+@dataclass(frozen=True)
+class _Encoding:
+    """The event type and value each name of the trace gets."""
+    kernel: dict[str, int]
+    phase: dict[str, int]
+    mpi: dict[str, tuple[int, int]]
+    counter: dict[str, tuple[int, float]]
+    prefix: pa.Array = field(repr=False)       # "cpu:1:task:thread:" of every global thread
+    offsets: np.ndarray = field(repr=False)
+
+    @classmethod
+    def of(cls, lay: Layout) -> _Encoding:
+        names = lay.names
+        mpi, extra = {}, 0
+        for n in names[Kind.COMM]:
+            if n in F.MPI_CALLS:
+                mpi[n] = F.MPI_CALLS[n]
+            else:
+                mpi[n] = (F.MPI_OTHER, F.OTHER_MPI_FIRST + extra)
+                extra += 1
+        counter, ours = {}, 0
+        hwc = {v: k for k, v in F.HWC_NAMES.items()}
+        for n in names[Kind.COUNTER]:
+            if n in hwc:
+                counter[n] = (hwc[n], 1.0)
+            else:
+                if F.COUNTER_FIRST + ours > F.COUNTER_LAST:
+                    raise TraceError(f"more than {F.COUNTER_LAST - F.COUNTER_FIRST + 1} counter names; Paraver "
+                                     "export supports that many")
+                counter[n] = (F.COUNTER_FIRST + ours, 1.0 if n.startswith("PAPI_") else F.COUNTER_SCALE)
+                ours += 1
+        offsets = lay.offsets
+        pre = [f"{offsets[r] + t + 1}:1:{r + 1}:{t + 1}:" for r in range(lay.ranks) for t in range(lay.threads[r])]
+        return cls({n: i + 1 for i, n in enumerate(names[Kind.KERNEL])},
+                   {n: i + 1 for i, n in enumerate(names[Kind.PHASE])}, mpi, counter, pa.array(pre), offsets)
+
+    def event_types(self) -> list[EventType]:
+        out = []
+        for typ, label in F.MPI_TYPE_LABELS.items():
+            vals = {v: n for n, (t, v) in self.mpi.items() if t == typ}
+            if vals:
+                out.append(EventType(typ, label, {0: "End", **vals}))
+        if any(t == F.MPI_COLLECTIVE for t, _ in self.mpi.values()):
+            out += [EventType(t, label) for t, label in F.MPI_ATTR_LABELS.items()]
+        if self.kernel:
+            out.append(EventType(F.KERNEL, F.FUNCTION_LABELS[F.KERNEL], {0: "End", **_by_id(self.kernel)}))
+        if self.phase:
+            out.append(EventType(F.PHASE, F.PHASE_LABEL, {0: "End", **_by_id(self.phase)}))
+        out += [EventType(t, F.ATTRIBUTE_LABELS[col]) for t, col in F.ATTRIBUTES.items()]
+        for n, (t, scale) in self.counter.items():
+            label = F.HWC_LABELS.get(t) or (F.COUNTER_LABEL.format(name=n) if scale != 1.0
+                                           else F.COUNTER_LABEL_PREFIX + n)
+            out.append(EventType(t, label))
+        return out
+
+
+def export_paraver(source, name: str | Path, date: datetime | None = None, tmpdir: str | Path | None = None,
+                   run_lines: int = 1_000_000, batch_rows: int = 1 << 19) -> ParaverExport:
+    """Writes NAME.prv (or NAME.prv.gz), NAME.pcf, NAME.row, NAME.gpt2trace.json from a trace (a Parquet path,
+    streamed; a `Trace`; or any file `gpt2trace.load` reads). Raises TraceError for a trace it cannot export."""
+    src = open_source(source)
+    lay = scan(src)
+    if lay.t0_ns < 0:
+        raise TraceError(f"{src.name}: records start at {lay.t0_ns} ns; Paraver times start at 0")
+    enc = _Encoding.of(lay)
+    prv, pcf, row, meta = (Path(p) for p in F.file_names(str(name)))
+    sorter = LineSorter(tmpdir, run_lines)
+    dropped = 0
+    for batch in src.batches(rows=batch_rows):
+        kinds = batch.column(KIND)
+        for kind, lines in _LINES.items():
+            part = batch.filter(pc.equal(kinds, kind))
+            if part.num_rows:
+                dropped += lines(sorter, part, enc) or 0
+    messages = _messages(sorter, lay, enc)
+    collectives = any(t == F.MPI_COLLECTIVE for t, _ in enc.mpi.values())
+    opener = partial(gzip.open, compresslevel=6) if prv.name.endswith(".gz") else open
+    try:
+        with opener(prv, "wb") as fh:
+            fh.write(header(lay, date or datetime.now(), collectives).encode())
+            lines = sorter.write(fh)
+        write_pcf(pcf, enc.event_types())
+        write_row(row, _row_levels(lay, src.meta))
+        meta.write_text(json.dumps(_meta_json(src.meta), indent=1) + "\n")
+    except OSError as exc:
+        raise TraceError(f"{exc.filename or prv}: cannot write ({exc.strerror})") from None
+    return ParaverExport(prv, pcf, row, meta, lay.records, lines, messages, dropped)
+
+
+def header(lay: Layout, date: datetime, world: bool) -> str:
+    """`#Paraver (dd/mm/yyyy at hh:mm):<end>_ns:1(<cpus>):1:<ranks>(<threads>:1,...),<comms>` and a `c:` line
+    for MPI_COMM_WORLD when collectives need it."""
+    tasks = ",".join(f"{t}:1" for t in lay.threads)
+    text = (f"#Paraver ({date:%d/%m/%Y at %H:%M}):{lay.end_ns}_ns:1({lay.total_threads}):1:"
+            f"{lay.ranks}({tasks}),{1 if world else 0}\n")
+    if world:
+        text += f"c:1:{F.WORLD}:{lay.ranks}:" + ":".join(str(r + 1) for r in range(lay.ranks)) + "\n"
+    return text
+
+
+# --- lines of each kind -------------------------------------------------------------------------------------
+
+def _state_lines(sorter: LineSorter, part: pa.Table, enc: _Encoding) -> None:
+    start = part.column(START_NS).to_numpy()
+    line = _join("1:", _prefix(part, enc), _s(part.column(START_NS)), ":", _s(part.column(END_NS)), ":",
+                 _s(part.column(STATE)), "\n")
+    sorter.add(start, 0, np.zeros(len(start), np.int64), line)
+
+
+def _kernel_lines(sorter: LineSorter, part: pa.Table, enc: _Encoding) -> None:
+    values = _codes(part, {n: v for n, v in enc.kernel.items()})
+    _intervals(sorter, part, enc, np.full(part.num_rows, F.KERNEL), values, _attrs(part, (STEP, LAYER, MICROSTEP)))
+
+
+def _phase_lines(sorter: LineSorter, part: pa.Table, enc: _Encoding) -> None:
+    values = _codes(part, enc.phase)
+    _intervals(sorter, part, enc, np.full(part.num_rows, F.PHASE), values, _attrs(part, (STEP, LAYER, MICROSTEP)))
+
+
+def _comm_lines(sorter: LineSorter, part: pa.Table, enc: _Encoding) -> None:
+    types = _codes(part, {n: t for n, (t, _) in enc.mpi.items()})
+    values = _codes(part, {n: v for n, (_, v) in enc.mpi.items()})
+    rooted = _codes(part, {n: int(n in ROOTED) for n in enc.mpi}).astype(bool)
+    coll = types == F.MPI_COLLECTIVE
+    nbytes = pc.if_else(pa.array(coll), part.column(BYTES), pa.scalar(None, pa.int64()))
+    peer = part.column(PEER)
+    is_root = coll & rooted & pc.fill_null(pc.equal(peer, part.column(RANK)), False).to_numpy(zero_copy_only=False)
+    extrae = [_attr(F.MPI_SEND_SIZE, nbytes), _attr(F.MPI_RECV_SIZE, nbytes),
+              _attr(F.MPI_COMM, pa.array(np.full(len(coll), F.WORLD), mask=~coll)),
+              _attr(F.MPI_ROOT, pa.array(np.ones(len(coll), np.int64), mask=~is_root))]
+    ours = _attrs(part, (SEQ, PEER, BYTES, STEP, LAYER, MICROSTEP))
+    _intervals(sorter, part, enc, types, values, extrae + ours)
+
+
+def _counter_lines(sorter: LineSorter, part: pa.Table, enc: _Encoding) -> int:
+    types = _codes(part, {n: t for n, (t, _) in enc.counter.items()})
+    scale = _codes(part, {n: s for n, (_, s) in enc.counter.items()}, dtype=np.float64)
+    value = part.column(VALUE).to_numpy(zero_copy_only=False) * scale
+    ok = np.isfinite(value) & (np.abs(value) < INT64_LIMIT)
+    if not ok.all():
+        part, types, value = part.filter(pa.array(ok)), types[ok], value[ok]
+    t = part.column(START_NS).to_numpy()
+    line = _join("2:", _prefix(part, enc), _s(part.column(START_NS)), ":", _s(types), ":",
+                 _s(np.rint(value).astype(np.int64)), *_attrs(part, (STEP, LAYER, MICROSTEP)), "\n")
+    sorter.add(t, 2, np.zeros(len(t), np.int64), line)
+    return int((~ok).sum())
+
+
+_LINES = {Kind.STATE: _state_lines, Kind.KERNEL: _kernel_lines, Kind.PHASE: _phase_lines, Kind.COMM: _comm_lines,
+          Kind.COUNTER: _counter_lines}
+
+
+def _intervals(sorter: LineSorter, part: pa.Table, enc: _Encoding, types: np.ndarray, values: np.ndarray,
+               attrs: list[pa.Array]) -> None:
+    """An opening line (type:value and attributes) at the start and a closing one (type:0) at the end.
+
+    Sort keys at one instant: ends of records with a duration (sub 1), then starts (sub 2, the longest first so
+    that nesting holds), then ends of zero-length records (sub 3, the latest-started first).
+    """
+    start, end = part.column(START_NS).to_numpy(), part.column(END_NS).to_numpy()
+    pre = _prefix(part, enc)
+    t = _s(types)
+    sorter.add(start, 2, -end, _join("2:", pre, _s(part.column(START_NS)), ":", t, ":", _s(values), *attrs, "\n"))
+    sorter.add(end, np.where(start == end, 3, 1), -start, _join("2:", pre, _s(part.column(END_NS)), ":", t, ":0\n"))
+
+
+def _messages(sorter: LineSorter, lay: Layout, enc: _Encoding) -> int:
+    """3: records for the matched point-to-point messages (`layout.messages`): logical and physical send at the
+    send's start, logical receive at the receive's start, physical receive at its end."""
+    s, r = messages(lay)
+    if not len(s):
+        return 0
+    c = lay.comms
+    rank, thread = c.column(RANK).to_numpy(), c.column(THREAD).to_numpy()
+    start, end = c.column(START_NS).to_numpy(), c.column(END_NS).to_numpy()
+    nbytes = pc.fill_null(c.column(BYTES), 0).to_numpy()
+    lane = enc.offsets[rank] + thread
+    pre = enc.prefix
+    line = _join("3:", pre.take(pa.array(lane[s])), _s(start[s]), ":", _s(start[s]), ":",
+                 pre.take(pa.array(lane[r])), _s(start[r]), ":", _s(end[r]), ":", _s(nbytes[s]), ":0\n")
+    sorter.add(start[s], 2, np.zeros(len(s), np.int64), line)
+    return len(s)
+
+
+# --- helpers ------------------------------------------------------------------------------------------------
+
+def _s(values) -> pa.Array:
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    return pc.cast(values if isinstance(values, pa.Array) else pa.array(values), pa.string())
+
+
+def _join(*parts) -> pa.Array:
+    out = pc.binary_join_element_wise(*parts, "", null_handling="skip")
+    return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
+
+
+def _attr(typ: int, column) -> pa.Array:
+    """':type:value' per record, null where the column is null (the pair is then left out of the line)."""
+    return pc.binary_join_element_wise(f":{typ}:", _s(column), "")
+
+
+def _attrs(part: pa.Table, cols: tuple[str, ...]) -> list[pa.Array]:
+    return [_attr(F.ATTRIBUTE_TYPES[c], part.column(c)) for c in cols if part.column(c).null_count < part.num_rows]
+
+
+def _prefix(part: pa.Table, enc: _Encoding) -> pa.Array:
+    lane = enc.offsets[part.column(RANK).to_numpy()] + part.column(THREAD).to_numpy()
+    return enc.prefix.take(pa.array(lane))
+
+
+def _codes(part: pa.Table, mapping: dict, dtype=np.int64) -> np.ndarray:
+    """mapping[name] of each record, through the batch's dictionary (which may hold other kinds' names too)."""
+    col = part.column(NAME).combine_chunks()
+    lookup = np.array([mapping.get(n, 0) for n in col.dictionary.to_pylist()], dtype=dtype)
+    return lookup[col.indices.to_numpy(zero_copy_only=False)]
+
+
+def _by_id(names: dict[str, int]) -> dict[int, str]:
+    return {v: n for n, v in names.items()}
+
+
+def _row_levels(lay: Layout, meta: dict) -> dict[str, list[str]]:
+    machine = schema.metadata_json(pa.schema([], metadata=meta), schema.META_MACHINE) or {}
+    node = str(machine.get("hostname") or "node1")
+    return {"CPU": [f"{i + 1}.{node}" for i in range(lay.total_threads)], "NODE": [node], "APPL": ["gpt2trace"],
+            "TASK": [f"TASK 1.{r + 1}" for r in range(lay.ranks)],
+            "THREAD": [f"THREAD 1.{r + 1}.{t + 1}" for r in range(lay.ranks) for t in range(lay.threads[r])]}
+
+
+def _meta_json(meta: dict) -> dict:
+    out = {"format": "gpt2trace Paraver export", "schema_version": schema.SCHEMA_VERSION}
+    for key, raw in meta.items():
+        if key == schema.META_VERSION:
+            continue
+        try:
+            out[key.decode()] = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            continue
+    return out

@@ -1,0 +1,149 @@
+"""A Paraver/Extrae trace (.prv or .prv.gz, with the .pcf and .row beside it) as a trace of our schema.
+
+  states              `1:` records, as they are (rank = the task's global order, thread = thread - 1); a thread's
+                      time before its first and after its last state, up to the header's end time, is Idle, as
+                      Paraver shows it, so the runtime is the header's end time (BasicAnalysis' convention)
+  comm                MPI call events (types 5000000x, value = the call, 0 at its return); bytes from our
+                      attribute, else Extrae's collective sizes (50100001/2), else the `3:` record the call sends or
+                      receives; peer from our attribute, else the root of the collective (50100003 on the root),
+                      else the `3:` record's partner; seq from our attribute, else the call's order among the
+                      collectives of its communicator (50100004) on its rank
+  kernel              user function / OpenMP function events (60000018/19/20/23), named from the .pcf
+  phase               our phase events (71000010), named from the .pcf
+  counter             hardware counters (42xxxxxx, e.g. 42000050 PAPI_TOT_INS, 42000059 PAPI_TOT_CYC: the count
+                      since the thread's previous read, so `analysis.counters` gives it to the burst it closes) and
+                      our counters (71001xxx, scaled back as their .pcf label says)
+Opening and closing events pair per thread and type as a stack (Paraver's nesting). Events of other types are
+not records of our schema: the import counts them in its notes. Every malformed or out-of-range line is a
+TraceError naming its line. Modules: `paraver_parse` reads the text, `paraver_records` places and checks
+records, `paraver_events` turns events into records, this one assembles the trace and its metadata.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gpt2trace import schema
+from gpt2trace.errors import TraceError
+from gpt2trace.interop import paraver_format as F
+from gpt2trace.interop.paraver_events import Events
+from gpt2trace.interop.paraver_parse import Body, Header, read
+from gpt2trace.interop.paraver_pcf import Pcf, read_pcf, read_row
+from gpt2trace.interop.paraver_records import Lanes, kind_table, require, to_ns
+from gpt2trace.reader import Trace
+from gpt2trace.schema import STATE, Kind, State
+
+
+@dataclass(frozen=True)
+class ParaverImport:
+    table: pa.Table                     # schema columns and metadata
+    header: Header
+    notes: tuple[str, ...]              # what the import did beyond a plain translation
+
+
+def load_paraver(path: str | Path) -> Trace:
+    """`gpt2trace.load` for .prv/.prv.gz files: the imported trace, checked as any trace."""
+    return Trace.from_table(import_paraver(path).table, path)
+
+
+def import_paraver(path: str | Path) -> ParaverImport:
+    path = Path(path)
+    if not path.is_file():
+        raise TraceError(f"{path}: no such trace file")
+    if not path.name.endswith((".prv", ".prv.gz")):
+        raise TraceError(f"{path}: not a Paraver trace (expected a .prv or .prv.gz file)")
+    _, pcf_name, row_name, meta_name = (Path(p) for p in F.file_names(str(path)))
+    notes = []
+    header, body = read(path)
+    pcf = read_pcf(pcf_name) if pcf_name.is_file() else Pcf()
+    if not pcf_name.is_file():
+        notes.append(f"no {pcf_name.name} beside the trace: names are the built-in ones or numbers")
+    if row_name.is_file():
+        threads = read_row(row_name).get("THREAD")
+        total = sum(sum(t) for t in header.tasks)
+        if threads is not None and len(threads) != total:
+            notes.append(f"{row_name.name} names {len(threads)} threads; the header declares {total}")
+    meta = _sidecar(meta_name)
+    lanes = Lanes(header)
+    tables = [_states(path, header, body, lanes, notes)]
+    events = Events(path, header, body, lanes)
+    tables += events.records(pcf, notes)
+    table = pa.concat_tables([t for t in tables if t.num_rows]) if any(t.num_rows for t in tables) else None
+    if table is None:
+        raise TraceError(f"{path}: the trace has no records of our schema (states, MPI calls, functions, counters)")
+    metadata = _metadata(meta)
+    table = table.unify_dictionaries().replace_schema_metadata(schema.arrow_schema(metadata).metadata)
+    return ParaverImport(table, header, tuple(notes))
+
+
+def write_parquet(imported: ParaverImport, out: str | Path) -> int:
+    """Writes the imported trace as our Parquet trace (zstd); returns the number of records."""
+    try:
+        with pq.ParquetWriter(out, imported.table.schema, compression="zstd") as writer:
+            writer.write_table(imported.table, row_group_size=1 << 20)
+    except OSError as exc:
+        raise TraceError(f"{out}: cannot write ({exc.strerror or exc})") from None
+    return imported.table.num_rows
+
+
+# --- states --------------------------------------------------------------------------------------------------
+
+def _states(path: Path, header: Header, body: Body, lanes: Lanes, notes: list[str]) -> pa.Table:
+    st, line = body.states, body.state_line
+    lane = lanes.lane(path, st, line, "state record")
+    begin = to_ns(path, header, line, st[:, 4], "begin time")
+    end = to_ns(path, header, line, st[:, 5], "end time")
+    require(path, line, end >= begin, lambda i: f"state ends ({st[i, 5]}) before it begins ({st[i, 4]})")
+    require(path, line, (st[:, 6] >= 0) & (st[:, 6] < 2**15), lambda i: f"state id {st[i, 6]} is out of range")
+    state = st[:, 6]
+    # Paraver shows a thread's time outside its state records as Idle: made explicit up to the header's end.
+    pad_lane, pad_start, pad_end = _padding(lane, begin, end, header.end_ns)
+    if len(pad_lane):
+        notes.append(f"{len(np.unique(pad_lane))} thread(s) padded with Idle before their first or after their "
+                     f"last state, up to the header's end time")
+        lane = np.concatenate([lane, pad_lane])
+        begin, end = np.concatenate([begin, pad_start]), np.concatenate([end, pad_end])
+        state = np.concatenate([state, np.full(len(pad_lane), int(State.IDLE))])
+    return kind_table(Kind.STATE, lanes, lane, begin, end, {STATE: (state.astype(np.int16), None)})
+
+
+def _padding(lane, begin, end, end_ns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    if not len(lane):
+        z = np.zeros(0, np.int64)
+        return z, z, z
+    size = int(lane.max()) + 1
+    first = np.full(size, np.iinfo(np.int64).max)
+    last = np.full(size, -1)
+    np.minimum.at(first, lane, begin)
+    np.maximum.at(last, lane, end)
+    has = np.flatnonzero(last >= 0)
+    lead = has[first[has] > 0]
+    tail = has[last[has] < end_ns]
+    return (np.concatenate([lead, tail]), np.concatenate([np.zeros(len(lead), np.int64), last[tail]]),
+            np.concatenate([first[lead], np.full(len(tail), end_ns)]))
+
+
+# --- metadata ------------------------------------------------------------------------------------------------
+
+def _sidecar(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise TraceError(f"{path}: not valid JSON (the metadata our Paraver export writes beside the .prv)") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _metadata(meta: dict) -> dict[bytes, bytes]:
+    """Our trace's metadata from NAME.gpt2trace.json when our export wrote one (an Extrae trace has none)."""
+    out = {}
+    for key in (schema.META_RUN, schema.META_MACHINE, schema.META_PEAK, schema.META_CLOCK):
+        if key.decode() in meta:
+            out[key] = json.dumps(meta[key.decode()]).encode()
+    return out

@@ -1,0 +1,357 @@
+"""Reading a .prv (or .prv.gz) file: its header and communicator lines, then the body in large chunks.
+
+The body is read 32 MB at a time and each chunk is scanned by one compiled pass (Numba) that fills NumPy arrays:
+state records, event records with their (type, value) pairs, communication records, and each record's line
+number. Nothing is parsed line by line in Python. A line that does not follow the format stops the parse with a
+TraceError naming the file and the line: nothing is skipped silently. Lines starting with '#' are comments, as
+Paraver reads them.
+
+Record formats (every field an integer):
+  1:cpu:appl:task:thread:begin:end:state
+  2:cpu:appl:task:thread:time:type:value[:type:value...]
+  3:cpu:appl:task:thread:lsend:psend:cpu:appl:task:thread:lrecv:precv:size:tag
+"""
+from __future__ import annotations
+
+import gzip
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from numba import njit
+
+from gpt2trace.errors import TraceError
+
+CHUNK_BYTES = 32 << 20
+STATE_FIELDS = ("cpu", "appl", "task", "thread", "begin", "end", "state")
+EVENT_FIELDS = ("cpu", "appl", "task", "thread", "time")
+COMM_FIELDS = ("cpu", "appl", "task", "thread", "logical send", "physical send", "receiver cpu", "receiver appl",
+               "receiver task", "receiver thread", "logical receive", "physical receive", "size", "tag")
+_UNKNOWN, _BAD_NUMBER, _FIELD_COUNT, _TOO_LONG = 1, 2, 3, 4
+
+
+@dataclass(frozen=True)
+class Header:
+    end_ns: int                           # the trace's end time, in ns
+    unit_ns: int                          # 1 (times in ns, '_ns') or 1000 (no unit: microseconds)
+    cpus: int                             # 0: the trace defines no nodes or CPUs
+    tasks: tuple[tuple[int, ...], ...]    # per application, the threads of each task
+    communicators: dict                   # (appl, id) -> tasks (1-based)
+    lines: int                            # header lines: 1 + communicator lines
+
+
+@dataclass(frozen=True)
+class Body:
+    """Every record of the body; `*_line` are 1-based line numbers in the file."""
+    states: np.ndarray            # (n, 7) STATE_FIELDS
+    state_line: np.ndarray
+    events: np.ndarray            # (m, 5) EVENT_FIELDS: one row per event line
+    event_line: np.ndarray
+    pair_rec: np.ndarray          # for each (type, value) pair, its row in `events`
+    pair_type: np.ndarray
+    pair_value: np.ndarray
+    comms: np.ndarray             # (k, 14) COMM_FIELDS
+    comm_line: np.ndarray
+    lines: int
+
+
+_HEAD = re.compile(r"^#Paraver \((?P<date>[^)]*)\):(?P<time>\d+)(?P<unit>_ns)?:(?P<rest>.*)$")
+
+
+def read(path: Path) -> tuple[Header, Body]:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as fh:
+            buf = fh.read(CHUNK_BYTES)
+            header, buf = _header(path, fh, buf)
+            return header, _body(path, fh, buf, header.lines)
+    except (OSError, EOFError) as exc:
+        raise TraceError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
+
+
+def _header(path: Path, fh, buf: bytes) -> tuple[Header, bytes]:
+    nl = buf.find(b"\n")
+    first = (buf[:nl] if nl >= 0 else buf).decode(errors="replace").rstrip("\r")
+    m = _HEAD.match(first)
+    if not m:
+        raise TraceError(f"{path}:1: not a Paraver header (expected '#Paraver (date):<end>_ns:<nodes>:<appls>:"
+                         f"...'), got {first[:80]!r}")
+    unit = 1 if m["unit"] else 1000
+    cpus, tasks, ncomms = _resources(path, m["rest"])
+    rest = buf[nl + 1:] if nl >= 0 else b""
+    comms = {}
+    for k in range(ncomms):
+        nl = rest.find(b"\n")
+        while nl < 0:
+            more = fh.read(CHUNK_BYTES)
+            if not more:
+                nl = len(rest)
+                rest += b"\n"
+                break
+            rest += more
+            nl = rest.find(b"\n")
+        line = rest[:nl].decode(errors="replace").rstrip("\r")
+        rest = rest[nl + 1:]
+        comms.update(_communicator(path, k + 2, line, tasks))
+    end = int(m["time"]) * unit
+    return Header(end, unit, cpus, tasks, comms, 1 + ncomms), rest
+
+
+def _resources(path: Path, rest: str) -> tuple[int, tuple, int]:
+    def bad(what: str):
+        return TraceError(f"{path}:1: malformed header: {what} (in {rest[:60]!r})")
+
+    m = re.match(r"(\d+)(?:\(([\d,]*)\))?:", rest)
+    if not m:
+        raise bad("expected <nodes>(<cpus>,...) after the end time")
+    nodes = int(m[1])
+    if nodes == 0:
+        cpus = 0
+    elif m[2] is None:
+        cpus = nodes
+    else:
+        per = [int(c) for c in m[2].split(",") if c]
+        if len(per) != nodes:
+            raise bad(f"{nodes} nodes but {len(per)} CPU counts")
+        cpus = sum(per)
+    rest = rest[m.end():]
+    m = re.match(r"(\d+):", rest)
+    if not m or int(m[1]) < 1:
+        raise bad("expected the number of applications (>= 1)")
+    nappl, rest = int(m[1]), rest[m.end():]
+    tasks, ncomms = [], 0
+    for a in range(nappl):
+        m = re.match(r"(\d+)\(([^)]*)\)(?:,(\d+))?", rest)
+        if not m:
+            raise bad(f"expected <tasks>(<threads>:<node>,...) for application {a + 1}")
+        spec = m[2].split(",")
+        if int(m[1]) < 1 or len(spec) != int(m[1]):
+            raise bad(f"application {a + 1} declares {m[1]} tasks but lists {len(spec)}")
+        threads = []
+        for s in spec:
+            parts = s.split(":")
+            if len(parts) != 2 or not all(p.isdigit() for p in parts) or int(parts[0]) < 1:
+                raise bad(f"task spec {s!r} is not <threads>:<node> with threads >= 1")
+            if cpus and not 1 <= int(parts[1]) <= max(nodes, 1):
+                raise bad(f"task spec {s!r} names node {parts[1]}; the header declares {nodes}")
+            threads.append(int(parts[0]))
+        tasks.append(tuple(threads))
+        ncomms += int(m[3] or 0)
+        rest = rest[m.end():]
+        if a < nappl - 1:
+            if not rest.startswith(":"):
+                raise bad(f"expected ':' before application {a + 2}")
+            rest = rest[1:]
+    if rest.strip():
+        raise bad(f"unexpected {rest.strip()[:20]!r} at the end")
+    return cpus, tuple(tasks), ncomms
+
+
+def _communicator(path: Path, lineno: int, line: str, tasks: tuple) -> dict:
+    fields = line.split(":")
+    if fields[0] not in ("c", "C") or len(fields) < 4 or not all(f.isdigit() for f in fields[1:]):
+        raise TraceError(f"{path}:{lineno}: expected a communicator line 'c:<appl>:<id>:<ntasks>:<task>...', "
+                         f"got {line[:80]!r}")
+    appl, cid, n = (int(f) for f in fields[1:4])
+    members = tuple(int(f) for f in fields[4:])
+    if not 1 <= appl <= len(tasks):
+        raise TraceError(f"{path}:{lineno}: communicator {cid} names application {appl}; the header declares "
+                         f"{len(tasks)}")
+    if len(members) != n:
+        raise TraceError(f"{path}:{lineno}: communicator {cid} announces {n} tasks but lists {len(members)}")
+    bad = [t for t in members if not 1 <= t <= len(tasks[appl - 1])]
+    if bad:
+        raise TraceError(f"{path}:{lineno}: communicator {cid} names task {bad[0]}; application {appl} has "
+                         f"{len(tasks[appl - 1])}")
+    return {(appl, cid): members}
+
+
+def _body(path: Path, fh, buf: bytes, first_line: int) -> Body:
+    parts, base = [], first_line
+    while True:
+        more = fh.read(CHUNK_BYTES)
+        if not more:
+            if buf and not buf.endswith(b"\n"):
+                buf += b"\n"
+            chunk, buf = buf, b""
+        else:
+            buf += more
+            cut = buf.rfind(b"\n") + 1
+            chunk, buf = buf[:cut], buf[cut:]
+        if chunk:
+            parts.append(_parse_chunk(path, chunk, base))
+            base += chunk.count(b"\n")
+        if not more and not buf:
+            break
+    return _concat(parts, base)
+
+
+def _parse_chunk(path: Path, chunk: bytes, base: int) -> tuple:
+    arr = np.frombuffer(chunk, dtype=np.uint8)
+    ns, ne, nc, npairs = _count(arr)
+    st, st_line = np.empty((ns, 7), np.int64), np.empty(ns, np.int64)
+    ev, ev_line = np.empty((ne, 5), np.int64), np.empty(ne, np.int64)
+    pr, pt, pv = np.empty(npairs, np.int64), np.empty(npairs, np.int64), np.empty(npairs, np.int64)
+    cm, cm_line = np.empty((nc, 14), np.int64), np.empty(nc, np.int64)
+    counts = np.zeros(4, np.int64)
+    err, line, fieldno = _scan(arr, st, st_line, ev, ev_line, pr, pt, pv, cm, cm_line, counts)
+    if err:
+        raise _error(path, chunk, base, err, int(line), int(fieldno))
+    s, e, p, c = counts
+    off = base + 1
+    return (st[:s], st_line[:s] + off, ev[:e], ev_line[:e] + off, pr[:p], pt[:p], pv[:p], cm[:c], cm_line[:c] + off)
+
+
+def _concat(parts: list[tuple], lines: int) -> Body:
+    if not parts:
+        parts = [(np.empty((0, 7), np.int64), np.empty(0, np.int64), np.empty((0, 5), np.int64),
+                  np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64),
+                  np.empty((0, 14), np.int64), np.empty(0, np.int64))]
+    if len(parts) == 1:
+        return Body(*parts[0], lines=lines)
+    offsets = np.cumsum([0] + [len(p[2]) for p in parts])[:-1]
+    cols = [np.concatenate([p[i] for p in parts]) for i in range(9)]
+    cols[4] = np.concatenate([p[4] + o for p, o in zip(parts, offsets)])     # pair -> global event row
+    return Body(*cols, lines=lines)
+
+
+def _error(path: Path, chunk: bytes, base: int, err: int, line: int, fieldno: int) -> TraceError:
+    text = chunk.split(b"\n", line + 1)[line].decode(errors="replace").rstrip("\r")
+    where = f"{path}:{base + line + 1}"
+    shown = text if len(text) <= 80 else text[:77] + "..."
+    kind = text[:1]
+    names = {"1": STATE_FIELDS, "3": COMM_FIELDS}.get(kind, EVENT_FIELDS)
+    if err == _UNKNOWN:
+        return TraceError(f"{where}: unknown record type (a body line starts with 1:, 2:, 3: or #): {shown!r}")
+    if err == _FIELD_COUNT:
+        want = {"1": "8 fields (1:cpu:appl:task:thread:begin:end:state)",
+                "2": "6 fields and type:value pairs (2:cpu:appl:task:thread:time:type:value...)",
+                "3": "15 fields (3:cpu:appl:task:thread:lsend:psend:cpu:appl:task:thread:lrecv:precv:size:tag)"}
+        return TraceError(f"{where}: wrong number of fields, expected {want[kind]}: {shown!r}")
+    label = names[fieldno] if fieldno < len(names) else ("type" if (fieldno - 5) % 2 == 0 else "value")
+    problem = "is not an integer" if err == _BAD_NUMBER else "has too many digits"
+    return TraceError(f"{where}: field {fieldno + 2} ({label}) {problem}: {shown!r}")
+
+
+@njit(cache=True)
+def _count(buf):
+    """(state lines, event lines, comm lines, an upper bound of the event pairs) of a chunk."""
+    ns = ne = nc = colons = 0
+    n = len(buf)
+    i = 0
+    while i < n:
+        c = buf[i]
+        j = i
+        while j < n and buf[j] != 10:
+            j += 1
+        if c == 49:
+            ns += 1
+        elif c == 50:
+            ne += 1
+            for k in range(i, j):
+                if buf[k] == 58:
+                    colons += 1
+        elif c == 51:
+            nc += 1
+        i = j + 1
+    return ns, ne, nc, colons // 2 + 1
+
+
+@njit(cache=True)
+def _scan(buf, st, st_line, ev, ev_line, pr, pt, pv, cm, cm_line, counts):
+    """Fills the arrays; returns (error code, line index in the chunk, field index) with code 0 when all is well."""
+    n = len(buf)
+    tmp = np.zeros(14, np.int64)
+    i = 0
+    line = 0
+    ns = ne = np_ = nc = 0
+    while i < n:
+        c = buf[i]
+        if c == 10:
+            line += 1
+            i += 1
+            continue
+        if c == 13 and i + 1 < n and buf[i + 1] == 10:
+            line += 1
+            i += 2
+            continue
+        if c == 35:
+            while i < n and buf[i] != 10:
+                i += 1
+            line += 1
+            i += 1
+            continue
+        if not (49 <= c <= 51) or i + 1 >= n or buf[i + 1] != 58:
+            return _UNKNOWN, line, 0
+        kind = c - 48
+        i += 2
+        nf = 0
+        pair_type = 0
+        first_pair = np_
+        while True:
+            neg = False
+            if i < n and buf[i] == 45:
+                neg = True
+                i += 1
+            start = i
+            v = 0
+            while i < n and 48 <= buf[i] <= 57:
+                v = v * 10 + (buf[i] - 48)
+                i += 1
+            if i == start:
+                return _BAD_NUMBER, line, nf
+            if i - start > 18:
+                return _TOO_LONG, line, nf
+            if neg:
+                v = -v
+            if kind == 2 and nf >= 5:
+                if (nf - 5) % 2 == 0:
+                    pair_type = v
+                else:
+                    pr[np_] = ne
+                    pt[np_] = pair_type
+                    pv[np_] = v
+                    np_ += 1
+            elif nf < 14:
+                tmp[nf] = v
+            nf += 1
+            d = buf[i] if i < n else 10
+            if d == 13 and i + 1 < n and buf[i + 1] == 10:
+                i += 1
+                d = 10
+            if d == 58:
+                i += 1
+                continue
+            if d == 10:
+                break
+            return _BAD_NUMBER, line, nf - 1
+        if kind == 1:
+            if nf != 7:
+                return _FIELD_COUNT, line, nf
+            for k in range(7):
+                st[ns, k] = tmp[k]
+            st_line[ns] = line
+            ns += 1
+        elif kind == 2:
+            if nf < 7 or (nf - 5) % 2 != 0:
+                np_ = first_pair
+                return _FIELD_COUNT, line, nf
+            for k in range(5):
+                ev[ne, k] = tmp[k]
+            ev_line[ne] = line
+            ne += 1
+        else:
+            if nf != 14:
+                return _FIELD_COUNT, line, nf
+            for k in range(14):
+                cm[nc, k] = tmp[k]
+            cm_line[nc] = line
+            nc += 1
+        i += 1
+        line += 1
+    counts[0] = ns
+    counts[1] = ne
+    counts[2] = np_
+    counts[3] = nc
+    return 0, line, 0

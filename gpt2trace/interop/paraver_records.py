@@ -1,0 +1,83 @@
+"""What every imported record needs: its place (rank and thread from the .prv's appl, task, thread), its times
+in ns, checked against the header, and a schema table per kind. Shared by the import of states and of events."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from gpt2trace import schema
+from gpt2trace.errors import TraceError
+from gpt2trace.interop.paraver_parse import Header
+from gpt2trace.schema import END_NS, FIELDS, KIND, NAME, RANK, START_NS, THREAD
+
+
+class Lanes:
+    """(appl, task, thread) -> global thread (lane), its rank (the task's global order) and thread (0-based)."""
+
+    def __init__(self, header: Header):
+        per_task = [t for appl in header.tasks for t in appl]
+        self.task_base = np.cumsum([0] + [len(a) for a in header.tasks])
+        self.ntasks = np.array([len(a) for a in header.tasks])
+        self.nthreads = np.array(per_task)
+        self.thread_base = np.cumsum([0] + per_task)
+        self.rank = np.repeat(np.arange(len(per_task)), per_task)
+        self.thread = np.concatenate([np.arange(n) for n in per_task])
+        self.header = header
+
+    def lane(self, path: Path, rec: np.ndarray, lines: np.ndarray, what: str, first: int = 0) -> np.ndarray:
+        """Checks cpu, appl, task, thread (columns first..first+3 of rec) and returns the lanes."""
+        cpu, appl, task, thread = (rec[:, first + k] for k in range(4))
+        h = self.header
+        require(path, lines, (cpu >= 0) & ((cpu <= h.cpus) | (h.cpus == 0)), lambda i:
+                 f"{what} cpu {cpu[i]} is out of range (the header declares {h.cpus} CPUs)")
+        require(path, lines, (appl >= 1) & (appl <= len(self.ntasks)), lambda i:
+                 f"{what} application {appl[i]} is out of range (the header declares {len(self.ntasks)})")
+        a = appl - 1
+        require(path, lines, (task >= 1) & (task <= self.ntasks[a]), lambda i:
+                 f"{what} task {task[i]} is out of range (application {appl[i]} has {self.ntasks[a[i]]} tasks)")
+        g = self.task_base[a] + task - 1
+        require(path, lines, (thread >= 1) & (thread <= self.nthreads[g]), lambda i:
+                 f"{what} thread {thread[i]} is out of range (task {task[i]} has {self.nthreads[g[i]]} threads)")
+        return self.thread_base[g] + thread - 1
+
+
+def require(path: Path, lines: np.ndarray, ok: np.ndarray, message) -> None:
+    if not ok.all():
+        i = int(np.argmin(ok))
+        raise TraceError(f"{path}:{lines[i]}: {message(i)}")
+
+
+def to_ns(path: Path, header: Header, lines: np.ndarray, t: np.ndarray, what: str) -> np.ndarray:
+    require(path, lines, (t >= 0) & (t * header.unit_ns <= header.end_ns), lambda i:
+             f"{what} {t[i]} is outside the trace (0 to {header.end_ns // header.unit_ns} in the header)")
+    return t * header.unit_ns
+
+
+def kind_table(kind: str, lanes: Lanes, lane, start, end, cols: dict, names: tuple | None = None) -> pa.Table:
+    """A schema table of one kind; cols: column -> (values, present or None). Records keep their order (each
+    thread's in time order, as the file lists them)."""
+    n = len(lane)
+    arrays = {KIND: pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([kind])),
+              RANK: pa.array(lanes.rank[lane].astype(np.int32)), THREAD: pa.array(lanes.thread[lane].astype(np.int32)),
+              START_NS: pa.array(np.asarray(start, np.int64)), END_NS: pa.array(np.asarray(end, np.int64)),
+              NAME: name_array(names, n)}
+    for col, typ in FIELDS.items():
+        if col in arrays:
+            continue
+        if col in cols:
+            values, ok = cols[col]
+            arrays[col] = pa.array(np.asarray(values), type=typ, mask=None if ok is None or ok.all() else ~ok)
+        else:
+            arrays[col] = pa.nulls(n, typ)
+    return pa.table({c: arrays[c] for c in FIELDS}, schema=schema.arrow_schema())
+
+
+def name_array(names: tuple[np.ndarray, list[str]] | None, n: int) -> pa.Array:
+    if names is None:
+        return pa.nulls(n, FIELDS[NAME])
+    codes, dictionary = names
+    return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), pa.array(dictionary, pa.string()))
+
+

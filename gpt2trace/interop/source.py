@@ -1,0 +1,106 @@
+"""The records an exporter reads, batch by batch: from a Parquet trace without loading it whole (memory stays
+bounded), or from a trace already in memory (a `Trace`, or any file `gpt2trace.load` reads, such as a .prv).
+
+Each batch is a table with every schema column in the schema's types (columns the file lacks come back null),
+so exporters never test for a missing column.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from gpt2trace import schema
+from gpt2trace.errors import TraceError
+from gpt2trace.reader import Trace
+from gpt2trace.schema import FIELDS, KIND, REQUIRED, Kind
+
+BATCH_ROWS = 1 << 20
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str
+    meta: dict                          # the schema's key/value metadata (bytes -> bytes)
+    path: Path | None = None            # a Parquet file read in batches
+    trace: Trace | None = None          # or a trace in memory
+
+    def batches(self, columns: Sequence[str] = tuple(FIELDS), rows: int = BATCH_ROWS) -> Iterator[pa.Table]:
+        """Tables of at most `rows` records with `columns` (schema types, nulls where the trace has none)."""
+        if self.trace is not None:
+            table = self.trace.table
+            for batch in table.select(list(columns)).to_batches(max_chunksize=rows):
+                yield pa.Table.from_batches([batch])
+            return
+        pfile = pq.ParquetFile(self.path)
+        names = pfile.schema_arrow.names
+        present = [c for c in columns if c in names]
+        try:
+            for batch in pfile.iter_batches(batch_size=rows, columns=present):
+                yield _typed(self.name, pa.Table.from_batches([batch]), columns)
+        except (pa.ArrowException, OSError) as exc:
+            raise TraceError(f"{self.name}: cannot read the Parquet data ({_first_line(exc)})") from None
+
+
+def open_source(source) -> Source:
+    """A Parquet path (streamed), a `Trace`, or any other path `gpt2trace.load` reads (loaded whole)."""
+    if isinstance(source, Trace):
+        return Source(source.name, _trace_meta(source), trace=source)
+    path = Path(source)
+    if not path.is_file():
+        raise TraceError(f"{path}: no such trace file")
+    if path.name.endswith((".prv", ".prv.gz")):
+        from gpt2trace.reader import load
+        trace = load(path)
+        return Source(str(path), _trace_meta(trace), trace=trace)
+    try:
+        arrow_schema = pq.ParquetFile(path).schema_arrow
+    except (pa.ArrowException, OSError) as exc:
+        raise TraceError(f"{path}: not a Parquet file ({_first_line(exc)})") from None
+    meta = dict(arrow_schema.metadata or {})
+    raw = meta.get(schema.META_VERSION)
+    if raw is not None and raw != str(schema.SCHEMA_VERSION).encode():
+        raise TraceError(f"{path}: trace schema version {raw.decode(errors='replace')} is not supported (this "
+                         f"gpt2trace reads version {schema.SCHEMA_VERSION})")
+    missing = [c for c in REQUIRED if c not in arrow_schema.names]
+    if missing:
+        raise TraceError(f"{path}: missing required column(s) {', '.join(missing)}")
+    return Source(str(path), meta, path=path)
+
+
+def _typed(where: str, table: pa.Table, columns: Sequence[str]) -> pa.Table:
+    cols = {}
+    for name in columns:
+        typ = FIELDS[name]
+        if name not in table.column_names:
+            cols[name] = pa.nulls(table.num_rows, typ)
+            continue
+        try:
+            cols[name] = table.column(name).cast(typ)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise TraceError(f"{where}: column {name!r} does not cast to {typ} ({_first_line(exc)})") from None
+    out = pa.table(cols)
+    if KIND in out.column_names:
+        unknown = set(pc.unique(out.column(KIND)).to_pylist()) - set(Kind.ALL) - {None}
+        if unknown:
+            raise TraceError(f"{where}: unknown record kind(s) {', '.join(sorted(unknown))}")
+    return out
+
+
+def _trace_meta(trace: Trace) -> dict:
+    import json
+    meta = {schema.META_VERSION: str(trace.version).encode()}
+    for key, value in ((schema.META_RUN, trace.run), (schema.META_MACHINE, trace.machine),
+                       (schema.META_PEAK, trace.peak), (schema.META_CLOCK, trace.clock)):
+        if value is not None:
+            meta[key] = json.dumps(value).encode()
+    return meta
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
