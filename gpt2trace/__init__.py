@@ -4,6 +4,10 @@
 """
 from __future__ import annotations
 
+# Before anything here imports Numba: trainer/__init__ points Numba's cache at a directory keyed by the kernel
+# sources (stale machine code otherwise loads after an edit) and picks OpenBLAS's kernel. It imports nothing heavy.
+import trainer  # noqa: F401
+
 
 def load(path):
     """The trace in `path`, whatever its format: our Parquet trace, or a Paraver trace (.prv or .prv.gz, with its

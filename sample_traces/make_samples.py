@@ -9,6 +9,8 @@ with the same invariants as fresh traces (tests/gpt2trace/test_sample_traces.py)
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -21,6 +23,12 @@ SAMPLES = {
     "tiny_2threads_accum2.parquet": ("tiny", 2, 6, 4, 32, 2),
     "small_2threads.parquet": ("small", 2, 20, 4, 64, 1),
 }
+# data-parallel samples, made with `gpt2trace run --ranks 2` (mpiexec): file name -> extra options
+MPI_SAMPLES = {
+    "tiny_2ranks_allreduce.parquet": ["--dp-sync", "allreduce"],
+    "tiny_2ranks_overlap.parquet": ["--dp-sync", "overlap", "--data-loading", "scatter"],
+}
+MPI_COMMON = ["--model", "tiny", "-B", "4", "-T", "32", "--steps", "6", "--ranks", "2", "--threads", "1"]
 
 
 def make(name: str, model: str, threads: int, steps: int, batch_size: int, seq_len: int, grad_accum: int) -> int:
@@ -38,11 +46,21 @@ def make(name: str, model: str, threads: int, steps: int, batch_size: int, seq_l
     return result.trace_records
 
 
+def make_mpi(name: str, options: list[str]) -> None:
+    subprocess.run([sys.executable, "-m", "gpt2trace", "run", *MPI_COMMON, *options, "--trace", name], check=True,
+                   stdout=subprocess.DEVNULL)
+    if Path(name).stat().st_size > MAX_BYTES:
+        raise SystemExit(f"{name} is over the {MAX_BYTES:,}-byte budget of a sample trace")
+
+
 def main() -> None:
     os.chdir(HERE)   # relative paths: the run metadata records "tiny_1thread.parquet", not this machine's path
     for name, spec in SAMPLES.items():
         records = make(name, *spec)
         print(f"{name}: {records:,} records, {Path(name).stat().st_size / 1e3:.0f} kB")
+    for name, options in MPI_SAMPLES.items():
+        make_mpi(name, options)
+        print(f"{name}: {Path(name).stat().st_size / 1e3:.0f} kB")
 
 
 if __name__ == "__main__":

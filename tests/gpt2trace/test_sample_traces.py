@@ -6,20 +6,24 @@ from pathlib import Path
 import pytest
 from trace_invariants import check_trace
 
+from gpt2trace import schema as S
 from gpt2trace.reader import load
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 FILES = sorted(SAMPLES.glob("*.parquet"))
+ONE_RANK = [f for f in FILES if "ranks" not in f.name]
+MPI = [f for f in FILES if "ranks" in f.name]
 MAX_BYTES = 2_000_000
 
 
 def test_the_samples_are_there():
-    assert {f.name for f in FILES} >= {"tiny_1thread.parquet", "tiny_2threads.parquet"}
+    assert {f.name for f in FILES} >= {"tiny_1thread.parquet", "tiny_2threads.parquet",
+                                       "tiny_2ranks_allreduce.parquet"}
     readme = (SAMPLES / "README.md").read_text()
     assert all(f"`{f.name}`" in readme for f in FILES)
 
 
-@pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])
+@pytest.mark.parametrize("path", ONE_RANK, ids=[f.name for f in ONE_RANK])
 def test_sample_trace(path):
     assert path.stat().st_size < MAX_BYTES
     run = load(path).run
@@ -27,3 +31,19 @@ def test_sample_trace(path):
     check_trace(path, threads=par["threads"], steps=train["steps"], grad_accum=train["grad_accum"],
                 n_layer=run["model"]["n_layer"], tokens=train["batch_size"] * train["seq_len"] * train["grad_accum"],
                 lr=train["lr"])
+
+
+@pytest.mark.parametrize("path", MPI, ids=[f.name for f in MPI])
+def test_mpi_sample_trace(path):
+    """Both ranks traced, each (rank, thread) partitioning its rank's span, every collective on both ranks."""
+    assert path.stat().st_size < MAX_BYTES
+    trace = load(path)
+    assert trace.run["parallel"]["ranks"] == 2 and trace.clock["ranks"] == 2
+    st = trace.records(S.Kind.STATE).to_pandas()
+    assert sorted(st[S.RANK].unique()) == [0, 1]
+    for (rank, thread), g in st.groupby([S.RANK, S.THREAD]):
+        g = g.sort_values(S.START_NS)
+        assert (g[S.START_NS].to_numpy()[1:] == g[S.END_NS].to_numpy()[:-1]).all(), (rank, thread)
+    comm = trace.records(S.Kind.COMM).to_pandas()
+    per_seq = comm[comm[S.SEQ].notna()].groupby(S.SEQ)[S.RANK].apply(sorted)
+    assert len(per_seq) > 0 and all(r == [0, 1] for r in per_seq)

@@ -1,0 +1,67 @@
+"""`analyze` end to end on real traces from the trainer (sample_traces/): 1 thread, 2 threads, 2 MPI ranks.
+
+Hand-built traces check the numbers; these check that real traces give a complete, consistent analysis whose
+layout matches how the run was made, and that the MPI-specific parts appear exactly where MPI was used.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from analysis.analyze import analyze
+from gpt2trace.cli.main import app
+from gpt2trace.reader import load
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
+CASES = {  # file: (ranks, threads per rank)
+    "tiny_1thread.parquet": (1, 1),
+    "tiny_2threads.parquet": (1, 2),
+    "small_2threads.parquet": (1, 2),
+    "tiny_2ranks_allreduce.parquet": (2, 1),
+    "tiny_2ranks_overlap.parquet": (2, 1),
+}
+
+
+@pytest.mark.parametrize("name,layout", CASES.items(), ids=list(CASES))
+def test_analysis_of_a_real_trace(name, layout):
+    trace = load(SAMPLES / name)
+    r = analyze(trace)
+    s, p = r["summary"], r["pop"]
+    assert (s["ranks"], s["threads_per_rank"]) == layout
+    steps = trace.run["train"]["steps"]
+    assert s["steps"] == steps - 1 and s["warmup_excluded"]          # step 0 left out as warm-up
+    assert 0 < s["mfu"] < 1 and s["tokens_per_s"] > 0
+    for key in ("parallel_efficiency", "load_balance", "communication_efficiency", "serialization_efficiency",
+                "transfer_efficiency"):
+        assert 0 < p[key] <= 1 + 1e-9, key
+    assert p["parallel_efficiency"] == pytest.approx(p["load_balance"] * p["communication_efficiency"])
+    assert p["ideal_runtime_s"] <= p["runtime_s"] + 1e-12
+    assert r["findings"] and all(f["text"] for f in r["findings"])
+    occ = r["occupancy"]
+    assert 0 < occ["mean_occupancy"] <= layout[1]
+    calls = {c["name"] for c in r["waits"]["calls"]}
+    if layout[0] == 1:
+        assert calls == set() and r["root_causes"] == []
+        assert p["transfer_efficiency"] == pytest.approx(1.0)      # no MPI: nothing to transfer
+    else:
+        assert "MPI_Allreduce" in calls and r["root_causes"]
+        assert {row["scope"] for row in r["imbalance"]} >= {"ranks"}
+
+
+def test_overlapped_allreduce_reports_hidden_communication():
+    r = analyze(load(SAMPLES / "tiny_2ranks_overlap.parquet"))
+    iall = next(c for c in r["waits"]["calls"] if c["name"] == "MPI_Iallreduce")
+    # 2 layers + the non-layer bucket per step, on 2 ranks, over the 5 analyzed steps
+    assert iall["count"] == 3 * 2 * 5
+    assert 0 <= iall["hidden_fraction"] <= 1 and iall["inflight_s"] > 0
+    assert "MPI_Scatter" in {c["name"] for c in r["waits"]["calls"]}     # --data-loading scatter
+
+
+def test_cli_json_on_a_real_mpi_trace():
+    out = CliRunner().invoke(app, ["analyze", str(SAMPLES / "tiny_2ranks_allreduce.parquet"), "--json", "-"])
+    assert out.exit_code == 0, out.output
+    d = json.loads(out.stdout)
+    assert d["summary"]["ranks"] == 2 and d["pop"]["mpi"]["parallel_efficiency"] <= 1
