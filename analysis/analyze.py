@@ -14,6 +14,7 @@ from analysis import counters
 from analysis.findings import findings
 from analysis.imbalance import imbalance
 from analysis.occupancy import occupancy
+from analysis.states import state_profile
 from analysis.summary import summary
 from analysis.window import records, select, threads
 from gpt2trace.reader import Trace, check_states
@@ -22,7 +23,8 @@ from gpt2trace.schema import RANK, STATE, THREAD, Kind
 
 def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: float | None = None,
             bins: int = 100) -> dict:
-    """Everything about one trace: summary, pop, imbalance, waits, root_causes, occupancy, findings, warnings.
+    """Everything about one trace: summary, pop, imbalance, waits, root_causes, states, occupancy, findings,
+    warnings.
 
     `steps` is '--steps A:B' (B excluded); `top` limits the findings and serial sections, not the tables.
     Raises TraceError for an invalid trace and WindowError for a `steps` that does not fit it.
@@ -54,6 +56,7 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
         "waits": {"total_wait_s": total_wait, "calls": rows(waits.per_call(calls, wait_rows)),
                   "states": rows(by_state)},
         "root_causes": [{**r, "text": rootcause.sentence(r)} for r in rows(causes)],
+        "states": {k: rows(v) for k, v in state_profile(states, window).items()},
         "occupancy": {"mean_occupancy": float(per_rank["mean_occupancy"].mean()) if len(per_rank) else None,
                       "serial_s": float(per_rank["serial_s"].sum()),
                       **{k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in occ.items()}},

@@ -6,10 +6,12 @@ Losses are put on one scale, the fraction of all thread time (P threads x runtim
 """
 from __future__ import annotations
 
-from gpt2trace.schema import LAYER, NAME, RANK
+from gpt2trace.schema import LAYER, NAME, RANK, State
 
 
 _TRAINING_PHASES = ("forward", "backward", "grad_sync", "optimizer")
+# Thread states worth a finding of their own (MPI states are covered by the waits and root causes).
+_NOT_RUNNING = (State.IDLE, State.SYNCHRONIZATION, State.SCHEDULING_FORK_JOIN, State.IO)
 
 
 def _finding(metric: str, lost: float | None, text: str) -> dict:
@@ -32,10 +34,15 @@ def findings(result: dict, top: int = 10) -> list[dict]:
                             f"(load balance {p['load_balance']:.3f}; MPI level "
                             f"{_fmt(p['mpi']['load_balance'])}, thread level {_fmt(p['threads']['load_balance'])})."))
         ser = p["ideal_runtime_s"] - p["useful_max_s"]
-        out.append(_finding("pop.serialization_efficiency", ser / T,
-                            f"Serialization costs {ser / T:.1%}: even with an ideal network the run would take "
-                            f"{p['ideal_runtime_s']:.4g} s against {p['useful_max_s']:.4g} s of the busiest "
-                            f"thread's useful time (serialization efficiency {p['serialization_efficiency']:.3f})."))
+        if result["waits"]["calls"]:
+            text = (f"Serialization costs {ser / T:.1%}: even with an ideal network the run would take "
+                    f"{p['ideal_runtime_s']:.4g} s against {p['useful_max_s']:.4g} s of the busiest thread's "
+                    f"useful time (serialization efficiency {p['serialization_efficiency']:.3f}).")
+        else:  # no MPI: what keeps even the busiest thread from useful work is in the thread states
+            text = (f"Even the busiest thread is Running only {p['useful_max_s'] / T:.0%} of the runtime "
+                    f"({ser / T:.1%} of thread time lost; no MPI, so this is fork/join, synchronization and "
+                    f"serial work: see the state profile).")
+        out.append(_finding("pop.serialization_efficiency", ser / T, text))
         tr = T - p["ideal_runtime_s"]
         out.append(_finding("pop.transfer_efficiency", tr / T,
                             f"Data transfer costs {tr / T:.1%}: {tr:.4g} s of the {T:.4g} s runtime go to moving "
@@ -65,6 +72,11 @@ def findings(result: dict, top: int = 10) -> list[dict]:
                                 f"Threads wait {k['sync_s']:.4g} s in Synchronization at the end of "
                                 f"{k['kernel']}{where}, the most of any kernel (mean occupancy "
                                 f"{k['mean_occupancy']:.2f} threads)."))
+    for i, row in enumerate(result.get("states", {}).get("totals", [])):
+        if row["state"] in _NOT_RUNNING and row["share"] and row["share"] > 0.01:
+            out.append(_finding(f"states.totals[{i}]", row["share"],
+                                f"Threads spend {row['share']:.1%} of their time in {row['name']} "
+                                f"({row['seconds']:.4g} s over all threads)."))
     for row in s.get("phases", []):
         if row["phase"] not in _TRAINING_PHASES and row["share"] and row["share"] > 0.02:
             out.append(_finding("summary.phases", row["share"],
