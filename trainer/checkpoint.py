@@ -14,15 +14,12 @@ from pathlib import Path
 import numpy as np
 
 from trainer.config import ModelConfig, pad_vocab
-from trainer.errors import FileFormatError, TrainerError
+from trainer.errors import FileFormatError
+from trainer.llmcfile import HEADER_BYTES, HEADER_INTS, INT32, MODEL_MAGIC, TOKENS_MAGIC
+from trainer.llmcfile import read_header as llmc_header
 from trainer.params import ParamLayout
 
-MODEL_MAGIC = 20240326
 MODEL_VERSION = 3
-TOKENS_MAGIC = 20240520          # data.py's token files; named here only to recognise them in error hints
-HEADER_INTS = 256
-HEADER_BYTES = HEADER_INTS * 4
-_INT32 = np.dtype("<i4")         # llm.c writes little-endian; say so, so a big-endian host reads it right
 _FLOAT32 = np.dtype("<f4")
 
 # Versions llm.c has used; a hint per version tells the user which llm.c tool made the file and what to do.
@@ -40,15 +37,8 @@ def _magic_hint(magic: int) -> str:
 
 
 def read_header(path: str | Path) -> np.ndarray:
-    """The 256 header ints of `path`, after checking the file exists and is long enough to hold them."""
-    path = Path(path)
-    if not path.is_file():
-        raise TrainerError(f"{path}: no such checkpoint file; check the path")
-    size = path.stat().st_size
-    if size < HEADER_BYTES:
-        raise FileFormatError(f"{path}: {size} bytes is too short for the {HEADER_BYTES}-byte llm.c header; "
-                              "the file is truncated or not an llm.c checkpoint")
-    return np.fromfile(path, dtype=_INT32, count=HEADER_INTS).astype(np.int64)
+    """The 256 header ints of the checkpoint `path` (existence and length checked)."""
+    return llmc_header(Path(path), "checkpoint file")
 
 
 def _config_from_header(path: Path, header: np.ndarray) -> ModelConfig:
@@ -98,7 +88,7 @@ def read_checkpoint(path: str | Path) -> tuple[ModelConfig, np.ndarray]:
 
 
 def make_header(cfg: ModelConfig) -> np.ndarray:
-    header = np.zeros(HEADER_INTS, dtype=_INT32)
+    header = np.zeros(HEADER_INTS, dtype=INT32)
     header[:8] = (MODEL_MAGIC, MODEL_VERSION, cfg.max_seq_len, cfg.vocab_size,
                   cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.padded_vocab_size)
     return header

@@ -11,13 +11,9 @@ from pathlib import Path
 import numpy as np
 
 from trainer.errors import FileFormatError, TrainerError
+from trainer.llmcfile import HEADER_BYTES, HEADER_INTS, INT32, MODEL_MAGIC, TOKENS_MAGIC, read_header
 
-TOKENS_MAGIC = 20240520
 TOKENS_VERSION = 1
-MODEL_MAGIC = 20240326           # checkpoint.py's model files; named here only to recognise them in error hints
-HEADER_INTS = 256
-HEADER_BYTES = HEADER_INTS * 4
-_INT32 = np.dtype("<i4")
 _UINT16 = np.dtype("<u2")
 
 
@@ -32,13 +28,8 @@ def _magic_hint(magic: int) -> str:
 
 def _read_token_header(path: Path) -> int:
     """Check the header of `path` and return its token count."""
-    if not path.is_file():
-        raise TrainerError(f"{path}: no such token file; check the path")
+    magic, version, ntok = (int(x) for x in read_header(path, "token file")[:3])
     size = path.stat().st_size
-    if size < HEADER_BYTES:
-        raise FileFormatError(f"{path}: {size} bytes is too short for the {HEADER_BYTES}-byte llm.c header; "
-                              "the file is truncated or not an llm.c token file")
-    magic, version, ntok = (int(x) for x in np.fromfile(path, dtype=_INT32, count=3))
     if magic != TOKENS_MAGIC:
         raise FileFormatError(f"{path}: bad magic {magic}, not an llm.c token file; {_magic_hint(magic)}")
     if version != TOKENS_VERSION:
@@ -76,7 +67,7 @@ def write_tokens(path: str | Path, tokens: np.ndarray) -> None:
         raise ValueError(f"tokens must be a non-empty 1-D integer array, got {tokens.dtype}{list(tokens.shape)}")
     if tokens.min() < 0 or tokens.max() > np.iinfo(np.uint16).max:
         raise ValueError(f"token ids must fit uint16, got range [{tokens.min()}, {tokens.max()}]")
-    header = np.zeros(HEADER_INTS, dtype=_INT32)
+    header = np.zeros(HEADER_INTS, dtype=INT32)
     header[:3] = (TOKENS_MAGIC, TOKENS_VERSION, tokens.size)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:

@@ -28,6 +28,7 @@ from gpt2trace.interop import paraver_format as F
 from gpt2trace.interop.layout import Layout, messages, scan
 from gpt2trace.interop.linesort import write_lines
 from gpt2trace.interop.source import open_source
+from gpt2trace.interop.textcols import as_text as _s, join as _join
 from gpt2trace.schema import (BYTES, END_NS, KIND, LAYER, MICROSTEP, NAME, PEER, RANK, SEQ, START_NS, STATE, STEP,
                               THREAD, VALUE, Kind)
 
@@ -188,15 +189,6 @@ def _us(ns: np.ndarray) -> pa.Array:
     return _join(_s(ns // 1000), ".", pc.utf8_lpad(_s(ns % 1000), width=3, padding="0"))
 
 
-def _s(values) -> pa.Array:
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    return pc.cast(values if isinstance(values, pa.Array) else pa.array(values), pa.string())
-
-
-def _join(*parts) -> pa.Array:
-    out = pc.binary_join_element_wise(*parts, "", null_handling="skip")
-    return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
 
 
 def _other_data(meta: dict, name: str) -> dict:

@@ -36,6 +36,7 @@ from gpt2trace.interop.layout import Layout, messages, scan
 from gpt2trace.interop.linesort import LineSorter
 from gpt2trace.interop.paraver_pcf import EventType, write_pcf, write_row
 from gpt2trace.interop.source import open_source
+from gpt2trace.interop.textcols import as_text as _s, join as _join
 from gpt2trace.schema import (BYTES, END_NS, KIND, LAYER, MICROSTEP, NAME, PEER, RANK, SEQ, START_NS, STATE, STEP,
                               THREAD, VALUE, Kind)
 
@@ -242,15 +243,6 @@ def _messages(sorter: LineSorter, lay: Layout, enc: _Encoding) -> int:
 
 # --- helpers ------------------------------------------------------------------------------------------------
 
-def _s(values) -> pa.Array:
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    return pc.cast(values if isinstance(values, pa.Array) else pa.array(values), pa.string())
-
-
-def _join(*parts) -> pa.Array:
-    out = pc.binary_join_element_wise(*parts, "", null_handling="skip")
-    return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
 
 
 def _attr(typ: int, column) -> pa.Array:
