@@ -14,7 +14,7 @@ from analysis import counters
 from analysis.findings import findings
 from analysis.imbalance import imbalance
 from analysis.occupancy import occupancy
-from analysis.states import state_profile
+from analysis.state_profile import state_profile
 from analysis.summary import summary
 from analysis.window import records, select, threads
 from gpt2trace.reader import Trace, check_states
