@@ -30,9 +30,14 @@ def analyze(
     top: Annotated[int, typer.Option("--top", min=1, help="Rows per table and findings to show.")] = 10,
     peak_gflops: Annotated[Optional[float], typer.Option("--peak-gflops", min=0.0, help="sgemm GFLOP/s per core "
                                                          "for MFU, instead of the peak stored in the trace.")] = None,
+    html_out: Annotated[Optional[Path], typer.Option("--html", dir_okay=False, help="Also write the interactive "
+                                                     "HTML report of the trace to PATH (one trace).")] = None,
 ) -> None:
     """Where the time went: POP efficiencies, load imbalance, MPI waits and their cause, thread occupancy."""
     err = Console(stderr=True, highlight=False)
+    if html_out is not None and len(traces) > 1:
+        err.print("error: --html takes one trace; run gpt2trace report on each trace", markup=False)
+        raise typer.Exit(code=2)
     try:
         if steps is not None:
             parse_steps(steps)
@@ -52,6 +57,14 @@ def analyze(
             except OSError as exc:
                 err.print(f"error: --json {json_out}: cannot write ({exc.strerror})", markup=False, soft_wrap=True)
                 raise typer.Exit(code=2) from None
+    if html_out is not None:
+        from gpt2trace.report import write as write_report
+        try:
+            write_report(loaded[0], html_out, result=result["traces"][0], steps=steps, top=top)
+        except OSError as exc:
+            err.print(f"error: --html {html_out}: cannot write ({exc.strerror})", markup=False, soft_wrap=True)
+            raise typer.Exit(code=2) from None
+        (err if to_stdout else Console(highlight=False)).print(f"report: {html_out}", markup=False, soft_wrap=True)
     if not to_stdout:
         out = Console(highlight=False)
         for res in result["traces"]:

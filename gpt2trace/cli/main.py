@@ -5,6 +5,7 @@ import typer
 
 from gpt2trace.cli import run
 from gpt2trace.cli import analyze
+from gpt2trace.cli import report
 from gpt2trace.cli import export
 from gpt2trace.cli import importer
 from gpt2trace.cli import info
@@ -19,6 +20,7 @@ app = typer.Typer(
 )
 app.command("run")(run.run)
 app.command("analyze")(analyze.analyze)
+app.command("report")(report.report)
 app.command("info")(info.info)
 app.command("recover")(recover.recover)
 app.command("export")(export.export)

@@ -1,0 +1,128 @@
+"""A report from a trace: runs the analysis (or takes its result), prepares the timeline and the charts, and
+writes one HTML page. What `gpt2trace report` and `gpt2trace analyze --html` call.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from analysis.analyze import analyze
+from analysis.window import select
+from gpt2trace.reader import Trace
+from gpt2trace.report import colors, figures, page, tables
+from gpt2trace.report.pack import Blobs
+from gpt2trace.report.payload import timeline_data
+from gpt2trace.report.tables import esc
+from gpt2trace.report.timeline import EXACT_BUDGET, RUN_BUDGET, build as build_timeline
+
+
+MAX_BYTES = 24 * 2**20        # the issue's target is 25 MB for a 10-million-record trace
+
+
+@dataclass(frozen=True)
+class Report:
+    html: str
+    records: int
+    detail_ns: tuple[int, int]      # the span of exact state and kernel records
+    detail_note: str
+    build_s: float
+
+
+def build(trace: Trace, result: dict | None = None, steps: str | None = None,
+          window_s: tuple[float, float] | None = None, top: int = 15, exact_budget: int = EXACT_BUDGET,
+          run_budget: int = RUN_BUDGET, max_bytes: int = MAX_BYTES) -> Report:
+    """The report of a trace. `result` is `analyze(trace, steps)` if the caller has it; `steps` ('A:B') is the
+    analyzed window; `window_s` (seconds since the trace start) chooses where records are exact in a big trace.
+    A page over `max_bytes` loses its finest overview levels until it fits.
+    Raises TraceError / WindowError as `analyze` does."""
+    began = time.perf_counter()
+    if result is None:
+        result = analyze(trace, steps=steps, top=top)
+    window = select(trace, steps)
+    analyzed = (window.t0_ns, window.t1_ns)
+    detail_ns = (int(round(window_s[0] * 1e9)), int(round(window_s[1] * 1e9))) if window_s else None
+    tl = build_timeline(trace, analyzed, detail_ns, exact_budget, run_budget)
+    blobs = Blobs()
+    figs = {"fig-steps": figures.step_durations(trace, list(window.steps)),
+            "fig-occupancy": figures.occupancy_levels(result),
+            "fig-imbalance": figures.imbalance_heatmap(trace, window),
+            "fig-useful": figures.useful_histogram(trace, window)}
+    data = {"timeline": timeline_data(tl, blobs, analyzed), "figures": figs,
+            "rankColors": [colors.rank_color(i) for i in range(len(colors.RANK_RGB))]}
+    name = Path(trace.name).name
+    header, sections = _header(trace, result, name), _sections(result, tl, figs, top)
+    html = page.render(f"gpt2trace report: {name}", header, sections, data, blobs)
+    while len(html.encode("utf-8")) > max_bytes and _drop_finest_level(data, blobs):
+        html = page.render(f"gpt2trace report: {name}", header, sections, data, blobs)
+    return Report(html, trace.num_rows, tl.detail, tl.detail_note, time.perf_counter() - began)
+
+
+def write(trace: Trace, out: str | Path, **kwargs) -> Report:
+    report = build(trace, **kwargs)
+    Path(out).write_text(report.html, encoding="utf-8")
+    return report
+
+
+def _drop_finest_level(data: dict, blobs: Blobs) -> bool:
+    """Drops the biggest finest level of any view that has more than one; False when none is left to drop."""
+    sizes = dict(blobs.items)
+    candidates = [v for v in data["timeline"]["views"] if len(v["levels"]) > 1]
+    if not candidates:
+        return False
+    view = max(candidates, key=lambda v: len(sizes[v["levels"][-1]["blob"]]))
+    gone = view["levels"].pop()["blob"]
+    blobs.items = [(bid, text) for bid, text in blobs.items if bid != gone]
+    return True
+
+
+def _header(trace: Trace, res: dict, name: str) -> str:
+    s = res["summary"]
+    trace_items = [("file", trace.name), ("records", f"{trace.num_rows:,}"),
+                   ("ranks x threads", f"{s['ranks']} x {s['threads_per_rank']}"),
+                   ("schema version", trace.version)]
+    blocks = [("Run", tables.run_config(trace.run)), ("Machine", tables.machine(trace.machine, trace.peak)),
+              ("Trace", trace_items)]
+    meta = "".join(f"<div><h2>{esc(title)}</h2>{tables.pairs(items)}</div>" for title, items in blocks)
+    return f'<header><h1>gpt2trace report: {esc(name)}</h1><div class="meta">{meta}</div></header>'
+
+
+def _figure(fid: str, heading: str, hint: str, figs: dict) -> str:
+    if figs.get(fid) is None:
+        return f'<div><h3>{esc(heading)}</h3><p class="empty">no data for this chart in the trace</p></div>'
+    return f'<div><h3>{esc(heading)}</h3><p class="hint">{esc(hint)}</p><div class="fig" id="{esc(fid)}"></div></div>'
+
+
+def _sections(res: dict, tl, figs: dict, top: int) -> list[tuple[str, str, str]]:
+    window = res["window"]
+    steps = window["steps"]
+    analyzed = (f"steps {steps[0]}-{steps[-1]}" if len(steps) > 1 else f"step {steps[0]}") if steps else "the trace"
+    toolbar = ('<div class="toolbar"><button id="btn-whole">Whole trace</button>'
+               f'<button id="btn-analyzed">Analyzed window ({esc(analyzed)})</button>'
+               + ('<button id="btn-detail">Window with exact records</button>'
+                  if tl.detail != (tl.t0_ns, tl.t1_ns) else "") + "</div>")
+    timeline = (
+        '<p class="hint">One row per thread (rank.thread), grouped by rank; all panels share the time axis. Drag to '
+        "zoom in time, scroll to zoom, double-click for the whole trace. Overviews show the dominant category of "
+        f"each pixel column, as Paraver draws; zoomed in, every record is drawn exactly. Here: {esc(tl.detail_note)}."
+        "</p>" + toolbar + '<div id="legends"></div><div id="timeline"></div>')
+    charts = ('<div class="grid">'
+              + _figure("fig-steps", "Step durations", "Time of each step, stacked by phase (mean over ranks).", figs)
+              + _figure("fig-occupancy", "Occupancy levels", "Share of the analyzed time with k threads Running, "
+                        "per rank.", figs)
+              + _figure("fig-imbalance", "Kernel x thread imbalance", "Each thread's time in a kernel over the "
+                        "kernel's mean over its threads (analyzed window): red = slower than the mean.", figs)
+              + _figure("fig-useful", "Useful duration histogram", "Where the Running time goes by burst length "
+                        "(a burst: uninterrupted Running time of one thread), as in Paraver.", figs)
+              + "</div>")
+    overview = ('<div class="grid"><div><h3>Summary</h3>' + tables.summary(res) + "</div><div><h3>Findings</h3>"
+                + tables.findings(res, top) + tables.warnings(res) + "</div></div>")
+    return [
+        ("overview", "Summary and findings", overview),
+        ("timeline-section", "Timeline", timeline),
+        ("charts", "Steps, occupancy and balance", charts),
+        ("pop", "POP efficiencies", tables.pop(res) + "<h3>Phases</h3>" + tables.phases(res)),
+        ("mpi", "MPI waits and their root causes", tables.waits(res, top)),
+        ("imbalance", "Load imbalance", tables.imbalance(res, top)),
+        ("occupancy", "Thread occupancy", tables.occupancy(res, top)),
+    ]

@@ -1,0 +1,112 @@
+"""Colors that mean the same in every report: Paraver's state palette, and a fixed color per kernel, phase and
+MPI call name.
+
+Known names get hand-picked colors (a kernel family has one hue: `_forward` dark, `_backward` light, as the
+Tableau 20 pairs); any other name gets a color from a hash of its UTF-8 bytes (crc32, not Python's salted
+`hash`), so the same name has the same color in every report and every run.
+"""
+from __future__ import annotations
+
+import zlib
+
+from gpt2trace.schema import STATE_NAMES, State
+
+# Paraver's default STATES_COLOR (the .pcf Extrae writes), by state id.
+PARAVER_STATE_RGB = {
+    State.IDLE: (117, 195, 255), State.RUNNING: (0, 0, 255), State.NOT_CREATED: (255, 255, 255),
+    State.WAITING_A_MESSAGE: (255, 0, 0), State.BLOCKING_SEND: (255, 0, 174), State.SYNCHRONIZATION: (179, 0, 0),
+    State.TEST_PROBE: (0, 255, 0), State.SCHEDULING_FORK_JOIN: (255, 255, 0), State.WAIT_WAITALL: (235, 0, 0),
+    State.BLOCKED: (0, 162, 0), State.IMMEDIATE_SEND: (255, 0, 255), State.IMMEDIATE_RECEIVE: (100, 100, 177),
+    State.IO: (172, 174, 41), State.GROUP_COMMUNICATION: (255, 144, 26), State.TRACING_DISABLED: (2, 255, 177),
+    State.OTHERS: (192, 224, 0), State.SEND_RECEIVE: (66, 66, 66),
+}
+
+# Tableau 20 as (dark, light) pairs: one hue per kernel family.
+FAMILIES = (
+    ((31, 119, 180), (174, 199, 232)),   # blue
+    ((255, 127, 14), (255, 187, 120)),   # orange
+    ((44, 160, 44), (152, 223, 138)),    # green
+    ((214, 39, 40), (255, 152, 150)),    # red
+    ((148, 103, 189), (197, 176, 213)),  # purple
+    ((140, 86, 75), (196, 156, 148)),    # brown
+    ((227, 119, 194), (247, 182, 210)),  # pink
+    ((127, 127, 127), (199, 199, 199)),  # gray
+    ((188, 189, 34), (219, 219, 141)),   # olive
+    ((23, 190, 207), (158, 218, 229)),   # cyan
+)
+_KERNEL_FAMILY = {"matmul": 0, "attention": 1, "gelu": 2, "crossentropy": 3, "layernorm": 4, "residual": 5,
+                  "encoder": 6, "zero_fill": 7, "adamw": 8, "adamw_update": 8, "grad_norm_squared": 9}
+
+PHASE_RGB = {"dataload": (172, 174, 41), "forward": (31, 119, 180), "backward": (255, 127, 14),
+             "grad_sync": (214, 39, 40), "optimizer": (44, 160, 44), "checkpoint": (140, 86, 75),
+             "trace_flush": (160, 160, 160)}
+
+# MPI calls: blocking collectives in Group Communication's orange family, waits in Wait/WaitAll's red,
+# point-to-point in the send/receive colors of Paraver's states.
+MPI_RGB = {"MPI_Allreduce": (255, 144, 26), "MPI_Iallreduce": (255, 190, 120), "MPI_Reduce": (204, 102, 0),
+           "MPI_Bcast": (230, 170, 0), "MPI_Allgather": (255, 110, 70), "MPI_Reduce_scatter": (190, 80, 30),
+           "MPI_Barrier": (179, 0, 0), "MPI_Wait": (235, 0, 0), "MPI_Waitall": (200, 0, 60),
+           "MPI_Send": (255, 0, 174), "MPI_Isend": (255, 0, 255), "MPI_Recv": (110, 60, 200),
+           "MPI_Irecv": (100, 100, 177), "MPI_Sendrecv": (66, 66, 66)}
+
+# Fallback palette for names without a fixed color (Tableau 20, then darker variants).
+PALETTE = tuple(c for pair in FAMILIES for c in pair)
+
+# Lines of the ranks (occupancy): plotly's default colorway, by rank index.
+RANK_RGB = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75),
+            (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207))
+
+STEP_RGB = ((210, 210, 210), (175, 175, 175))     # alternating shades of consecutive steps
+
+
+def hex_color(rgb: tuple[int, int, int]) -> str:
+    return "#{:02x}{:02x}{:02x}".format(*rgb)
+
+
+def hashed(name: str, palette: tuple = PALETTE) -> tuple[int, int, int]:
+    """A palette entry chosen by crc32 of the name: the same in every process and report."""
+    return palette[zlib.crc32(name.encode("utf-8")) % len(palette)]
+
+
+def state_color(state_id: int) -> str:
+    rgb = PARAVER_STATE_RGB.get(state_id)
+    return hex_color(rgb if rgb is not None else hashed(f"state {state_id}"))
+
+
+def state_name(state_id: int) -> str:
+    try:
+        return STATE_NAMES[State(state_id)]
+    except ValueError:
+        return f"State {state_id}"
+
+
+def kernel_color(name: str) -> str:
+    """Forward kernels take the dark shade of their family, backward ones the light shade."""
+    base, light = name, False
+    for suffix, is_light in (("_forward", False), ("_backward", True)):
+        if name.endswith(suffix):
+            base, light = name[: -len(suffix)], is_light
+            break
+    family = _KERNEL_FAMILY.get(base)
+    pair = FAMILIES[family] if family is not None else FAMILIES[zlib.crc32(base.encode("utf-8")) % len(FAMILIES)]
+    return hex_color(pair[1] if light else pair[0])
+
+
+def phase_color(name: str) -> str:
+    return hex_color(PHASE_RGB.get(name) or hashed(name))
+
+
+def mpi_color(name: str) -> str:
+    return hex_color(MPI_RGB.get(name) or hashed(name))
+
+
+def rank_color(index: int) -> str:
+    return hex_color(RANK_RGB[index % len(RANK_RGB)])
+
+
+def text_color(background: str) -> str:
+    """Black or white, whichever reads better on the background (WCAG relative luminance)."""
+    r, g, b = (int(background[i:i + 2], 16) / 255 for i in (1, 3, 5))
+    lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in (r, g, b)]
+    lum = 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+    return "#000000" if lum > 0.179 else "#ffffff"

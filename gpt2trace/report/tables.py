@@ -1,0 +1,201 @@
+"""HTML of the report's text parts: the header (run configuration, machine), the summary, and the analysis tables
+(POP, phases, imbalance, MPI waits, root causes, occupancy, findings). Every value is escaped: names, metadata
+and file names come from the trace, which anyone can write.
+"""
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Iterable
+
+Cell = Callable[[object], str]
+
+
+def esc(value) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def num(v, unit: str = "") -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        return f"{v:.4g}{unit}"
+    return f"{v}{unit}"
+
+
+def pct(v) -> str:
+    return "n/a" if v is None else f"{100 * v:.1f}%"
+
+
+def seconds(v) -> str:
+    """A duration in the unit that reads best."""
+    if v is None:
+        return "n/a"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if abs(v) >= scale:
+            return f"{v / scale:.4g} {unit}"
+    return f"{v * 1e9:.4g} ns" if v else "0"
+
+
+def table(rows: Iterable[dict], columns: list[tuple[str, str, Cell]], caption: str | None = None,
+          empty: str = "none", css: str = "") -> str:
+    """An HTML table: `columns` are (key, header, formatter); text cells left, numbers right."""
+    rows = list(rows)
+    if not rows:
+        return f'<p class="empty">{esc(caption) + ": " if caption else ""}{esc(empty)}</p>'
+    head = "".join(f"<th>{esc(label)}</th>" for _, label, _ in columns)
+    body = []
+    for row in rows:
+        cells = []
+        for key, _, fmt in columns:
+            value = row.get(key)
+            cls = "num" if isinstance(value, (int, float)) and not isinstance(value, bool) else "txt"
+            cells.append(f'<td class="{cls}">{esc(fmt(value))}</td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    cap = f"<caption>{esc(caption)}</caption>" if caption else ""
+    return f'<table class="{esc(css)}">{cap}<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def pairs(items: Iterable[tuple[str, object]], css: str = "kv") -> str:
+    """A definition list of label/value pairs (values None are left out)."""
+    rows = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items if v is not None and v != "")
+    return f'<dl class="{esc(css)}">{rows}</dl>'
+
+
+def run_config(run: dict | None) -> list[tuple[str, object]]:
+    """The run configuration in a few readable lines (the raw JSON is in the trace's metadata)."""
+    if not run:
+        return [("run", "no run metadata in the trace")]
+    model, train, par = run.get("model") or {}, run.get("train") or {}, run.get("parallel") or {}
+    out = []
+    if model:
+        params = model.get("num_parameters")
+        out.append(("model", f"GPT-2 L={model.get('n_layer')} NH={model.get('n_head')} C={model.get('n_embd')} "
+                             f"V={model.get('vocab_size')} maxT={model.get('max_seq_len')}"
+                             + (f" ({params:,} parameters)" if isinstance(params, int) else "")))
+    if train:
+        out.append(("training", f"B={train.get('batch_size')} T={train.get('seq_len')} steps={train.get('steps')} "
+                                f"grad_accum={train.get('grad_accum', 1)}"
+                                + (f" lr={train['lr']:g}" if isinstance(train.get("lr"), (int, float)) else "")))
+    if par:
+        out.append(("parallel", ", ".join(f"{k}={v}" for k, v in par.items() if k != "rank")))
+    for key in ("data", "init_from"):
+        if run.get(key):
+            out.append((key.replace("_", " "), run[key]))
+    if run.get("synthetic"):
+        out.append(("source", "synthetic trace (gpt2trace.synthetic)"))
+    return out
+
+
+def machine(info: dict | None, peak: dict | None) -> list[tuple[str, object]]:
+    if not info:
+        out = [("machine", "no machine metadata in the trace")]
+    else:
+        blas = info.get("blas") or {}
+        mpi = info.get("mpi")
+        packages = info.get("packages") or {}
+        out = [("CPU", f"{info.get('cpu')} ({info.get('cores')} cores, {info.get('machine')})"),
+               ("host", info.get("hostname")), ("OS", info.get("os")),
+               ("threading layer", info.get("threading_layer")),
+               ("BLAS", f"{blas.get('library')} {blas.get('version')}, kernel {blas.get('kernel')}" if blas else None),
+               ("MPI", (mpi.get("library") or mpi.get("version") or str(mpi)) if isinstance(mpi, dict) else mpi
+                or "none"),
+               ("Python", info.get("python")),
+               ("packages", ", ".join(f"{k} {v}" for k, v in packages.items()))]
+    if peak and peak.get("gflops_per_core"):
+        out.append(("sgemm peak", f"{peak['gflops_per_core']:.1f} GFLOP/s per core"))
+    return out
+
+
+def summary(res: dict) -> str:
+    s = res["summary"]
+    steps = f"{s['steps']} ({s['first_step']}..{s['last_step']})" if s.get("steps") else "no step info"
+    items = [("analyzed", f"{seconds(res['window']['t0_s'])} to {seconds(res['window']['t1_s'])}"),
+             ("runtime", seconds(s["runtime_s"])), ("steps", steps),
+             ("ranks x threads", f"{s['ranks']} x {s['threads_per_rank']}"),
+             ("step time median (min / max)", f"{seconds(s['step_s_median'])} ({seconds(s['step_s_min'])} / "
+                                              f"{seconds(s['step_s_max'])})"),
+             ("tokens/s", num(s.get("tokens_per_s"))),
+             ("model GFLOP/s (per core)",
+              f"{num(s.get('achieved_gflops'))} ({num(s.get('achieved_gflops_per_core'))})"),
+             ("MFU", pct(s.get("mfu"))),
+             ("parallel efficiency", pct(res["pop"].get("parallel_efficiency")))]
+    return pairs(items, "kv summary")
+
+
+def pop(res: dict) -> str:
+    p = res["pop"]
+    rows = [{"metric": label, "all": p.get(key), "mpi": (p.get("mpi") or {}).get(key),
+             "threads": (p.get("threads") or {}).get(key)}
+            for key, label in (("parallel_efficiency", "Parallel efficiency"), ("load_balance", "  Load balance"),
+                               ("communication_efficiency", "  Communication efficiency"))]
+    rows += [{"metric": "    Serialization efficiency", "all": p.get("serialization_efficiency")},
+             {"metric": "    Transfer efficiency", "all": p.get("transfer_efficiency")}]
+    blank = lambda v: "" if v is None else pct(v)  # noqa: E731  (no MPI/thread split for SerE and TE)
+    cols = [("metric", "", str), ("all", "all threads", pct), ("mpi", "MPI level", blank),
+            ("threads", "thread level", blank)]
+    return table(rows, cols, css="pop")
+
+
+def phases(res: dict) -> str:
+    return table(res["summary"].get("phases") or [], [("phase", "phase", str), ("count", "count", num),
+                                                      ("total_s", "total", seconds), ("mean_s", "mean", seconds),
+                                                      ("share", "share of rank time", pct)], empty="no phase records")
+
+
+def imbalance(res: dict, top: int) -> str:
+    return table(res["imbalance"][:top], [("scope", "across", str), ("kernel", "kernel", str),
+                                          ("layer", "layer", _opt), ("rank", "rank", _opt),
+                                          ("mean_s", "mean", seconds), ("max_s", "max", seconds),
+                                          ("imbalance", "max/mean", lambda v: num(v)),
+                                          ("lost_s", "time lost", seconds), ("slowest", "slowest", str)],
+                 empty="no kernel imbalance")
+
+
+def waits(res: dict, top: int) -> str:
+    w = res["waits"]
+    calls = table(w["calls"][:top], [("name", "MPI call", str), ("wait_state", "wait state", _opt),
+                                     ("count", "calls", num), ("bytes", "bytes", _opt),
+                                     ("total_s", "time", seconds), ("wait_s", "waiting", seconds),
+                                     ("transfer_s", "transfer", seconds), ("bandwidth_gb_s", "GB/s", _opt),
+                                     ("hidden_fraction", "hidden", lambda v: "" if v is None else pct(v))],
+                  caption="MPI calls", empty="no MPI calls in the analyzed window")
+    states = table(w["states"], [("wait_state", "wait state", str), ("count", "waits", num),
+                                 ("wait_s", "time", seconds), ("share", "share", pct)],
+                   caption=f"Wait states (total {seconds(w['total_wait_s'])})", empty="no waits")
+    causes = table(res["root_causes"][:top], [("rank", "rank", num), ("kernel", "kernel", str),
+                                              ("layer", "layer", _opt), ("wait_s", "waits caused", seconds),
+                                              ("waits", "waits", num), ("share", "share", pct),
+                                              ("text", "meaning", str)],
+                   caption="Root causes of the waits", empty="no waits to explain")
+    return calls + states + causes
+
+
+def occupancy(res: dict, top: int) -> str:
+    occ = res["occupancy"]
+    per_rank = table(occ.get("per_rank") or [], [("rank", "rank", num), ("threads", "threads", num),
+                                                  ("mean_occupancy", "mean threads Running", num),
+                                                  ("serial_s", "serial time", seconds),
+                                                  ("serial_fraction", "serial share", pct)],
+                     caption="Occupancy per rank")
+    kernels = table((occ.get("per_kernel") or [])[:top],
+                    [("kernel", "kernel", str), ("layer", "layer", _opt), ("wall_s", "wall time", seconds),
+                     ("mean_occupancy", "mean threads Running", num), ("sync_s", "Synchronization", seconds),
+                     ("fork_s", "Fork/Join", seconds)], caption="Kernels by time threads wait at their end")
+    return per_rank + kernels
+
+
+def findings(res: dict, top: int) -> str:
+    items = res.get("findings") or []
+    if not items:
+        return '<p class="empty">no findings</p>'
+    lis = "".join(f'<li><span class="ftext">{esc(f["text"])}</span> <span class="metric">{esc(f["metric"])}'
+                  f"</span></li>" for f in items[:top])
+    return f'<ol class="findings">{lis}</ol>'
+
+
+def warnings(res: dict) -> str:
+    return "".join(f'<p class="warning">warning: {esc(w)}</p>' for w in res.get("warnings") or [])
+
+
+def _opt(v) -> str:
+    return "" if v is None else num(v)

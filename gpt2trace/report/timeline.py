@@ -1,0 +1,275 @@
+"""The timeline's data: one view per record kind (steps, phases, states, kernels, MPI calls), each with its lanes,
+categories and colors, a pyramid of level-of-detail overviews, and the exact records the page draws when zoomed in.
+
+Exact records: every record when the trace is small (`exact_budget` state + kernel records or fewer), else
+those of a detail window (by default the analyzed steps from the first one on, as many whole steps as fit the
+budget; `--steps`/`--window` choose it). Steps, phases and MPI calls are few and always exact.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from analysis import mpi
+from analysis.window import records, steps_table, threads
+from gpt2trace.reader import Trace, thread_order
+from gpt2trace.report import colors
+from gpt2trace.report.lod import Level, coverage, pyramid
+from gpt2trace.schema import (BYTES, END_NS, LAYER, NAME, PEER, RANK, SEQ, START_NS, STATE, STEP, THREAD, Kind,
+                              State)
+
+EXACT_BUDGET = 300_000        # state + kernel records drawn exactly (~6 MB in the page)
+ALWAYS_EXACT = 200_000        # views with at most this many records are exact over the whole trace
+RUN_BUDGET = 3_000_000        # runs per view over all its levels (build.py drops levels if the page gets too big)
+OCCUPANCY_MAX_BINS = 32_768   # finest binned occupancy (beyond it: exact from the state records, in the page)
+
+
+@dataclass(frozen=True)
+class Category:
+    name: str
+    color: str
+    seconds: float = 0.0      # total time of its records (legend order, and absent categories are left out)
+
+
+@dataclass(frozen=True)
+class View:
+    key: str
+    title: str
+    lanes: tuple[str, ...]                 # row labels, top to bottom
+    lane_rank: tuple[int, ...]             # the rank of each lane (lanes are grouped by rank)
+    cats: tuple[Category, ...]             # by category code
+    levels: tuple[Level, ...]
+    exact: dict[str, np.ndarray]           # lane, start_ns, end_ns, cat and the view's hover columns
+    exact_span: tuple[int, int]            # the time the exact records cover completely
+    records: int                           # records of the view in the trace
+    empty_competes: bool = True
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    ranks: tuple[int, ...]
+    threads: tuple[int, ...]
+    levels: tuple[tuple[int, float, np.ndarray], ...]   # (bins, bin_ns, (ranks, bins) float32 threads Running)
+
+
+@dataclass(frozen=True)
+class Timeline:
+    t0_ns: int
+    t1_ns: int
+    views: tuple[View, ...]
+    occupancy: Occupancy
+    steps: pd.DataFrame                    # step, start_ns, end_ns
+    detail: tuple[int, int]                # span of exact state and kernel records
+    detail_note: str
+    notes: tuple[str, ...] = field(default=())
+
+
+def build(trace: Trace, analyzed: tuple[int, int], window: tuple[int, int] | None = None,
+          exact_budget: int = EXACT_BUDGET, run_budget: int = RUN_BUDGET) -> Timeline:
+    """The timeline of a trace. `analyzed` is the analysis window (ns); when the trace is too big to draw every
+    record exactly, the exact records are those of `window` (ns, cut to the budget) or else of the analyzed
+    steps from the first one on."""
+    t0, t1 = _extent(trace)
+    pairs = threads(trace)
+    lane_of = _lane_index(pairs)
+    labels = tuple(f"{r}.{t}" for r, t in zip(pairs[RANK], pairs[THREAD]))
+    lane_rank = tuple(int(r) for r in pairs[RANK])
+    steps = steps_table(trace)
+    budgeted = trace.records(Kind.STATE).num_rows + trace.records(Kind.KERNEL).num_rows
+    if budgeted <= exact_budget:
+        detail, note = (t0, t1), "every record is exact: zoom in to see each one"
+    elif window is not None:
+        detail, note = _detail_window(trace, steps, window, False, exact_budget)
+    else:
+        detail, note = _detail_window(trace, steps, analyzed, True, exact_budget)
+    views = [_steps_view(steps, analyzed, t0, t1, run_budget),
+             _phases_view(trace, t0, t1, detail, run_budget),
+             _states_view(trace, lane_of, labels, lane_rank, t0, t1, detail, run_budget),
+             _kernels_view(trace, lane_of, labels, lane_rank, t0, t1, detail, run_budget)]
+    comm = _mpi_view(trace, lane_of, labels, t0, t1, detail, run_budget)
+    notes = ()
+    if comm is not None:
+        views.append(comm)
+    else:
+        notes = ("MPI: this trace has no MPI calls (one rank, or traced without MPI), so there is no MPI view.",)
+    occ = _occupancy(trace, lane_of, pairs, t0, t1)
+    return Timeline(t0, t1, tuple(v for v in views if v is not None), occ,
+                    steps[[STEP, START_NS, END_NS]].reset_index(drop=True), detail, note, notes)
+
+
+def _extent(trace: Trace) -> tuple[int, int]:
+    lo = min(int(p.column(START_NS).to_numpy().min()) for p in trace.parts.values() if p.num_rows)
+    hi = max(int(p.column(END_NS).to_numpy().max()) for p in trace.parts.values() if p.num_rows)
+    return lo, max(hi, lo + 1)
+
+
+def _lane_index(pairs: pd.DataFrame) -> np.ndarray:
+    """A lookup (rank * width + thread) -> lane row, -1 where no such thread."""
+    width = int(pairs[THREAD].max()) + 1
+    table = np.full((int(pairs[RANK].max()) + 1) * width, -1, dtype=np.int64)
+    table[pairs[RANK].to_numpy() * width + pairs[THREAD].to_numpy()] = np.arange(len(pairs))
+    return table.reshape(-1, width)
+
+
+def _compact(codes: np.ndarray, durations: np.ndarray, names, color) -> tuple[np.ndarray, list]:
+    """Dictionary codes -> codes of the names present, ordered by total time (then name); -1 (null) is named."""
+    names = list(names) + ["(no name)"]
+    codes = np.where(codes < 0, len(names) - 1, codes)
+    used = np.unique(codes)
+    seconds = np.bincount(np.searchsorted(used, codes), weights=durations, minlength=len(used)) / 1e9
+    order = sorted(range(len(used)), key=lambda i: (-seconds[i], names[used[i]]))
+    remap = np.full(int(used.max()) + 1 if len(used) else 1, -1, dtype=np.int64)
+    remap[used[order]] = np.arange(len(used))
+    cats = [Category(names[used[i]], color(names[used[i]]), float(seconds[i])) for i in order]
+    return remap[codes], cats
+
+
+def _exact(cols: dict[str, np.ndarray], detail: tuple[int, int], everywhere: bool, t0: int, t1: int):
+    """The records drawn exactly (all, or those overlapping the detail window) and the span they cover."""
+    if everywhere:
+        return cols, (t0, t1)
+    keep = (cols[END_NS] > detail[0]) & (cols[START_NS] < detail[1])
+    return {k: v[keep] for k, v in cols.items()}, detail
+
+
+def _view(key, title, lanes, lane_rank, cats, cols, t0, t1, detail, run_budget, everywhere=None,
+          empty_competes=True) -> View:
+    n = len(cols[START_NS])
+    levels = pyramid(cols["lane"], cols[START_NS], cols[END_NS], cols["cat"], len(lanes), t0, t1,
+                     max(len(cats), 1), empty_competes, budget_runs=run_budget)
+    exact, span = _exact(cols, detail, n <= ALWAYS_EXACT if everywhere is None else everywhere, t0, t1)
+    return View(key, title, tuple(lanes), tuple(lane_rank), tuple(cats), tuple(levels), exact, span, n,
+                empty_competes)
+
+
+def _steps_view(steps: pd.DataFrame, analyzed, t0, t1, run_budget) -> View | None:
+    if steps.empty:
+        return None
+    step = steps[STEP].to_numpy().astype(np.int64)
+    s, e = steps[START_NS].to_numpy().astype(np.int64), steps[END_NS].to_numpy().astype(np.int64)
+    inside = (s >= analyzed[0]) & (e <= analyzed[1])
+    cat = np.where(inside, 0, 2) + (np.arange(len(step)) % 2)
+    shades = [colors.hex_color(c) for c in colors.STEP_RGB]
+    cats = [Category("analyzed step", shades[0]), Category("analyzed step", shades[1]),
+            Category("step left out of the analysis", "#ececec"), Category("step left out of the analysis",
+                                                                          "#dcdcdc")]
+    cols = {"lane": np.zeros(len(step), dtype=np.int64), START_NS: s, END_NS: e, "cat": cat, STEP: step}
+    return _view("steps", "Steps", ["steps"], [-1], cats, cols, t0, t1, None, run_budget, everywhere=True)
+
+
+def _phases_view(trace: Trace, t0, t1, detail, run_budget) -> View | None:
+    rec = records(trace, Kind.PHASE, (RANK, NAME, STEP))
+    if not len(rec):
+        return None
+    ranks = np.unique(rec[RANK])
+    s, e = rec[START_NS], rec[END_NS]
+    cat, cats = _compact(rec[NAME], e - s, rec.names, colors.phase_color)
+    cols = {"lane": np.searchsorted(ranks, rec[RANK]), START_NS: s, END_NS: e, "cat": cat, STEP: rec[STEP]}
+    return _view("phases", "Phases", [f"rank {r}" for r in ranks], ranks.tolist(), cats, _sorted(cols), t0, t1,
+                 detail, run_budget)
+
+
+def _states_view(trace, lane_of, labels, lane_rank, t0, t1, detail, run_budget) -> View | None:
+    rec = records(trace, Kind.STATE, (RANK, THREAD, STATE))
+    if not len(rec):
+        return None
+    s, e, state = rec[START_NS], rec[END_NS], rec[STATE].astype(np.int64)
+    ids = int(state.max()) + 1
+    seconds = np.bincount(state, weights=e - s, minlength=ids) / 1e9
+    cats = [Category(colors.state_name(i), colors.state_color(i), float(seconds[i])) for i in range(ids)]
+    cols = {"lane": lane_of[rec[RANK], rec[THREAD]], START_NS: s, END_NS: e, "cat": state}
+    return _view("states", "States", labels, lane_rank, cats, _sorted(cols), t0, t1, detail, run_budget,
+                 everywhere=detail == (t0, t1))
+
+
+def _kernels_view(trace, lane_of, labels, lane_rank, t0, t1, detail, run_budget) -> View | None:
+    rec = records(trace, Kind.KERNEL, (RANK, THREAD, NAME, STEP, LAYER))
+    if not len(rec):
+        return None
+    s, e = rec[START_NS], rec[END_NS]
+    cat, cats = _compact(rec[NAME], e - s, rec.names, colors.kernel_color)
+    cols = {"lane": lane_of[rec[RANK], rec[THREAD]], START_NS: s, END_NS: e, "cat": cat, STEP: rec[STEP],
+            LAYER: rec[LAYER]}
+    return _view("kernels", "Kernels", labels, lane_rank, cats, _sorted(cols), t0, t1, detail, run_budget,
+                 everywhere=detail == (t0, t1))
+
+
+def _mpi_view(trace, lane_of, labels, t0, t1, detail, run_budget) -> View | None:
+    """MPI calls on the lanes that make them; `inst` joins a collective's calls across ranks (analysis.mpi),
+    `partner` is the matched send of a receive."""
+    if not trace.records(Kind.COMM).num_rows:
+        return None
+    df = mpi.calls(trace, None)
+    lane_all = lane_of[df[RANK].to_numpy(), df[THREAD].to_numpy()]
+    used = np.unique(lane_all)
+    s, e = df[START_NS].to_numpy().astype(np.int64), df[END_NS].to_numpy().astype(np.int64)
+    names = sorted({str(n) for n in df[NAME]})
+    codes = np.searchsorted(np.array(names, dtype=object), df[NAME].to_numpy().astype(str).astype(object))
+    cat, cats = _compact(codes, e - s, names, colors.mpi_color)
+    cols = {"lane": np.searchsorted(used, lane_all), START_NS: s, END_NS: e, "cat": cat,
+            STEP: df[STEP].to_numpy().astype(np.int64), BYTES: df[BYTES].to_numpy().astype(np.int64),
+            SEQ: df[SEQ].to_numpy().astype(np.int64), PEER: df[PEER].to_numpy().astype(np.int64),
+            "inst": df["inst"].to_numpy().astype(np.int64), "partner": df["send_of"].to_numpy().astype(np.int64)}
+    # `partner` points at rows of `df`; the view keeps df's order, so the rows stay valid after _exact
+    # only when every record is exact (MPI views are small: ALWAYS_EXACT).
+    return _view("mpi", "MPI calls", [labels[i] for i in used], [int(labels[i].split(".")[0]) for i in used],
+                 cats, cols, t0, t1, detail, run_budget, everywhere=True, empty_competes=False)
+
+
+def _sorted(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Records by (lane, start): the order the binning and the page expect."""
+    order = thread_order(cols["lane"], np.zeros_like(cols["lane"]), cols[START_NS])
+    return {k: v[order] for k, v in cols.items()}
+
+
+def _detail_window(trace: Trace, steps: pd.DataFrame, want: tuple[int, int], by_steps: bool,
+                   budget: int) -> tuple[tuple[int, int], str]:
+    """With `by_steps`, whole steps from the one holding want[0] to the one holding want[1], as many as the
+    state + kernel records budget allows; else the window itself. Cut in time when even one step (or the
+    window) holds more records than the budget."""
+    starts = np.concatenate([trace.records(k).column(START_NS).to_numpy() for k in (Kind.STATE, Kind.KERNEL)])
+    a, b = want
+    tail = "; elsewhere each pixel column shows its dominant category"
+    if by_steps and not steps.empty:
+        s = steps[START_NS].to_numpy().astype(np.int64)
+        e = steps[END_NS].to_numpy().astype(np.int64)
+        step = steps[STEP].to_numpy()
+        first = max(int(np.searchsorted(s, a, side="right")) - 1, 0)
+        last_wanted = max(int(np.searchsorted(s, b - 1, side="right")) - 1, first)
+        per_step = np.bincount(np.clip(np.searchsorted(s, starts, side="right") - 1, 0, len(s) - 1),
+                               minlength=len(s))
+        fits = np.cumsum(per_step[first:last_wanted + 1]) <= budget     # True up to the last step that fits
+        last = first + int(fits.sum()) - 1
+        if last >= first:
+            total = int(per_step[first:last + 1].sum())
+            what = f"step {step[first]}" if last == first else f"steps {step[first]}-{step[last]}"
+            return (int(s[first]), int(e[last])), f"exact records for {what} ({total:,} records){tail}"
+        a, b = int(s[first]), int(e[first])
+    inside = np.sort(starts[(starts >= a) & (starts < b)])
+    if len(inside) > budget:
+        b = int(inside[budget])
+        return (a, b), (f"exact records from {a / 1e9:.6f} s to {b / 1e9:.6f} s (the first {budget:,} records "
+                        f"of the selection, the budget){tail}")
+    return (a, b), f"exact records from {a / 1e9:.6f} s to {b / 1e9:.6f} s ({len(inside):,} records){tail}"
+
+
+def _occupancy(trace: Trace, lane_of, pairs: pd.DataFrame, t0: int, t1: int) -> Occupancy:
+    """Threads Running per rank, averaged over each bin, at levels 2048 x 4^k bins up to OCCUPANCY_MAX_BINS."""
+    ranks = np.unique(pairs[RANK].to_numpy())
+    nthreads = pairs.groupby(RANK).size().reindex(ranks).to_numpy()
+    st = records(trace, Kind.STATE, (RANK, THREAD, STATE))
+    if not len(st):
+        return Occupancy(tuple(int(r) for r in ranks), tuple(int(t) for t in nthreads), ())
+    run = st.take(st[STATE] == State.RUNNING)
+    lane, s, e = lane_of[run[RANK], run[THREAD]], run[START_NS], run[END_NS]
+    rank_of_lane = np.searchsorted(ranks, pairs[RANK].to_numpy())
+    levels, bins = [], 2048
+    while bins <= OCCUPANCY_MAX_BINS:
+        cov = coverage(lane, s, e, len(pairs), t0, t1, bins)               # (lanes, bins)
+        per_rank = np.zeros((len(ranks), bins))
+        np.add.at(per_rank, rank_of_lane, cov)
+        levels.append((bins, (t1 - t0) / bins, per_rank.astype(np.float32)))
+        bins *= 4
+    return Occupancy(tuple(int(r) for r in ranks), tuple(int(t) for t in nthreads), tuple(levels))

@@ -1,0 +1,30 @@
+"""The report's HTML text: every value from a trace is escaped."""
+import pytest
+from report_traces import KERNEL_EVIL, META_EVIL
+
+from gpt2trace.report import tables
+
+
+def test_table_escapes_cells_and_aligns_numbers():
+    out = tables.table([{"kernel": KERNEL_EVIL, "lost_s": 0.5}], [("kernel", "kernel", str),
+                                                                  ("lost_s", "time lost", tables.seconds)])
+    assert "<img" not in out and "&lt;img src=x onerror=&quot;window.__pwned=1;alert(1)&quot;&gt;" in out
+    assert '<td class="num">500 ms</td>' in out
+
+
+@pytest.mark.parametrize("value,text", [(1.5, "1.5 s"), (0.0025, "2.5 ms"), (3e-6, "3 µs"), (4e-9, "4 ns"),
+                                        (None, "n/a")])
+def test_seconds_pick_a_readable_unit(value, text):
+    assert tables.seconds(value) == text
+
+
+def test_metadata_is_escaped():
+    run = {"model": {"n_layer": META_EVIL, "num_parameters": 10}, "train": {}, "parallel": {"ranks": META_EVIL}}
+    out = tables.pairs(tables.run_config(run) + tables.machine({"cpu": KERNEL_EVIL, "packages": {META_EVIL: 1}},
+                                                               None))
+    assert "<iframe" not in out and "<img" not in out and "&lt;iframe" in out
+
+
+def test_findings_are_escaped():
+    out = tables.findings({"findings": [{"text": KERNEL_EVIL, "metric": "<b>x</b>"}]}, 5)
+    assert "<img" not in out and "<b>" not in out

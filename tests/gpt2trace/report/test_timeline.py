@@ -1,0 +1,104 @@
+"""The timeline's data: lanes grouped by rank, exact records everywhere for a small trace, and the detail window
+of a big one chosen from whole steps within the record budget."""
+import numpy as np
+import pytest
+
+from analysis.window import select, steps_table
+from gpt2trace import synthetic as syn
+from gpt2trace.reader import Trace
+from gpt2trace.report.timeline import build
+from gpt2trace.schema import END_NS, RANK, START_NS, STATE, Kind, State
+
+
+@pytest.fixture(scope="module")
+def two_ranks() -> Trace:
+    return Trace.from_table(syn.generate(syn.SyntheticConfig(ranks=2, threads=2, steps=3, layers=1)))
+
+
+@pytest.fixture(scope="module")
+def one_rank() -> Trace:
+    return Trace.from_table(syn.generate(syn.SyntheticConfig(ranks=1, threads=2, steps=5, layers=1,
+                                                             allreduce=False)))
+
+
+def analyzed(trace):
+    w = select(trace)
+    return w.t0_ns, w.t1_ns
+
+
+def views(tl):
+    return {v.key: v for v in tl.views}
+
+
+def test_lanes_grouped_by_rank(two_ranks):
+    v = views(build(two_ranks, analyzed(two_ranks)))
+    assert v["states"].lanes == ("0.0", "0.1", "1.0", "1.1") and v["states"].lane_rank == (0, 0, 1, 1)
+    assert v["kernels"].lanes == v["states"].lanes
+    assert v["phases"].lanes == ("rank 0", "rank 1")
+    assert v["mpi"].lanes == ("0.0", "1.0")                  # only the threads that make MPI calls
+    assert v["steps"].lanes == ("steps",)
+
+
+def test_small_trace_is_exact_everywhere(two_ranks):
+    tl = build(two_ranks, analyzed(two_ranks))
+    assert tl.detail == (tl.t0_ns, tl.t1_ns)
+    for v in tl.views:
+        assert len(v.exact[START_NS]) == v.records and v.exact_span == (tl.t0_ns, tl.t1_ns)
+
+
+def test_states_use_paraver_ids_as_codes(two_ranks):
+    states = views(build(two_ranks, analyzed(two_ranks)))["states"]
+    assert states.cats[State.RUNNING].name == "Running" and states.cats[State.RUNNING].color == "#0000ff"
+    assert set(np.unique(states.exact["cat"])) <= {int(s) for s in State}
+
+
+def records_per_step(trace):
+    steps = steps_table(trace)
+    starts = np.concatenate([trace.records(k).column(START_NS).to_numpy() for k in (Kind.STATE, Kind.KERNEL)])
+    idx = np.searchsorted(steps[START_NS].to_numpy(), starts, side="right") - 1
+    return steps, np.bincount(idx, minlength=len(steps)), np.sort(starts)
+
+
+def test_detail_window_takes_whole_steps_within_the_budget(one_rank):
+    steps, count, _ = records_per_step(one_rank)
+    # analyzed from step 1 (step 0 is warm-up); steps 1 and 2 fit, step 3 does not
+    budget = int(count[1] + count[2] + count[3] // 2)
+    tl = build(one_rank, analyzed(one_rank), exact_budget=budget)
+    assert tl.detail == (steps[START_NS][1], steps[END_NS][2])
+    assert "steps 1-2" in tl.detail_note
+    states = views(tl)["states"]
+    assert states.exact_span == tl.detail and len(states.exact[START_NS]) < states.records
+
+
+def test_detail_window_cut_inside_a_step(one_rank):
+    steps, count, starts = records_per_step(one_rank)
+    budget = int(count[1] // 2)
+    tl = build(one_rank, analyzed(one_rank), exact_budget=budget)
+    a, b = tl.detail
+    assert a == steps[START_NS][1] and b < steps[END_NS][1]
+    assert ((starts >= a) & (starts < b)).sum() == budget     # exactly the budget's records start inside
+
+
+def test_detail_window_from_a_time_window(one_rank):
+    steps, count, starts = records_per_step(one_rank)
+    a, b = int(steps[START_NS][2]), int(steps[START_NS][2] + 1000)
+    tl = build(one_rank, analyzed(one_rank), window=(a, b), exact_budget=int(count.max()))
+    assert tl.detail == (a, b)
+
+
+def test_collectives_are_joined_across_ranks(two_ranks):
+    mpi = views(build(two_ranks, analyzed(two_ranks)))["mpi"]
+    inst, lane = mpi.exact["inst"], mpi.exact["lane"]
+    for k in np.unique(inst):                                  # each MPI_Allreduce: one call on each rank
+        assert sorted(lane[inst == k].tolist()) == [0, 1]
+
+
+def test_occupancy_levels_hold_the_running_time(two_ranks):
+    tl = build(two_ranks, analyzed(two_ranks))
+    states = two_ranks.records(Kind.STATE).to_pandas()
+    run = states[states[STATE] == State.RUNNING]
+    for bins, bin_ns, values in tl.occupancy.levels:
+        for i, rank in enumerate(tl.occupancy.ranks):
+            sel = run[run[RANK] == rank]
+            # mean Running threads per bin x bin width = the rank's Running time
+            assert values[i].sum() * bin_ns == pytest.approx((sel[END_NS] - sel[START_NS]).sum(), rel=1e-5)
