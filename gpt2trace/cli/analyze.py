@@ -15,6 +15,7 @@ from rich.table import Table
 
 from analysis.analyze import analyze_many
 from analysis.window import WindowError, parse_steps
+from gpt2trace.cli.common import console, err_console, fail
 from gpt2trace.errors import TraceError
 from gpt2trace.reader import load
 from gpt2trace.schema import BYTES, LAYER, NAME, RANK
@@ -34,18 +35,15 @@ def analyze(
                                                      "HTML report of the trace to PATH (one trace).")] = None,
 ) -> None:
     """Where the time went: POP efficiencies, load imbalance, MPI waits and their cause, thread occupancy."""
-    err = Console(stderr=True, highlight=False)
     if html_out is not None and len(traces) > 1:
-        err.print("error: --html takes one trace; run gpt2trace report on each trace", markup=False)
-        raise typer.Exit(code=2)
+        fail("--html takes one trace; run gpt2trace report on each trace")
     try:
         if steps is not None:
             parse_steps(steps)
         loaded = [load(p) for p in traces]
         result = analyze_many(loaded, steps=steps, top=top, peak_gflops=peak_gflops)
     except (TraceError, WindowError) as exc:
-        err.print(f"error: {exc}", markup=False, soft_wrap=True)
-        raise typer.Exit(code=2) from None
+        fail(str(exc))
     to_stdout = json_out is not None and str(json_out) == "-"
     if json_out is not None:
         text = json.dumps(result if len(traces) > 1 else result["traces"][0], indent=1)
@@ -55,18 +53,16 @@ def analyze(
             try:
                 json_out.write_text(text + "\n")
             except OSError as exc:
-                err.print(f"error: --json {json_out}: cannot write ({exc.strerror})", markup=False, soft_wrap=True)
-                raise typer.Exit(code=2) from None
+                fail(f"--json {json_out}: cannot write ({exc.strerror})")
     if html_out is not None:
         from gpt2trace.report import write as write_report
         try:
             write_report(loaded[0], html_out, result=result["traces"][0], steps=steps, top=top)
         except OSError as exc:
-            err.print(f"error: --html {html_out}: cannot write ({exc.strerror})", markup=False, soft_wrap=True)
-            raise typer.Exit(code=2) from None
-        (err if to_stdout else Console(highlight=False)).print(f"report: {html_out}", markup=False, soft_wrap=True)
+            fail(f"--html {html_out}: cannot write ({exc.strerror})")
+        (err_console if to_stdout else console).print(f"report: {html_out}", markup=False, soft_wrap=True)
     if not to_stdout:
-        out = Console(highlight=False)
+        out = console
         for res in result["traces"]:
             render(out, res, top)
         if "scaling" in result:
@@ -89,6 +85,9 @@ def render(out: Console, res: dict, top: int) -> None:
             ("tokens/s", _num(s["tokens_per_s"])), ("model GFLOP/s (per core)",
                                                     f"{_num(s['achieved_gflops'])} ({_num(s['achieved_gflops_per_core'])})"),
             ("MFU", _pct(s["mfu"]))]
+    c = res.get("counters") or {}
+    if c.get("ipc") is not None:
+        rows += [("useful IPC", _num(c["ipc"])), ("useful frequency", f"{_num(c['frequency_ghz'])} GHz")]
     out.print(_pairs("Summary", rows))
     if s["phases"]:
         out.print(_table("Phases", s["phases"], ["phase", "count", "total_s", "mean_s", "share"], top))
@@ -101,6 +100,8 @@ def render(out: Console, res: dict, top: int) -> None:
     pop.add_row("    Serialization efficiency", _pct(p["serialization_efficiency"]), "", "")
     pop.add_row("    Transfer efficiency", _pct(p["transfer_efficiency"]), "", "")
     out.print(pop)
+    out.print(_table("Time per thread state (all threads)", res["states"]["totals"], ["name", "seconds", "share"],
+                     None))
     out.print(_table("Load imbalance (by time lost)", res["imbalance"],
                      ["scope", "kernel", LAYER, RANK, "mean_s", "max_s", "imbalance", "lost_s", "slowest"], top))
     if res["waits"]["calls"]:
