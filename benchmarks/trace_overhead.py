@@ -1,7 +1,7 @@
 """What tracing costs: step time with tracing vs --no-trace, alternated in one session, and the trace's size.
 
-    python benchmarks/trace_overhead.py                      # small (5 rounds x 30 steps), d12 (3 rounds x 4)
-    python benchmarks/trace_overhead.py --configs small --rounds 3
+    python benchmarks/trace_overhead.py                      # small and d12, 8 alternating blocks in one process
+    python benchmarks/trace_overhead.py --method processes   # whole runs alternated, one process each (noisier)
 
 Each run is its own subprocess (the runner API, as `gpt2trace run` without its progress bar), and traced and
 untraced runs alternate round by round, the order flipping each round, so drift in the machine's speed (this is
@@ -56,6 +56,79 @@ def worker(model: str, B: int, T: int, threads: int, steps: int, trace: str | No
     return out
 
 
+def worker_blocks(model: str, B: int, T: int, threads: int, steps: int, blocks: int, tmp: str) -> dict:
+    """One process, one model: blocks of `steps` steps alternately traced and untraced (A B B A A B ...).
+
+    The same weights, buffers and caches serve both, so the difference is what tracing costs, not process
+    start-up, memory placement or machine drift between processes (the first, untimed block warms up)."""
+    from gpt2trace.runner import prepare_process
+    prepare_process(threads)
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from gpt2trace.tracefile import merge_parts
+    from gpt2trace.tracer import Tracer
+    from trainer.config import TrainConfig, model_config
+    from trainer.data import TokenLoader, synthetic_corpus
+    from trainer.dp import Local
+    from trainer.launcher import Launcher
+    from trainer.model import GPT2
+    from trainer.params import init_params
+    from trainer.train import train
+
+    cfg = model_config(model)
+    tcfg = TrainConfig(batch_size=B, seq_len=T, steps=steps, lr=1e-4)
+    launcher = Launcher(threads)
+    m = GPT2(cfg, init_params(cfg, tcfg.seed), B, T, launcher)
+    dp = Local(m, tcfg, launcher)
+    data = TokenLoader(synthetic_corpus(cfg.vocab_size, 1 << 18, 1), B, T)
+    train(m, data, tcfg, dp)                                     # warm-up block, untimed
+    ms = {True: [], False: []}
+    flush_ms, records, nbytes, traced_steps = [], 0, 0, 0
+    for i in range(blocks):
+        traced = (i % 4) in (0, 3)                               # A B B A: drift cancels in pairs
+        if traced:
+            path = Path(tmp) / f"block{i}.parquet"
+            tracer = Tracer(path, 0, threads, {})
+            launcher.recorder = tracer.recorder
+            hist = train(m, data, tcfg, dp, observer=tracer)
+            tracer.close()
+            records += merge_parts(path)
+            nbytes += path.stat().st_size
+            traced_steps += steps
+            t = pq.read_table(path, columns=["name", "start_ns", "end_ns"])
+            f = pc.filter(t, pc.equal(t["name"], "trace_flush"))
+            flush_ms += pc.divide(pc.subtract(f["end_ns"], f["start_ns"]), 1e6).to_pylist()
+            path.unlink()
+        else:
+            launcher.recorder = None
+            hist = train(m, data, tcfg, dp)
+        ms[traced] += [h.ms for h in hist]
+    return {"ms_traced": ms[True], "ms_untraced": ms[False], "flush_ms": flush_ms, "records": records,
+            "bytes": nbytes, "steps": traced_steps}
+
+
+def measure_blocks(name: str, blocks: int, tmp: Path) -> dict:
+    model, B, T, threads, steps, _ = CONFIGS[name]
+    cmd = [sys.executable, __file__, "--blocks-worker", model, str(B), str(T), str(threads), str(steps),
+           str(blocks), str(tmp)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"{name} failed:\n{out.stderr[-2000:]}")
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    on, off = statistics.median(res["ms_traced"]), statistics.median(res["ms_untraced"])
+    flush = statistics.median(res["flush_ms"])
+    per_step = res["records"] / res["steps"]
+    print(f"{name}: {len(res['ms_traced'])} traced / {len(res['ms_untraced'])} untraced steps in alternating "
+          f"blocks of {steps}: {on:.2f} / {off:.2f} ms/step", flush=True)
+    return {"config": name, "method": "blocks", "model": model, "B": B, "T": T, "threads": threads,
+            "blocks": blocks, "steps_per_block": steps, "ms_traced": on, "ms_untraced": off,
+            "overhead": on / off - 1, "flush_ms": flush, "flush_share": flush / on, "records_per_step": per_step,
+            "ns_per_record_flush": flush * 1e6 / per_step, "ns_per_record_ab": (on - off) * 1e6 / per_step,
+            "bytes_per_step": res["bytes"] / res["steps"], "bytes_per_record": res["bytes"] / res["records"],
+            "steps_ms_traced": res["ms_traced"], "steps_ms_untraced": res["ms_untraced"]}
+
+
 def _spawn(name: str, traced: bool, tmp: Path) -> dict:
     model, B, T, threads, steps, _ = CONFIGS[name]
     trace = str(tmp / f"{name}.parquet") if traced else ""
@@ -80,7 +153,8 @@ def measure(name: str, rounds: int, tmp: Path) -> dict:
     flush = statistics.median(f for x in runs[True] for f in x["flush_ms"])
     t0 = runs[True][0]
     per_step = t0["records"] / t0["steps"]
-    return {"config": name, "model": model, "B": B, "T": T, "threads": threads, "rounds": rounds,
+    return {"config": name, "method": "processes", "model": model, "B": B, "T": T, "threads": threads,
+            "rounds": rounds,
             "steps_per_run": steps, "ms_traced": on, "ms_untraced": off, "overhead": on / off - 1,
             "flush_ms": flush, "flush_share": flush / on, "records_per_step": per_step,
             "ns_per_record_flush": flush * 1e6 / per_step, "ns_per_record_ab": (on - off) * 1e6 / per_step,
@@ -93,18 +167,30 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
     ap.add_argument("--rounds", type=int, help="rounds per configuration (default: small 5, d12 3)")
+    ap.add_argument("--method", choices=["blocks", "processes"], default="blocks",
+                    help="blocks: alternate traced/untraced blocks of steps in one process (default, least "
+                         "noise); processes: alternate whole runs, each in its own process")
+    ap.add_argument("--blocks", type=int, default=8, help="blocks per configuration with --method blocks")
     ap.add_argument("--worker", nargs=6, help=argparse.SUPPRESS)
+    ap.add_argument("--blocks-worker", nargs=7, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         model, B, T, threads, steps, trace = args.worker
         print(json.dumps(worker(model, int(B), int(T), int(threads), int(steps), trace or None)))
+        return
+    if args.blocks_worker:
+        model, B, T, threads, steps, blocks, tmp = args.blocks_worker
+        print(json.dumps(worker_blocks(model, int(B), int(T), int(threads), int(steps), int(blocks), tmp)))
         return
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.configs:
             before = os.getloadavg()
-            row = measure(name, args.rounds or CONFIGS[name][5], Path(tmp))
+            if args.method == "blocks":
+                row = measure_blocks(name, args.blocks, Path(tmp))
+            else:
+                row = measure(name, args.rounds or CONFIGS[name][5], Path(tmp))
             rows.append(row | {"load_before": before, "load_after": os.getloadavg()})
 
     print(f"\n{os.cpu_count()} CPUs; load average (1, 5, 15 min) per configuration, before -> after:")
@@ -118,8 +204,8 @@ def main() -> None:
               f"{100 * r['overhead']:>8.2f}% {r['flush_ms']:>9.3f} {100 * r['flush_share']:>7.2f}% "
               f"{r['records_per_step']:>9.0f} {r['ns_per_record_flush']:>7.0f} {r['bytes_per_step']:>8.0f} "
               f"{r['bytes_per_record']:>6.2f}")
-    print("overhead: traced/untraced - 1 (A/B, medians over rounds); flush: the trace_flush phase the traced "
-          "runs recorded; ns/rec: flush time per record")
+    print("overhead: traced/untraced - 1 (A/B, medians of steps or of runs); flush: the trace_flush phase the "
+          "traced steps recorded; ns/rec: flush time per record")
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / "trace_overhead.json"
     previous = json.loads(out.read_text()) if out.exists() else {}
