@@ -10,6 +10,7 @@ from gpt2trace.schema import LAYER, NAME, RANK, State
 
 
 _TRAINING_PHASES = ("forward", "backward", "grad_sync", "optimizer")
+_COMPLETIONS = ("MPI_Wait", "MPI_Waitall", "MPI_Waitany", "MPI_Waitsome")
 # Thread states worth a finding of their own (MPI states are covered by the waits and root causes).
 _NOT_RUNNING = (State.IDLE, State.SYNCHRONIZATION, State.SCHEDULING_FORK_JOIN, State.IO)
 
@@ -86,9 +87,12 @@ def findings(result: dict, top: int = 10) -> list[dict]:
                  key=lambda f: -f["lost_fraction"])[:top]
     for row in result["waits"]["calls"]:
         if row.get("hidden_fraction") is not None:
+            waited = sum(c["total_s"] for c in result["waits"]["calls"] if c[NAME] in _COMPLETIONS)
             out.append(_finding("waits.calls.hidden_fraction", None,
-                                f"{row['hidden_fraction']:.0%} of the time {row[NAME]} was in flight was hidden "
-                                f"behind computation ({row['hidden_s']:.4g} of {row['inflight_s']:.4g} s)."))
+                                f"{row[NAME]} was in flight {row['inflight_s']:.4g} s, {row['hidden_fraction']:.0%} "
+                                f"of it while the rank computed; the waits that complete it still took "
+                                f"{waited:.4g} s (data moves behind computation only if the MPI progresses "
+                                f"in the background: MPICH does not by default)."))
     if s.get("warmup_excluded"):
         note = " and it was an outlier" if s.get("warmup_outlier") else ""
         out.append(_finding("summary.warmup_excluded", None,
