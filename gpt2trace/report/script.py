@@ -19,7 +19,8 @@ const OCC_EXACT_LIMIT = 200000;   // Running records for an exact occupancy curv
 const SUB = 3, GAP = 1 / SUB;
 const TITLE_PX = 24, OCC_PX = 100, MARGIN = {l: 70, r: 16, t: 6, b: 46};
 const RUNNING = 1;                // Paraver's state id (schema.State.RUNNING)
-const state = {range: null, renders: 0, pending: 0, modes: {}, bars: {}, level: {}, busy: false, queued: null};
+const state = {range: null, drawn: null, renders: 0, pending: 0, modes: {}, bars: {}, level: {}, busy: false,
+               queued: null};
 window.gpt2traceReport = state;
 
 // Plotly renders a few HTML tags in labels and decodes &amp; &lt; &gt; (not &quot;): with those three escaped no
@@ -438,6 +439,7 @@ function plotWidth() {
 }
 async function render(range) {
   state.range = range;
+  document.body.dataset.idle = '0';   // until this range is drawn and its data loaded (tests wait on it)
   if (state.busy) { state.queued = range; return; }
   state.busy = true;
   try {
@@ -446,6 +448,7 @@ async function render(range) {
     traces.push(...occupancyTraces(range, px, layout));
     marks(layout, range);
     await Plotly.react(gd, traces, layout, CONFIG);
+    state.drawn = range;
     state.renders++;
     document.body.dataset.renders = String(state.renders);
   } finally {
@@ -462,7 +465,11 @@ function rerender() { if (state.range) render(state.range); }
 const CONFIG = {responsive: true, scrollZoom: true, displaylogo: false, doubleClick: 'autosize',
                 modeBarButtonsToRemove: ['select2d', 'lasso2d', 'autoScale2d', 'toggleSpikelines']};
 let timer = null;
-function schedule(range) { clearTimeout(timer); timer = setTimeout(() => render(range), 30); }
+function schedule(range) {
+  clearTimeout(timer);
+  document.body.dataset.idle = '0';
+  timer = setTimeout(() => render(range), 30);
+}
 // A zoom, a pan, a double-click (autorange: the whole trace) or a resize (same time, new pixels) draws again.
 function onRelayout(ev) {
   const resized = Boolean(ev.autosize || ev.width);
