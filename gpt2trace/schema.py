@@ -74,6 +74,16 @@ STATE_NAMES = {
     State.OTHERS: "Others", State.SEND_RECEIVE: "Send Receive",
 }
 
+# Paraver's default STATES_COLOR (the .pcf Extrae writes), by state id: exports and reports draw states in these.
+STATE_COLORS = {
+    State.IDLE: (117, 195, 255), State.RUNNING: (0, 0, 255), State.NOT_CREATED: (255, 255, 255),
+    State.WAITING_A_MESSAGE: (255, 0, 0), State.BLOCKING_SEND: (255, 0, 174), State.SYNCHRONIZATION: (179, 0, 0),
+    State.TEST_PROBE: (0, 255, 0), State.SCHEDULING_FORK_JOIN: (255, 255, 0), State.WAIT_WAITALL: (235, 0, 0),
+    State.BLOCKED: (0, 162, 0), State.IMMEDIATE_SEND: (255, 0, 255), State.IMMEDIATE_RECEIVE: (100, 100, 177),
+    State.IO: (172, 174, 41), State.GROUP_COMMUNICATION: (255, 144, 26), State.TRACING_DISABLED: (2, 255, 177),
+    State.OTHERS: (192, 224, 0), State.SEND_RECEIVE: (66, 66, 66),
+}
+
 # States a thread spends inside MPI (POP's "time outside MPI" excludes these).
 MPI_STATES = (State.WAITING_A_MESSAGE, State.BLOCKING_SEND, State.WAIT_WAITALL, State.IMMEDIATE_SEND,
               State.IMMEDIATE_RECEIVE, State.GROUP_COMMUNICATION, State.SEND_RECEIVE, State.TEST_PROBE)

@@ -8,7 +8,7 @@ its end; the others are attributes of the record that starts in the same line, o
 from __future__ import annotations
 
 from gpt2trace import schema
-from gpt2trace.schema import BYTES, LAYER, MICROSTEP, PEER, SEQ, STEP, State
+from gpt2trace.schema import BYTES, LAYER, MICROSTEP, PEER, SEQ, STEP
 
 # --- Extrae's MPI types: value = the call's id below, 0 when the call returns.
 MPI_P2P, MPI_COLLECTIVE, MPI_OTHER, MPI_RMA, MPI_IO = 50000001, 50000002, 50000003, 50000004, 50000005
@@ -100,14 +100,7 @@ PHASE_LABEL = "gpt2trace phase"
 
 # --- States and their colors (Extrae's palette).
 STATE_NAMES = {int(s): name for s, name in schema.STATE_NAMES.items()}
-STATE_COLORS = {
-    State.IDLE: (117, 195, 255), State.RUNNING: (0, 0, 255), State.NOT_CREATED: (255, 255, 255),
-    State.WAITING_A_MESSAGE: (255, 0, 0), State.BLOCKING_SEND: (255, 0, 174), State.SYNCHRONIZATION: (179, 0, 0),
-    State.TEST_PROBE: (0, 255, 0), State.SCHEDULING_FORK_JOIN: (255, 255, 0), State.WAIT_WAITALL: (235, 0, 0),
-    State.BLOCKED: (0, 162, 0), State.IMMEDIATE_SEND: (255, 0, 255), State.IMMEDIATE_RECEIVE: (100, 100, 177),
-    State.IO: (172, 174, 41), State.GROUP_COMMUNICATION: (255, 144, 26), State.TRACING_DISABLED: (2, 255, 177),
-    State.OTHERS: (192, 224, 0), State.SEND_RECEIVE: (66, 66, 66),
-}
+STATE_COLORS = schema.STATE_COLORS
 
 # --- Record types of a .prv body line.
 STATE_RECORD, EVENT_RECORD, COMM_RECORD = 1, 2, 3

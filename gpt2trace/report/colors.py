@@ -9,17 +9,10 @@ from __future__ import annotations
 
 import zlib
 
-from gpt2trace.schema import STATE_NAMES, State
+from gpt2trace.schema import STATE_COLORS, STATE_NAMES, State
 
 # Paraver's default STATES_COLOR (the .pcf Extrae writes), by state id.
-PARAVER_STATE_RGB = {
-    State.IDLE: (117, 195, 255), State.RUNNING: (0, 0, 255), State.NOT_CREATED: (255, 255, 255),
-    State.WAITING_A_MESSAGE: (255, 0, 0), State.BLOCKING_SEND: (255, 0, 174), State.SYNCHRONIZATION: (179, 0, 0),
-    State.TEST_PROBE: (0, 255, 0), State.SCHEDULING_FORK_JOIN: (255, 255, 0), State.WAIT_WAITALL: (235, 0, 0),
-    State.BLOCKED: (0, 162, 0), State.IMMEDIATE_SEND: (255, 0, 255), State.IMMEDIATE_RECEIVE: (100, 100, 177),
-    State.IO: (172, 174, 41), State.GROUP_COMMUNICATION: (255, 144, 26), State.TRACING_DISABLED: (2, 255, 177),
-    State.OTHERS: (192, 224, 0), State.SEND_RECEIVE: (66, 66, 66),
-}
+PARAVER_STATE_RGB = STATE_COLORS
 
 # Tableau 20 as (dark, light) pairs: one hue per kernel family.
 FAMILIES = (
