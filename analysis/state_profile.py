@@ -2,6 +2,7 @@
 
 Shares are of the window's thread time P x T (every thread of every rank with state records, times the
 window's runtime), so the shares of one thread's states add up to its share of P x T and all of them to 1.
+Columnar: one bincount over (thread, state) keys, no per-record Python.
 """
 from __future__ import annotations
 
@@ -11,25 +12,35 @@ import pandas as pd
 from analysis.window import NS, Records, Window
 from gpt2trace.schema import END_NS, RANK, START_NS, STATE, STATE_NAMES, THREAD, State
 
+_STATE_SLOTS = 32   # Paraver ids are small; anything larger is folded into the last slot's name
+
 
 def state_profile(states: Records, window: Window) -> dict[str, pd.DataFrame]:
     """`totals`: per state id: name, seconds over all threads, share of P x T (largest first);
     `per_thread`: per (rank, thread, state): seconds and the fraction of the window that thread spent in it."""
     dur = (states[END_NS] - states[START_NS]).astype(np.float64)
-    df = pd.DataFrame({RANK: states[RANK], THREAD: states[THREAD], STATE: states[STATE], "ns": dur})
-    threads = df[[RANK, THREAD]].drop_duplicates()
-    thread_time = len(threads) * (window.t1_ns - window.t0_ns)
-    totals = df.groupby(STATE, as_index=False)["ns"].sum().sort_values("ns", ascending=False)
-    totals["name"] = [_name(s) for s in totals[STATE]]
-    totals["seconds"] = totals["ns"] / NS
-    totals["share"] = totals["ns"] / thread_time if thread_time > 0 else np.nan
-    per_thread = df.groupby([RANK, THREAD, STATE], as_index=False)["ns"].sum()
-    per_thread["name"] = [_name(s) for s in per_thread[STATE]]
-    per_thread["seconds"] = per_thread["ns"] / NS
+    rank, thread = states[RANK].astype(np.int64), states[THREAD].astype(np.int64)
+    state = np.clip(states[STATE].astype(np.int64), 0, _STATE_SLOTS - 1)
+    width = int(thread.max()) + 1 if len(thread) else 1
+    lane = rank * width + thread
+    ns = np.bincount(lane * _STATE_SLOTS + state, weights=dur,
+                     minlength=(int(lane.max()) + 1 if len(lane) else 0) * _STATE_SLOTS)
+    ns = ns.reshape(-1, _STATE_SLOTS)
+    present = np.flatnonzero(np.bincount(lane, minlength=len(ns)) > 0) if len(lane) else np.array([], int)
+    ns = ns[present]
     span = window.t1_ns - window.t0_ns
-    per_thread["fraction"] = per_thread["ns"] / span if span > 0 else np.nan
-    return {"totals": totals[[STATE, "name", "seconds", "share"]].reset_index(drop=True),
-            "per_thread": per_thread[[RANK, THREAD, STATE, "name", "seconds", "fraction"]]}
+    thread_time = len(present) * span
+
+    total = ns.sum(axis=0)
+    ids = np.flatnonzero(total > 0)
+    ids = ids[np.argsort(-total[ids], kind="stable")]
+    totals = pd.DataFrame({STATE: ids, "name": [_name(s) for s in ids], "seconds": total[ids] / NS,
+                           "share": total[ids] / thread_time if thread_time > 0 else np.nan})
+    lanes, sts = np.nonzero(ns > 0)
+    per_thread = pd.DataFrame({RANK: present[lanes] // width, THREAD: present[lanes] % width, STATE: sts,
+                               "name": [_name(s) for s in sts], "seconds": ns[lanes, sts] / NS,
+                               "fraction": ns[lanes, sts] / span if span > 0 else np.nan})
+    return {"totals": totals, "per_thread": per_thread}
 
 
 def _name(state: int) -> str:
