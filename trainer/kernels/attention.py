@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import prange
+from numba import njit, prange
 
 from trainer.blas import NO_TRANS, ROW_MAJOR, TRANS, cblas_sgemm
 from trainer.kernels.launch import block_begin, block_end, chunk, kernel, region_begin, region_end
@@ -30,6 +30,13 @@ from trainer.kernels.launch import block_begin, block_end, chunk, kernel, region
 # Row block of the block-triangular products. Smaller skips more masked work but makes more, smaller sgemm
 # calls; 64 is a good trade on AVX2 OpenBLAS from T=64 (one block) to T=1024 (16 blocks, 53% of full flops).
 ROWS = 64
+
+
+@njit(inline="always")
+def _head(p, NH, T, C, hs):
+    """(b, h) of pair p, its first row in inp/out, and where head h's q, k, v columns start in a qkv row."""
+    b, h = p // NH, p % NH
+    return b, h, b * T, h * hs, C + h * hs, 2 * C + h * hs
 
 
 @kernel
@@ -44,12 +51,7 @@ def attention_forward(out, preatt, att, inp, B, T, NH, tr, nthreads):
         t0 = block_begin(tr)
         p0, p1 = chunk(B * NH, nthreads, t)
         for p in range(p0, p1):
-            b = p // NH
-            h = p % NH
-            row = b * T
-            qcol = h * hs
-            kcol = C + h * hs
-            vcol = 2 * C + h * hs
+            b, h, row, qcol, kcol, vcol = _head(p, NH, T, C, hs)
             pre = preatt[b, h]  # (T, T)
             a = att[b, h]  # (T, T)
             for r0 in range(0, T, ROWS):
@@ -102,12 +104,7 @@ def attention_backward(dinp, dpreatt, datt, dout, inp, att, B, T, NH, tr, nthrea
         t0 = block_begin(tr)
         p0, p1 = chunk(B * NH, nthreads, t)
         for p in range(p0, p1):
-            b = p // NH
-            h = p % NH
-            row = b * T
-            qcol = h * hs
-            kcol = C + h * hs
-            vcol = 2 * C + h * hs
+            b, h, row, qcol, kcol, vcol = _head(p, NH, T, C, hs)
             a = att[b, h]  # (T, T)
             da = datt[b, h]  # (T, T)
             dpre = dpreatt[b, h]  # (T, T)
