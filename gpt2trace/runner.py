@@ -145,8 +145,12 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
     if cfg.trace.enabled:
         if rank == 0:
             _check_no_old_parts(cfg.trace.path)
-        peak = {"gflops_per_core": sgemm_gflops(1), f"gflops_{threads}_threads": sgemm_gflops(threads),
-                "cores": threads, "kernel": "matmul_forward (cblas_sgemm), BT=256 x 768 -> 3072"}
+        peak = None
+        if rank == 0:  # measured once, while the other ranks wait: ranks measuring at once share the cores
+            peak = {"gflops_per_core": sgemm_gflops(1), f"gflops_{threads}_threads": sgemm_gflops(threads),
+                    "cores": threads, "kernel": "matmul_forward (cblas_sgemm), BT=256 x 768 -> 3072"}
+        if comm is not None:
+            peak = comm.bcast(peak, root=0)
         clock = {"source": "CLOCK_MONOTONIC", "ranks": ranks, "offsets_ns": [0], "error_bound_ns": [0]}
         origin = None
         if comm is not None:
