@@ -102,9 +102,6 @@ PHASE_LABEL = "gpt2trace phase"
 STATE_NAMES = {int(s): name for s, name in schema.STATE_NAMES.items()}
 STATE_COLORS = schema.STATE_COLORS
 
-# --- Record types of a .prv body line.
-STATE_RECORD, EVENT_RECORD, COMM_RECORD = 1, 2, 3
-INT32_MAX = 2**31 - 1
 
 
 def file_names(name: str) -> tuple[str, str, str, str]:

@@ -56,16 +56,6 @@ def _gettid(typingctx):
     return types.int64(), codegen
 
 
-@njit(cache=True)
-def os_thread_id():
-    return _gettid()
-
-
-@njit(cache=True)
-def clock_ns():
-    return _clock_gettime_ns()
-
-
 @njit(inline="always")
 def chunk(n, nthreads, t):
     """Rows [r0, r1) of block t when n rows are split into nthreads near-equal contiguous blocks."""
@@ -107,7 +97,6 @@ class Kernel:
         # loops with a division (AdamW, softmax, layernorm); NaN/inf are caught by the trainer's checks.
         options.setdefault("error_model", "numpy")
         self.name = fn.__name__
-        self.py_func = fn
         self.parallel = njit(parallel=True, cache=True, **options)(fn)
         # A copy under another qualname: Numba's cache is keyed by qualname, not by the parallel flag,
         # so compiling the same function object twice would make the two share (and clobber) one entry.
