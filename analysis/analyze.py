@@ -17,8 +17,8 @@ from analysis.occupancy import occupancy
 from analysis.state_profile import state_profile
 from analysis.summary import summary
 from analysis.window import records, select, threads
-from gpt2trace.reader import Trace, check_states
-from gpt2trace.schema import RANK, STATE, THREAD, Kind
+from gpt2trace.format.reader import Trace, check_states
+from gpt2trace.format.schema import RANK, STATE, THREAD, Kind
 
 
 def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: float | None = None,

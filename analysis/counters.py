@@ -12,9 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.window import NS, Records, Window, records
-from gpt2trace.interop.paraver_format import CYCLES, INSTRUCTIONS
-from gpt2trace.reader import Trace
-from gpt2trace.schema import END_NS, NAME, RANK, START_NS, STATE, THREAD, VALUE, Kind, State
+from gpt2trace.format.reader import Trace
+from gpt2trace.format.schema import CYCLES, END_NS, INSTRUCTIONS, NAME, RANK, START_NS, STATE, THREAD, VALUE, Kind, State
 
 KEYS = ("useful_instructions", "useful_cycles", "ipc", "frequency_ghz")
 

@@ -6,7 +6,7 @@ Losses are put on one scale, the fraction of all thread time (P threads x runtim
 """
 from __future__ import annotations
 
-from gpt2trace.schema import LAYER, NAME, RANK, State
+from gpt2trace.format.schema import LAYER, NAME, RANK, State
 
 
 _TRAINING_PHASES = ("forward", "backward", "grad_sync", "optimizer")

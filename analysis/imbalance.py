@@ -11,7 +11,7 @@ import pandas as pd
 
 from analysis.segments import Segments
 from analysis.window import NS, Records
-from gpt2trace.schema import END_NS, LAYER, NAME, RANK, START_NS, THREAD
+from gpt2trace.format.schema import END_NS, LAYER, NAME, RANK, START_NS, THREAD
 
 COLUMNS = ["scope", "kernel", LAYER, RANK, "count", "mean_s", "max_s", "imbalance", "lost_s", "slowest"]
 

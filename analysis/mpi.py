@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.window import Records, Window, decode, records
-from gpt2trace.reader import Trace
-from gpt2trace.schema import BYTES, END_NS, NAME, PEER, RANK, SEQ, START_NS, STEP, THREAD, Kind
+from gpt2trace.format.reader import Trace
+from gpt2trace.format.schema import BYTES, END_NS, NAME, PEER, RANK, SEQ, START_NS, STEP, THREAD, Kind
 
 # Operation types (what the call does in the ideal replay).
 LOCAL, COLL, COLL_POST, WAIT, SEND, RECV, SENDRECV, ISEND, IRECV = range(9)

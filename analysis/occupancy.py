@@ -11,8 +11,8 @@ import pandas as pd
 
 from analysis.segments import Segments, composite
 from analysis.window import NS, Records, Window, records
-from gpt2trace.reader import Trace, thread_order
-from gpt2trace.schema import END_NS, LAYER, RANK, START_NS, STATE, THREAD, Kind, State
+from gpt2trace.format.reader import Trace, thread_order
+from gpt2trace.format.schema import END_NS, LAYER, RANK, START_NS, STATE, THREAD, Kind, State
 
 
 def _events(st, ranks: np.ndarray):

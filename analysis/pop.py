@@ -16,8 +16,8 @@ import pandas as pd
 
 from analysis import mpi, replay
 from analysis.window import NS, Records, Window, records
-from gpt2trace.reader import Trace
-from gpt2trace.schema import END_NS, MPI_STATES, RANK, START_NS, STATE, THREAD, Kind, State
+from gpt2trace.format.reader import Trace
+from gpt2trace.format.schema import END_NS, MPI_STATES, RANK, START_NS, STATE, THREAD, Kind, State
 
 
 def thread_times(trace: Trace, window: Window, states: Records | None = None) -> dict[str, np.ndarray]:

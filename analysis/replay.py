@@ -14,7 +14,7 @@ import pandas as pd
 from numba import njit
 
 from analysis import mpi
-from gpt2trace.schema import END_NS, RANK, START_NS
+from gpt2trace.format.schema import END_NS, RANK, START_NS
 
 
 def ideal_runtime_ns(calls: pd.DataFrame, ranks: np.ndarray, t0_ns: int, t1_ns: int) -> int:

@@ -13,7 +13,7 @@ import pandas as pd
 
 from analysis.segments import Segments, composite
 from analysis.window import NS, Window
-from gpt2trace.schema import END_NS, LAYER, NAME, RANK, START_NS
+from gpt2trace.format.schema import END_NS, LAYER, NAME, RANK, START_NS
 
 OUTSIDE, UNATTRIBUTED = "(outside kernels)", "(unattributed)"
 _OUTSIDE_CODE, _UNATTRIBUTED_CODE = -2, -3

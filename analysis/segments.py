@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.window import Records, Window, records
-from gpt2trace.reader import Trace
-from gpt2trace.schema import END_NS, LAYER, NAME, RANK, START_NS, STEP, THREAD, Kind
+from gpt2trace.format.reader import Trace
+from gpt2trace.format.schema import END_NS, LAYER, NAME, RANK, START_NS, STEP, THREAD, Kind
 
 
 @dataclass(frozen=True)

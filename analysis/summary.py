@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.window import NS, Window, outliers, records, steps_table, threads
-from gpt2trace.reader import Trace
-from gpt2trace.schema import END_NS, NAME, RANK, START_NS, STEP, VALUE, Kind
+from gpt2trace.format.reader import Trace
+from gpt2trace.format.schema import END_NS, NAME, RANK, START_NS, STEP, VALUE, Kind
 
 
 def layout(trace: Trace) -> tuple[int, int]:

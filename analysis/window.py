@@ -13,8 +13,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpt2trace.reader import Trace
-from gpt2trace.schema import END_NS, FIELDS, NAME, RANK, START_NS, STEP, THREAD, Kind
+from gpt2trace.format.reader import Trace
+from gpt2trace.format.schema import END_NS, FIELDS, NAME, RANK, START_NS, STEP, THREAD, Kind
 
 NS = 1e9
 

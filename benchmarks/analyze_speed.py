@@ -1,6 +1,6 @@
 """How fast `gpt2trace analyze` is on a 10-million-record trace (8 ranks x 4 threads), and its peak memory.
 
-Generates a synthetic trace (gpt2trace.synthetic) to a temporary Parquet file, then runs the analysis in a fresh
+Generates a synthetic trace (gpt2trace.testing.synthetic) to a temporary Parquet file, then runs the analysis in a fresh
 child process, timed from the parent (interpreter start and imports included) with the child's peak RSS from
 os.wait4: once through the Python API, once through the CLI. Small runs first fill Numba's caches, as any
 installation's first run does. Targets (issue 5): at most 10 s and 2 GB on a 2-core machine.
@@ -23,7 +23,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from gpt2trace import synthetic
+from gpt2trace.testing import synthetic
 
 RESULTS = Path(__file__).parent / "results" / "analyze_speed.json"
 TARGET_S, TARGET_MB = 10.0, 2048.0
@@ -32,7 +32,7 @@ API = """
 import json, sys, time
 t = time.perf_counter()
 from analysis.analyze import analyze_many
-from gpt2trace.reader import load
+from gpt2trace.format.reader import load
 result = analyze_many([load(p) for p in sys.argv[1:]])
 json.dumps(result)
 hwm = [line for line in open("/proc/self/status") if line.startswith("VmHWM")]

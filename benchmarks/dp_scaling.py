@@ -85,7 +85,7 @@ def sync_time(trace: Path, steps: int) -> dict:
 
 def bare_allreduce(n_floats: int, ranks: int, reps: int = 5) -> float:
     """Seconds for one MPI_Allreduce of n float32 on `ranks` processes (slowest rank, best of `reps`)."""
-    from gpt2trace.mpilaunch import find_mpiexec
+    from gpt2trace.run.mpiexec import find_mpiexec
     out = subprocess.run([find_mpiexec(), "-n", str(ranks), sys.executable, "-c", BARE_ALLREDUCE, str(n_floats),
                           str(reps)], capture_output=True, text=True)
     if out.returncode != 0:

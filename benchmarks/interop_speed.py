@@ -1,7 +1,7 @@
 """How fast the Paraver and Chrome exporters and the Paraver importer are on a few million records, and their
 peak memory.
 
-Generates a synthetic trace (gpt2trace.synthetic, 4 ranks x 4 threads) to a temporary Parquet file, then in fresh
+Generates a synthetic trace (gpt2trace.testing.synthetic, 4 ranks x 4 threads) to a temporary Parquet file, then in fresh
 child processes, timed from the parent (interpreter start and imports included) with the child's peak RSS from
 os.wait4: the Paraver export (at half and at full size: memory should not grow with the trace), the parse of the
 .prv alone, the whole import (parse + records), and the Chrome export. A small run first fills Numba's caches.
@@ -25,7 +25,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from gpt2trace import synthetic
+from gpt2trace.testing import synthetic
 
 RESULTS = Path(__file__).parent / "results" / "interop_speed.json"
 TARGET_RECORDS_PER_S = 1e6

@@ -26,7 +26,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from gpt2trace import synthetic
+from gpt2trace.testing import synthetic
 
 RESULTS = Path(__file__).parent / "results" / "report_speed.json"
 TARGET_MB, TARGET_FIRST_VIEW_S = 25.0, 5.0
@@ -37,7 +37,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 BUILD = """
 import json, sys, time
 t = time.perf_counter()
-from gpt2trace.reader import load
+from gpt2trace.format.reader import load
 from gpt2trace.report import write
 report = write(load(sys.argv[1]), sys.argv[2])
 print(json.dumps({"in_process_s": time.perf_counter() - t, "build_s": report.build_s, "detail": report.detail_note}))

@@ -33,7 +33,7 @@ def _rss_mb() -> float:
 
 
 def worker_ours(model: str, B: int, T: int, threads: int, steps: int) -> dict:
-    from gpt2trace.runner import prepare_process
+    from gpt2trace.run.runner import prepare_process
     prepare_process(threads)
     import numpy as np
 

@@ -37,7 +37,7 @@ CONFIGS = {
 
 
 def worker(model: str, B: int, T: int, threads: int, steps: int, trace: str | None) -> dict:
-    from gpt2trace.runner import RunConfig, TraceConfig, prepare_process, run
+    from gpt2trace.run.runner import RunConfig, TraceConfig, prepare_process, run
     prepare_process(threads)
     from trainer.config import ParallelConfig, TrainConfig, model_config
 
@@ -61,13 +61,13 @@ def worker_blocks(model: str, B: int, T: int, threads: int, steps: int, blocks: 
 
     The same weights, buffers and caches serve both, so the difference is what tracing costs, not process
     start-up, memory placement or machine drift between processes (the first, untimed block warms up)."""
-    from gpt2trace.runner import prepare_process
+    from gpt2trace.run.runner import prepare_process
     prepare_process(threads)
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from gpt2trace.tracefile import merge_parts
-    from gpt2trace.tracer import Tracer
+    from gpt2trace.format.writer import merge_parts
+    from gpt2trace.record.tracer import Tracer
     from trainer.config import TrainConfig, model_config
     from trainer.data import TokenLoader, synthetic_corpus
     from trainer.dp import Local

@@ -32,7 +32,7 @@ MPI_COMMON = ["--model", "tiny", "-B", "4", "-T", "32", "--steps", "6", "--ranks
 
 
 def make(name: str, model: str, threads: int, steps: int, batch_size: int, seq_len: int, grad_accum: int) -> int:
-    from gpt2trace.runner import RunConfig, TraceConfig, prepare_process, run
+    from gpt2trace.run.runner import RunConfig, TraceConfig, prepare_process, run
     prepare_process(threads)
     from trainer.config import ParallelConfig, TrainConfig, model_config
 

@@ -12,7 +12,7 @@ from trainer.kernels.launch import NO_TRACE, Kernel
 
 
 class SlotSource(Protocol):
-    """What a tracer offers the launcher (see gpt2trace.tracer.KernelRecorder)."""
+    """What a tracer offers the launcher (see gpt2trace.record.tracer.KernelRecorder)."""
 
     def slot(self, kernel: str, layer: int) -> np.ndarray: ...
 

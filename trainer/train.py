@@ -13,6 +13,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from trainer import names
 from trainer.config import TrainConfig
 from trainer.errors import NonFiniteError
 from trainer.launcher import NonFiniteOutput
@@ -74,11 +75,11 @@ def _microsteps(model: GPT2, data: Batches, step: int, tcfg: TrainConfig, obs: O
     for micro in range(tcfg.grad_accum):
         obs.microstep(micro)
         last = micro == tcfg.grad_accum - 1
-        with obs.phase("dataload"):
+        with obs.phase(names.DATALOAD):
             x, y = data.batch(step * tcfg.grad_accum + micro)
-        with obs.phase("forward"):
+        with obs.phase(names.FORWARD):
             loss_sum += model.forward(x, y)
-        with obs.phase("backward"):
+        with obs.phase(names.BACKWARD):
             if micro == 0:
                 model.zero_grad()
             # only the last micro-step's finished layers can start their gradient sync (overlap)
@@ -139,16 +140,16 @@ def train(model: GPT2, data: Batches, tcfg: TrainConfig, dp: DataParallel, *, ob
         obs.begin_step(step)
         step_data = _Recorded(data)
         local_loss = _microsteps(model, step_data, step, tcfg, obs, dp)
-        with obs.phase("grad_sync"):
+        with obs.phase(names.GRAD_SYNC):
             dp.sync(model)
             loss = dp.reduce_loss(local_loss)
-        with obs.phase("optimizer"):
+        with obs.phase(names.OPTIMIZER):
             gnorm = dp.grad_norm(model)
             if not math.isfinite(local_loss) or (gnorm is not None and not math.isfinite(gnorm)):
                 raise _blame_non_finite(model, step_data, step, tcfg, "the loss" if not math.isfinite(local_loss)
                                         else "the gradient norm", dp)
             dp.update(model, tcfg.lr)
-        for name, value in (("loss", loss), ("lr", tcfg.lr), ("grad_norm", gnorm), ("tokens", rank_tokens)):
+        for name, value in ((names.LOSS, loss), (names.LR, tcfg.lr), (names.GRAD_NORM, gnorm), (names.TOKENS, rank_tokens)):
             if value is not None:
                 obs.counter(name, value)
         obs.end_step(step)

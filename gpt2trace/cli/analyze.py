@@ -16,9 +16,9 @@ from rich.table import Table
 from analysis.analyze import analyze_many
 from analysis.window import WindowError, parse_steps
 from gpt2trace.cli.common import console, err_console, fail
-from gpt2trace.errors import TraceError
-from gpt2trace.reader import load
-from gpt2trace.schema import BYTES, LAYER, NAME, RANK
+from gpt2trace.format.errors import TraceError
+from gpt2trace.interop.loader import load
+from gpt2trace.format.schema import BYTES, LAYER, NAME, RANK
 
 
 def analyze(

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from gpt2trace.cli.common import console, fail
-from gpt2trace.errors import TraceError
+from gpt2trace.format.errors import TraceError
 
 
 def import_trace(

@@ -1,4 +1,4 @@
-"""`gpt2trace info TRACE [--json]`: what a trace holds (a thin layer over gpt2trace.info.trace_info)."""
+"""`gpt2trace info TRACE [--json]`: what a trace holds (a thin layer over gpt2trace.format.info.trace_info)."""
 from __future__ import annotations
 
 import json
@@ -10,8 +10,9 @@ import typer
 from rich.table import Table
 
 from gpt2trace.cli.common import console, fail
-from gpt2trace.errors import TraceError
-from gpt2trace.info import trace_info
+from gpt2trace.format.errors import TraceError
+from gpt2trace.format.info import trace_info
+from gpt2trace.interop.loader import load
 
 
 def info(
@@ -20,7 +21,7 @@ def info(
 ) -> None:
     """Schema version, ranks, threads, steps, time span, records per kind, run configuration and machine."""
     try:
-        data = trace_info(trace)
+        data = trace_info(load(trace))
     except TraceError as exc:
         fail(str(exc))
     if as_json:

@@ -1,4 +1,4 @@
-"""`gpt2trace recover TRACE`: merge the parts a killed run left beside TRACE into TRACE (gpt2trace.tracefile)."""
+"""`gpt2trace recover TRACE`: merge the parts a killed run left beside TRACE into TRACE (gpt2trace.format.writer)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,10 +7,11 @@ from typing import Annotated
 import typer
 
 from gpt2trace.cli.common import console, fail
-from gpt2trace.errors import TraceError
-from gpt2trace.info import trace_info
-from gpt2trace.tracefile import parts_dir
-from gpt2trace.tracefile import recover as recover_trace
+from gpt2trace.format.errors import TraceError
+from gpt2trace.format.info import trace_info
+from gpt2trace.interop.loader import load
+from gpt2trace.format.writer import parts_dir
+from gpt2trace.format.writer import recover as recover_trace
 
 
 def recover(
@@ -19,7 +20,7 @@ def recover(
     """Write TRACE from the per-step parts in TRACE.parts/ that a killed or crashed run left behind."""
     try:
         target, records = recover_trace(trace)
-        info = trace_info(target)
+        info = trace_info(load(target))
     except TraceError as exc:
         fail(str(exc))
     steps = f"steps {info['first_step']}..{info['last_step']}" if info["steps"] else "no complete step"

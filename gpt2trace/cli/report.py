@@ -11,8 +11,8 @@ import typer
 
 from analysis.window import WindowError, parse_steps
 from gpt2trace.cli.common import console, fail
-from gpt2trace.errors import TraceError
-from gpt2trace.reader import load
+from gpt2trace.format.errors import TraceError
+from gpt2trace.interop.loader import load
 from gpt2trace.report import write
 from gpt2trace.report.timeline import EXACT_BUDGET
 

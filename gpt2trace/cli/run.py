@@ -1,4 +1,4 @@
-"""`gpt2trace run`: train the instrumented GPT-2 and write its trace (a thin layer over gpt2trace.runner)."""
+"""`gpt2trace run`: train the instrumented GPT-2 and write its trace (a thin layer over gpt2trace.run.runner)."""
 from __future__ import annotations
 
 import statistics
@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from gpt2trace.cli.common import console, err_console, fail
-from gpt2trace.runner import DEFAULT_TRACE
+from gpt2trace.run.runner import DEFAULT_TRACE
 from trainer.config import DataLoading, DPSync
 
 _MODEL_HELP = "GPT-2 config by name: d12 (124M), d24, d36, d48, small (demo), tiny (tests)."
@@ -50,7 +50,7 @@ def run(
     max_seq_len: Annotated[Optional[int], typer.Option("--max-seq-len", min=1)] = None,
 ) -> None:
     """Train GPT-2 on the data (default: a built-in learnable corpus) and trace every thread to Parquet."""
-    from gpt2trace.mpilaunch import launched_by_mpi
+    from gpt2trace.run.mpiexec import launched_by_mpi
     from trainer.cpu import cores_available
 
     cores = cores_available()
@@ -69,7 +69,7 @@ def run(
     if oversubscribed:
         console.print(f"[yellow]warning:[/] {ranks} rank(s) x {threads} thread(s) > {cores} cores: "
                       "oversubscribed, timings will show it")
-    from gpt2trace.runner import RunConfig, TraceConfig, prepare_process, run as run_training
+    from gpt2trace.run.runner import RunConfig, TraceConfig, prepare_process, run as run_training
 
     prepare_process(threads, oversubscribed=oversubscribed)
     from trainer.config import ParallelConfig, TrainConfig, model_config
@@ -137,8 +137,8 @@ def _fail_rank(comm, rank: int, message: str) -> None:
 
 def _launch_ranks(ranks: int, threads: int, oversubscribed: bool, trace: Path | None) -> None:
     """`--ranks N` outside MPI: rerun this command under mpiexec; merge what the ranks traced if the job failed."""
-    from gpt2trace.mpilaunch import relaunch
-    from gpt2trace.tracefile import parts_dir, recover
+    from gpt2trace.run.mpiexec import relaunch
+    from gpt2trace.format.writer import parts_dir, recover
 
     argv = _without_option(sys.argv[1:], "--ranks")
     if "--threads" not in argv:

@@ -12,10 +12,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpt2trace.errors import TraceError
+from gpt2trace.format.errors import TraceError
 from gpt2trace.interop.paraver_format import RECVS, SENDS
 from gpt2trace.interop.source import Source
-from gpt2trace.schema import (BYTES, END_NS, FIELDS, KIND, NAME, PEER, RANK, SEQ, START_NS, STEP, THREAD,
+from gpt2trace.format.schema import (BYTES, END_NS, FIELDS, KIND, NAME, PEER, RANK, SEQ, START_NS, STEP, THREAD,
                               Kind)
 
 COMM_COLUMNS = (RANK, THREAD, START_NS, END_NS, NAME, BYTES, PEER, SEQ, STEP)

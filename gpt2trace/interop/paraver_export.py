@@ -29,15 +29,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpt2trace import schema
-from gpt2trace.errors import TraceError
+from gpt2trace.format import schema
+from gpt2trace.format.errors import TraceError
 from gpt2trace.interop import paraver_format as F
 from gpt2trace.interop.layout import Layout, messages, scan
 from gpt2trace.interop.linesort import LineSorter
 from gpt2trace.interop.paraver_pcf import EventType, write_pcf, write_row
 from gpt2trace.interop.source import open_source
 from gpt2trace.interop.textcols import as_text as _s, join as _join
-from gpt2trace.schema import (BYTES, END_NS, KIND, LAYER, MICROSTEP, NAME, PEER, RANK, SEQ, START_NS, STATE, STEP,
+from gpt2trace.format.schema import (BYTES, END_NS, KIND, LAYER, MICROSTEP, NAME, PEER, RANK, SEQ, START_NS, STATE, STEP,
                               THREAD, VALUE, Kind)
 
 INT64_LIMIT = 9.2e18

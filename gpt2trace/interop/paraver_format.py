@@ -7,8 +7,8 @@ its end; the others are attributes of the record that starts in the same line, o
 """
 from __future__ import annotations
 
-from gpt2trace import schema
-from gpt2trace.schema import BYTES, LAYER, MICROSTEP, PEER, SEQ, STEP
+from gpt2trace.format import schema
+from gpt2trace.format.schema import BYTES, CYCLES, INSTRUCTIONS, LAYER, MICROSTEP, PEER, SEQ, STEP
 
 # --- Extrae's MPI types: value = the call's id below, 0 when the call returns.
 MPI_P2P, MPI_COLLECTIVE, MPI_OTHER, MPI_RMA, MPI_IO = 50000001, 50000002, 50000003, 50000004, 50000005
@@ -77,7 +77,6 @@ FUNCTION_LABELS = {OMP_FUNCTION: "Executed OpenMP parallel function", USER_FUNCT
 # thread's previous read, so it belongs to the burst that ends where it is written.
 HWC_FIRST, HWC_LAST = 42000000, 42999999
 PAPI_TOT_INS, PAPI_TOT_CYC = 42000050, 42000059
-INSTRUCTIONS, CYCLES = "PAPI_TOT_INS", "PAPI_TOT_CYC"      # their counter names in our traces
 HWC_NAMES = {PAPI_TOT_INS: INSTRUCTIONS, PAPI_TOT_CYC: CYCLES}
 HWC_LABELS = {PAPI_TOT_INS: "PAPI_TOT_INS [Instr completed]", PAPI_TOT_CYC: "PAPI_TOT_CYC [Total cycles]"}
 

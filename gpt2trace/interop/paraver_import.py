@@ -28,15 +28,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gpt2trace import schema
-from gpt2trace.errors import TraceError
+from gpt2trace.format import schema
+from gpt2trace.format.errors import TraceError
 from gpt2trace.interop import paraver_format as F
 from gpt2trace.interop.paraver_events import Events
 from gpt2trace.interop.paraver_parse import Body, Header, read
 from gpt2trace.interop.paraver_pcf import Pcf, read_pcf, read_row
 from gpt2trace.interop.paraver_records import Lanes, kind_table, require, to_ns
-from gpt2trace.reader import Trace
-from gpt2trace.schema import STATE, Kind, State
+from gpt2trace.format.reader import Trace
+from gpt2trace.format.schema import STATE, Kind, State
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-from gpt2trace.errors import TraceError
+from gpt2trace.format.errors import TraceError
 
 CHUNK_BYTES = 32 << 20
 STATE_FIELDS = ("cpu", "appl", "task", "thread", "begin", "end", "state")

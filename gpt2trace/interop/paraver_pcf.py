@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpt2trace.errors import TraceError
+from gpt2trace.format.errors import TraceError
 from gpt2trace.interop.paraver_format import STATE_COLORS, STATE_NAMES
 
 DEFAULT_OPTIONS = """DEFAULT_OPTIONS

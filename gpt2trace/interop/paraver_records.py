@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from gpt2trace import schema
-from gpt2trace.errors import TraceError
+from gpt2trace.format import schema
+from gpt2trace.format.errors import TraceError
 from gpt2trace.interop.paraver_parse import Header
-from gpt2trace.schema import END_NS, FIELDS, KIND, NAME, RANK, START_NS, THREAD
+from gpt2trace.format.schema import END_NS, FIELDS, KIND, NAME, RANK, START_NS, THREAD
 
 
 class Lanes:

@@ -14,10 +14,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from gpt2trace import schema
-from gpt2trace.errors import TraceError
-from gpt2trace.reader import Trace
-from gpt2trace.schema import FIELDS, KIND, REQUIRED, Kind
+from gpt2trace.format import schema
+from gpt2trace.format.errors import TraceError
+from gpt2trace.format.reader import Trace
+from gpt2trace.format.schema import FIELDS, KIND, REQUIRED, Kind
 
 BATCH_ROWS = 1 << 20
 
@@ -54,7 +54,7 @@ def open_source(source) -> Source:
     if not path.is_file():
         raise TraceError(f"{path}: no such trace file")
     if path.name.endswith((".prv", ".prv.gz")):
-        from gpt2trace.reader import load
+        from gpt2trace.interop.loader import load
         trace = load(path)
         return Source(str(path), _trace_meta(trace), trace=trace)
     try:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from analysis.analyze import analyze
 from analysis.window import select
-from gpt2trace.reader import Trace
+from gpt2trace.format.reader import Trace
 from gpt2trace.report import colors, figures, page, tables
 from gpt2trace.report.pack import Blobs
 from gpt2trace.report.payload import timeline_data

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import zlib
 
-from gpt2trace.schema import STATE_COLORS, STATE_NAMES, State
+from gpt2trace.format.schema import STATE_COLORS, STATE_NAMES, Phase, State
 
 # Paraver's default STATES_COLOR (the .pcf Extrae writes), by state id.
 PARAVER_STATE_RGB = STATE_COLORS
@@ -30,9 +30,9 @@ FAMILIES = (
 _KERNEL_FAMILY = {"matmul": 0, "attention": 1, "gelu": 2, "crossentropy": 3, "layernorm": 4, "residual": 5,
                   "encoder": 6, "zero_fill": 7, "adamw": 8, "adamw_update": 8, "grad_norm_squared": 9}
 
-PHASE_RGB = {"dataload": (172, 174, 41), "forward": (31, 119, 180), "backward": (255, 127, 14),
-             "grad_sync": (214, 39, 40), "optimizer": (44, 160, 44), "checkpoint": (140, 86, 75),
-             "trace_flush": (160, 160, 160)}
+PHASE_RGB = {Phase.DATALOAD: (172, 174, 41), Phase.FORWARD: (31, 119, 180), Phase.BACKWARD: (255, 127, 14),
+             Phase.GRAD_SYNC: (214, 39, 40), Phase.OPTIMIZER: (44, 160, 44), Phase.CHECKPOINT: (140, 86, 75),
+             Phase.TRACE_FLUSH: (160, 160, 160)}
 
 # MPI calls: blocking collectives in Group Communication's orange family, waits in Wait/WaitAll's red,
 # point-to-point in the send/receive colors of Paraver's states.

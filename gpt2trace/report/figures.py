@@ -14,9 +14,9 @@ import numpy as np
 import plotly.graph_objects as go
 
 from analysis.window import Window, outliers, records, steps_table
-from gpt2trace.reader import Trace, thread_order
+from gpt2trace.format.reader import Trace, thread_order
 from gpt2trace.report import colors
-from gpt2trace.schema import END_NS, NAME, RANK, START_NS, STATE, STEP, THREAD, Kind, State
+from gpt2trace.format.schema import END_NS, NAME, RANK, START_NS, STATE, STEP, THREAD, Kind, State
 
 TEMPLATE = "plotly_white"
 FONT = {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12}

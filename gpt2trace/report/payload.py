@@ -12,7 +12,7 @@ from gpt2trace.report.colors import text_color
 from gpt2trace.report.lod import Level
 from gpt2trace.report.pack import Blobs
 from gpt2trace.report.timeline import Timeline, View
-from gpt2trace.schema import BYTES, END_NS, LAYER, PEER, SEQ, START_NS, STEP
+from gpt2trace.format.schema import BYTES, END_NS, LAYER, PEER, SEQ, START_NS, STEP
 
 # Hover columns of exact records and the type they travel in (-1 = null).
 _EXTRA = {STEP: np.int32, LAYER: np.int16, BYTES: np.float64, SEQ: np.float64, PEER: np.int32, "inst": np.int32,

@@ -82,7 +82,7 @@ def run_config(run: dict | None) -> list[tuple[str, object]]:
         if run.get(key):
             out.append((key.replace("_", " "), run[key]))
     if run.get("synthetic"):
-        out.append(("source", "synthetic trace (gpt2trace.synthetic)"))
+        out.append(("source", "synthetic trace (gpt2trace.testing.synthetic)"))
     return out
 
 

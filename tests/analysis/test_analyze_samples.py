@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from analysis.analyze import analyze
 from gpt2trace.cli.main import app
-from gpt2trace.reader import load
+from gpt2trace.format.reader import load
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 CASES = {  # file: (ranks, threads per rank)

@@ -4,8 +4,8 @@ from hypothesis import strategies as st
 
 from analysis import pop
 from analysis.window import select
-from gpt2trace import synthetic
-from gpt2trace.reader import Trace
+from gpt2trace.testing import synthetic
+from gpt2trace.format.reader import Trace
 
 # (fixture, expected) with every number worked out by hand from the traces in conftest.py (T = runtime).
 CASES = [

@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 
 from analysis.window import WindowError, outliers, parse_steps, records, select, steps_table
-from gpt2trace import synthetic as syn
-from gpt2trace.reader import Trace
-from gpt2trace.schema import END_NS, START_NS, STEP, Kind, State
+from gpt2trace.testing import synthetic as syn
+from gpt2trace.format.reader import Trace
+from gpt2trace.format.schema import END_NS, START_NS, STEP, Kind, State
 
 
 def _three_steps() -> Trace:

@@ -22,7 +22,7 @@ class RealTrace:
 
 
 def run_tiny(path: Path, threads: int, steps: int, grad_accum: int = 1) -> RealTrace:
-    from gpt2trace.runner import RunConfig, TraceConfig, prepare_process, run
+    from gpt2trace.run.runner import RunConfig, TraceConfig, prepare_process, run
     prepare_process(threads)
     from trainer.config import ParallelConfig, TrainConfig, model_config
 

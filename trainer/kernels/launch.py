@@ -13,7 +13,7 @@ Inner loops run over a block's *slice* from 0 (`xb = x[r0:r1]; for i in range(r1
 stays in the loop) and the loop is not vectorized (measured: GELU backward 8x slower).
 
 Kernels contain exactly three hook calls (`region_begin`, `block_begin`/`block_end`, `region_end`) and know
-nothing else about tracing. The Python wrapper hands out slots (see `gpt2trace.tracer`).
+nothing else about tracing. The Python wrapper hands out slots (see `gpt2trace.record.tracer`).
 """
 from __future__ import annotations
 

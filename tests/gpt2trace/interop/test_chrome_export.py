@@ -4,10 +4,10 @@ import json
 
 
 import chrome_checker
-from gpt2trace import synthetic as syn
+from gpt2trace.testing import synthetic as syn
 from gpt2trace.interop.chrome_export import KERNEL_TID, MPI_TID, export_chrome
-from gpt2trace.reader import Trace, load
-from gpt2trace.schema import State
+from gpt2trace.format.reader import Trace, load
+from gpt2trace.format.schema import State
 
 
 def test_checker_passes_on_exports(tmp_path, real_trace, synthetic_path, mpi_zoo_path):

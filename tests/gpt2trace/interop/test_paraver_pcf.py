@@ -1,7 +1,7 @@
 """The .pcf and .row companions: what we write reads back, and malformed .row levels name their line."""
 import pytest
 
-from gpt2trace.errors import TraceError
+from gpt2trace.format.errors import TraceError
 from gpt2trace.interop.paraver_format import MPI_CALLS, MPI_COLLECTIVE, MPI_P2P, STATE_COLORS, file_names
 from gpt2trace.interop.paraver_pcf import EventType, read_pcf, read_row, write_pcf, write_row
 

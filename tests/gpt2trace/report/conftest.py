@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gpt2trace import schema
-from gpt2trace import synthetic as syn
-from gpt2trace.schema import State
+from gpt2trace.format import schema
+from gpt2trace.testing import synthetic as syn
+from gpt2trace.format.schema import State
 from report_traces import FILE_EVIL, KERNEL_EVIL, META_EVIL, MPI_EVIL, PHASE_EVIL
 
 SCREENSHOTS = pytest.StashKey[Path]()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from report_traces import FILE_EVIL, KERNEL_EVIL, META_EVIL, MPI_EVIL, PHASE_EVIL
 
-from gpt2trace.reader import load
+from gpt2trace.format.reader import load
 from gpt2trace.report import write
 
 pytestmark = pytest.mark.browser

@@ -8,8 +8,8 @@ import re
 import pytest
 from report_traces import KERNEL_EVIL, META_EVIL, MPI_EVIL, PHASE_EVIL
 
-from gpt2trace import synthetic as syn
-from gpt2trace.reader import Trace, load
+from gpt2trace.testing import synthetic as syn
+from gpt2trace.format.reader import Trace, load
 from gpt2trace.report import build
 
 

@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from gpt2trace.report import colors
-from gpt2trace.schema import State
+from gpt2trace.format.schema import State
 
 
 @pytest.mark.parametrize("state,color", [(State.IDLE, "#75c3ff"), (State.RUNNING, "#0000ff"),

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from gpt2trace.report.lod import coverage, dominant, pyramid
-from gpt2trace.schema import State
+from gpt2trace.format.schema import State
 
 IDLE, RUN, SYNC, FORK = State.IDLE, State.RUNNING, State.SYNCHRONIZATION, State.SCHEDULING_FORK_JOIN
 NCAT = 17

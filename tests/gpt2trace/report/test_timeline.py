@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from analysis.window import select, steps_table
-from gpt2trace import synthetic as syn
-from gpt2trace.reader import Trace
+from gpt2trace.testing import synthetic as syn
+from gpt2trace.format.reader import Trace
 from gpt2trace.report.timeline import build
-from gpt2trace.schema import END_NS, RANK, START_NS, STATE, Kind, State
+from gpt2trace.format.schema import END_NS, RANK, START_NS, STATE, Kind, State
 
 
 @pytest.fixture(scope="module")

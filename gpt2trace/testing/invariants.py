@@ -11,15 +11,15 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from gpt2trace import schema as S
-from gpt2trace.reader import Trace, check_states, load
-from gpt2trace.schema import State
+from gpt2trace.format import schema as S
+from gpt2trace.format.reader import Trace, check_states, load
+from gpt2trace.format.schema import State
 
 # Per step, a worker's Running time equals the sum of its kernel blocks exactly: both are the same clipped
 # clock reads (states.py derives Running from the blocks; records of one thread never overlap, since a thread's
 # blocks of consecutive regions are separated by the main thread's region exit/enter reads). Tolerance: 0 ns.
 RUNNING_TOLERANCE_NS = 0
-COMPUTE_PHASES = ("forward", "backward", "optimizer")
+COMPUTE_PHASES = S.Phase.COMPUTE
 
 
 def records(trace: Trace, kind: str) -> pd.DataFrame:
@@ -139,16 +139,17 @@ def check_steps(trace: Trace, steps: int, grad_accum: int, tokens: int, lr: floa
     assert len(counts) == steps * len(S.COUNTERS) and (counts == 1).all(), f"counters per step:\n{counts}"
     if steps:
         assert set(co[S.NAME]) == set(S.COUNTERS)
-        assert (co[co[S.NAME] == "tokens"][S.VALUE] == tokens).all()
+        assert (co[co[S.NAME] == S.Counter.TOKENS][S.VALUE] == tokens).all()
         assert (co[co[S.NAME] == "lr"][S.VALUE] == lr).all()
     ph = records(trace, S.Kind.PHASE)
     assert set(ph[S.NAME]) <= set(S.PHASES)
     per_step = ph.dropna(subset=[S.STEP]).groupby([S.STEP, S.NAME]).size().unstack(fill_value=0)
-    want = {"dataload": grad_accum, "forward": grad_accum, "backward": grad_accum, "grad_sync": 1, "optimizer": 1}
+    want = {S.Phase.DATALOAD: grad_accum, S.Phase.FORWARD: grad_accum, S.Phase.BACKWARD: grad_accum,
+            S.Phase.GRAD_SYNC: 1, S.Phase.OPTIMIZER: 1}
     assert len(per_step) == steps
     for name, n in want.items():
         assert steps == 0 or (per_step[name] == n).all(), (name, per_step)
-    flushes = ph[ph[S.NAME] == "trace_flush"]
+    flushes = ph[ph[S.NAME] == S.Phase.TRACE_FLUSH]
     assert flushes[S.STEP].isna().all() and len(flushes) == (steps if closed else max(steps - 1, 0))
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from trace_invariants import check_trace
+from gpt2trace.testing.invariants import check_trace
 
-from gpt2trace import schema as S
-from gpt2trace.reader import load
+from gpt2trace.format import schema as S
+from gpt2trace.format.reader import load
 
-SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
+SAMPLES = Path(__file__).resolve().parents[3] / "sample_traces"
 FILES = sorted(SAMPLES.glob("*.parquet"))
 ONE_RANK = [f for f in FILES if "ranks" not in f.name]
 MPI = [f for f in FILES if "ranks" in f.name]

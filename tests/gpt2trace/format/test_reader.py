@@ -4,11 +4,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gpt2trace import schema
-from gpt2trace import synthetic as syn
-from gpt2trace.errors import TraceError
-from gpt2trace.reader import Trace, check_states, load
-from gpt2trace.schema import END_NS, KIND, NAME, RANK, START_NS, STATE, STEP, THREAD, State
+from gpt2trace.format import schema
+from gpt2trace.testing import synthetic as syn
+from gpt2trace.format.errors import TraceError
+from gpt2trace.format.reader import Trace, check_states, load
+from gpt2trace.format.schema import END_NS, KIND, NAME, RANK, START_NS, STATE, STEP, THREAD, State
 
 
 def _write(tmp_path, table, name="t.parquet"):

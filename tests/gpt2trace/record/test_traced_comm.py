@@ -14,9 +14,9 @@ import time
 import numpy as np
 import pytest
 
-from gpt2trace import schema as S
-from gpt2trace.reader import load
-from gpt2trace.schema import State
+from gpt2trace.format import schema as S
+from gpt2trace.format.reader import load
+from gpt2trace.format.schema import State
 from trainer.config import DPSync, model_config
 from trainer.params import ParamLayout
 

@@ -1,21 +1,15 @@
 """What a trace holds, at a glance: the data behind `gpt2trace info` (a plain dict, JSON-ready)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pyarrow.compute as pc
 
-from gpt2trace.reader import Trace, load
-from gpt2trace.schema import END_NS, RANK, START_NS, STEP, THREAD, Kind
+from gpt2trace.format.reader import Trace
+from gpt2trace.format.schema import END_NS, RANK, START_NS, STEP, THREAD, Kind
 
 
-def trace_info(trace: Trace | str | Path) -> dict:
-    """Schema version, ranks, threads per rank, steps, time span, records per kind, run and machine.
-
-    Raises reader's TraceError (one line naming the file) for anything that is not a valid trace."""
-    if not isinstance(trace, Trace):
-        trace = load(trace)
+def trace_info(trace: Trace) -> dict:
+    """Schema version, ranks, threads per rank, steps, time span, records per kind, run and machine."""
     lanes, steps = set(), set()
     t0, t1 = None, None
     for part in trace.parts.values():

@@ -16,9 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gpt2trace import schema
-from gpt2trace.schema import (BYTES, END_NS, KIND, LAYER, NAME, PEER, RANK, SEQ, START_NS, STATE, STEP, THREAD, VALUE,
-                              Kind, State)
+from gpt2trace.format import schema
+from gpt2trace.format.schema import (BYTES, END_NS, KIND, LAYER, NAME, PEER, RANK, SEQ, START_NS, STATE, STEP, THREAD,
+                                     VALUE, Counter, Kind, Phase, State)
 
 _LAYER_FORWARD = ("layernorm_forward", "matmul_forward", "attention_forward", "matmul_forward", "residual_forward",
                   "layernorm_forward", "matmul_forward", "gelu_forward", "matmul_forward", "residual_forward")
@@ -147,16 +147,16 @@ def generate(cfg: SyntheticConfig) -> pa.Table:
     # Phases: dataload, forward, backward, grad_sync, optimizer tile the step.
     nf = int((kphase == 0).sum())
     edges = [(0, 2), (2, 2 + 2 * nf), (2 + 2 * nf, 2 * J), (2 * J, 2 * J + 2), (2 * J + 2, 2 * nslot)]
-    for (a, b), phase in zip(edges, ("dataload", "forward", "backward", "grad_sync", "optimizer")):
-        if phase != "grad_sync" or cfg.allreduce:
+    for (a, b), phase in zip(edges, (Phase.DATALOAD, Phase.FORWARD, Phase.BACKWARD, Phase.GRAD_SYNC, Phase.OPTIMIZER)):
+        if phase != Phase.GRAD_SYNC or cfg.allreduce:
             out.add(Kind.PHASE, r_idx, 0 * r_idx, bound[..., a], bound[..., b], name=code[phase], step=s_idx)
     if cfg.allreduce:
         out.add(Kind.COMM, r_idx, 0 * r_idx, bound[..., 2 * J + 1], bound[..., 2 * J + 2], name=code[ALLREDUCE],
                 step=s_idx, nbytes=cfg.allreduce_bytes, seq=s_idx)
     tokens = 4 * 64
     step_end = start[:, 1:]
-    for counter, value in (("loss", 4.0 - 0.01 * s_idx), ("lr", 3e-4 + 0 * s_idx), ("grad_norm", 1.0 + 0 * s_idx),
-                           ("tokens", tokens + 0 * s_idx)):
+    for counter, value in ((Counter.LOSS, 4.0 - 0.01 * s_idx), (Counter.LR, 3e-4 + 0 * s_idx), (Counter.GRAD_NORM, 1.0 + 0 * s_idx),
+                           (Counter.TOKENS, tokens + 0 * s_idx)):
         out.add(Kind.COUNTER, r_idx, 0 * r_idx, step_end, step_end, name=code[counter], step=s_idx, value=value)
     meta = _metadata(cfg, tokens) if cfg.metadata else {}
     return out.table(names, meta)

@@ -6,10 +6,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gpt2trace import schema as S
-from gpt2trace.errors import TraceError
-from gpt2trace.reader import load
-from gpt2trace.tracefile import KIND_CODES, NULL, PartWriter, merge_parts, part_files, parts_dir, records_table, recover
+from gpt2trace.format import schema as S
+from gpt2trace.format.errors import TraceError
+from gpt2trace.format.reader import load
+from gpt2trace.format.writer import KIND_CODES, NULL, PartWriter, merge_parts, part_files, parts_dir, records_table, recover
 
 SCHEMA = S.arrow_schema({S.META_RUN: b'{"model": {"n_layer": 2}}'})
 

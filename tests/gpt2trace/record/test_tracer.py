@@ -7,10 +7,10 @@ import threading
 import pyarrow.parquet as pq
 import pytest
 
-from gpt2trace import schema as S
-from gpt2trace.reader import check_states, load
-from gpt2trace.tracefile import merge_parts, parts_dir
-from gpt2trace.tracer import FLUSH_PHASE, Tracer
+from gpt2trace.format import schema as S
+from gpt2trace.format.reader import check_states, load
+from gpt2trace.format.writer import merge_parts, parts_dir
+from gpt2trace.record.tracer import FLUSH_PHASE, Tracer
 
 WORKER_TID, OTHER_TID = 900_001, 900_002   # fake OS thread ids; the main thread's is the real one
 ORIGIN = 1_000_000

@@ -4,7 +4,7 @@ Kernels time themselves (inside Numba, CLOCK_MONOTONIC); phases and counters are
 time.monotonic_ns(), the same clock. All times in the trace are ns since the trace's origin (rank 0's start;
 other ranks are shifted onto it by the clock synchronization of the MPI layer).
 
-A flush turns the window since the previous flush into one Parquet part (see gpt2trace.tracefile). It is on
+A flush turns the window since the previous flush into one Parquet part (see gpt2trace.format.writer). It is on
 the training loop's critical path, so it works on whole NumPy columns and integer dictionary codes: no
 Python object per record. Measured on a step of the `small` model (~1,000 records) during training:
 ~0.8 ms to build the table and ~1.1 ms to write the part (the version with np.vectorize, object arrays and
@@ -22,14 +22,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from gpt2trace import schema as S
-from gpt2trace.recorder import NO_VALUE, KernelRecorder
-from gpt2trace.states import blocks_of, thread_states
-from gpt2trace.tracefile import KIND_CODES, NULL, PartWriter, records_table
+from gpt2trace.format import schema as S
+from gpt2trace.record.recorder import NO_VALUE, KernelRecorder
+from gpt2trace.record.thread_states import blocks_of, thread_states
+from gpt2trace.format.writer import KIND_CODES, NULL, PartWriter, records_table
 
 # Main-thread states of the phases that are not computation.
-_PHASE_STATES = {"dataload": S.State.IO, "checkpoint": S.State.IO}
-FLUSH_PHASE = "trace_flush"  # the tracer's own flush, on the main thread (listed in schema.PHASES)
+_PHASE_STATES = {S.Phase.DATALOAD: S.State.IO, S.Phase.CHECKPOINT: S.State.IO}
+FLUSH_PHASE = S.Phase.TRACE_FLUSH  # the tracer's own flush, on the main thread
 # Columns some groups lack: their null and the dtype of the schema type.
 _FILL = {S.THREAD: (0, np.int32), S.STATE: (NULL, np.int16), S.NAME: (NULL, np.int32), S.STEP: (NULL, np.int32),
          S.LAYER: (NULL, np.int16), S.MICROSTEP: (NULL, np.int16), S.BYTES: (NULL, np.int64),
@@ -77,7 +77,7 @@ class Tracer:
 
     def comm(self, name: str, start_ns: int, end_ns: int, nbytes: int | None, peer: int | None, seq: int | None,
              state: int) -> None:
-        """One MPI call on the main thread (the sink of gpt2trace.mpitrace): a `comm` record, and the main
+        """One MPI call on the main thread (the sink of gpt2trace.record.traced_comm): a `comm` record, and the main
         thread in `state` meanwhile (an MPI call inside dataload is shown in its MPI state, not I/O)."""
         self._comms.append((name, start_ns, end_ns, self.recorder.step, self.recorder.microstep,
                             NULL if nbytes is None else nbytes, NULL if peer is None else peer,

@@ -5,9 +5,9 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from gpt2trace import schema
-from gpt2trace import synthetic as syn
-from gpt2trace.schema import KIND, State
+from gpt2trace.format import schema
+from gpt2trace.testing import synthetic as syn
+from gpt2trace.format.schema import KIND, State
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
-from gpt2trace.schema import State
-from gpt2trace.states import blocks_of, thread_states
+from gpt2trace.format.schema import State
+from gpt2trace.record.thread_states import blocks_of, thread_states
 
 R, F, S, I, O = State.RUNNING, State.SCHEDULING_FORK_JOIN, State.SYNCHRONIZATION, State.IDLE, State.IO
 

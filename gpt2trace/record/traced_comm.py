@@ -13,7 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
-from gpt2trace.schema import State
+from gpt2trace.format.schema import State
 
 
 class CommSink(Protocol):

@@ -21,7 +21,7 @@ import numpy as np
 import trainer  # noqa: F401  (before Numba loads: sets Numba's cache directory, see trainer/jitcache.py)
 from numba import njit
 
-from gpt2trace.schema import State
+from gpt2trace.format.schema import State
 
 _RUN, _IDLE, _SYNC, _FORK = int(State.RUNNING), int(State.IDLE), int(State.SYNCHRONIZATION), \
     int(State.SCHEDULING_FORK_JOIN)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from gpt2trace.runner import RunConfig, TraceConfig, prepare_process, run
+from gpt2trace.run.runner import RunConfig, TraceConfig, prepare_process, run
 from trainer.config import ParallelConfig, TrainConfig, model_config
 
 

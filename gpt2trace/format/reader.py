@@ -18,9 +18,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from gpt2trace import schema
-from gpt2trace.errors import TraceError
-from gpt2trace.schema import END_NS, FIELDS, KIND, RANK, REQUIRED, START_NS, STATE, THREAD, Kind
+from gpt2trace.format import schema
+from gpt2trace.format.errors import TraceError
+from gpt2trace.format.schema import END_NS, FIELDS, KIND, RANK, REQUIRED, START_NS, STATE, THREAD, Kind
 
 BATCH_ROWS = 1 << 20
 
@@ -83,12 +83,8 @@ class Trace:
 
 
 def load(path: str | Path) -> Trace:
-    """Reads and checks a trace file; every problem is a TraceError whose one-line message names the file."""
+    """Reads and checks a Parquet trace file (`gpt2trace.load` reads the other formats too); every problem is a TraceError whose one-line message names the file."""
     path = Path(path)
-    # Paraver traces (.prv, .prv.gz with the .pcf/.row beside them) go through the importer.
-    if path.name.endswith((".prv", ".prv.gz")):
-        from gpt2trace.interop.paraver_import import load_paraver
-        return load_paraver(path)
     if not path.is_file():
         raise TraceError(f"{path}: no such trace file")
     try:

@@ -1,4 +1,4 @@
-"""`gpt2trace info TRACE [--json]` and the gpt2trace.info.trace_info it prints."""
+"""`gpt2trace info TRACE [--json]` and the gpt2trace.format.info.trace_info it prints."""
 from __future__ import annotations
 
 import json
@@ -8,9 +8,10 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from gpt2trace import schema as S
+from gpt2trace.format import schema as S
 from gpt2trace.cli.main import app
-from gpt2trace.info import trace_info
+from gpt2trace.format.info import trace_info
+from gpt2trace.format.reader import load
 
 
 def _info(*args):
@@ -19,7 +20,7 @@ def _info(*args):
 
 def test_trace_info_of_a_real_trace(real_trace):
     rt = real_trace(2, 3, 1)
-    info = trace_info(rt.path)
+    info = trace_info(load(rt.path))
     assert info["schema_version"] == S.SCHEMA_VERSION and info["ranks"] == 1
     assert info["threads_per_rank"] == {"0": 2}
     assert (info["steps"], info["first_step"], info["last_step"]) == (3, 0, 2)
@@ -37,11 +38,11 @@ def test_table_and_json(real_trace):
     for text in ("schema version", "rank 0: 2", "3 (0..2)", "L=2 NH=4 C=32", "threading layer"):
         assert text in r.stdout, text
     r = _info(rt.path, "--json")
-    assert r.exit_code == 0 and json.loads(r.stdout) == json.loads(json.dumps(trace_info(rt.path)))
+    assert r.exit_code == 0 and json.loads(r.stdout) == json.loads(json.dumps(trace_info(load(rt.path))))
 
 
 def test_a_trace_of_zero_steps(real_trace):
-    info = trace_info(real_trace(1, 0, 1).path)
+    info = trace_info(load(real_trace(1, 0, 1).path))
     assert info["steps"] == 0 and info["first_step"] is None and info["threads_per_rank"] == {"0": 1}
 
 

@@ -10,12 +10,12 @@ import time
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from trace_invariants import check_trace
+from gpt2trace.testing.invariants import check_trace
 from typer.testing import CliRunner
 
-from gpt2trace import schema as S
+from gpt2trace.format import schema as S
 from gpt2trace.cli.main import app
-from gpt2trace.tracefile import parts_dir
+from gpt2trace.format.writer import parts_dir
 
 K = 4                 # kill once the part of step K exists
 STARTUP_S = 300       # a cold Numba cache compiles every kernel first

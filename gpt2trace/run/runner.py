@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+from trainer import names
 from trainer.config import ModelConfig, ParallelConfig, TrainConfig
 
 DEFAULT_TRACE = Path("trace.parquet")
@@ -120,12 +121,12 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
     With `comm` (an mpi4py communicator of cfg.parallel.ranks processes) this process is rank comm.rank of a
     data-parallel job: it traces its own part, MPI calls included, and rank 0 merges all parts at the end.
     """
-    from gpt2trace import schema as S
-    from gpt2trace.clocksync import estimate_offsets
-    from gpt2trace.machine import machine_info
-    from gpt2trace.mpitrace import TracedComm
-    from gpt2trace.tracefile import merge_parts
-    from gpt2trace.tracer import Tracer
+    from gpt2trace.format import schema as S
+    from gpt2trace.record.clocksync import estimate_offsets
+    from gpt2trace.record.machine import machine_info
+    from gpt2trace.record.traced_comm import TracedComm
+    from gpt2trace.format.writer import merge_parts
+    from gpt2trace.record.tracer import Tracer
     from trainer.checkpoint import read_checkpoint, write_checkpoint
     from trainer.dp import make_strategy
     from trainer.launcher import Launcher
@@ -191,7 +192,7 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
     try:
         history = train(model, loader, cfg.train, dp, observer=observer, on_step=step_done)
         if cfg.save is not None and rank == 0:
-            with observer.phase("checkpoint"):
+            with observer.phase(names.CHECKPOINT):
                 write_checkpoint(cfg.save, model_cfg, model.params)
         finished = True
     finally:
@@ -209,9 +210,9 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
 
 def _merge_ranks(path: Path, comm, clock_start, origin0: int) -> int:
     """End of a clean MPI run: estimate the clocks again, then rank 0 merges every rank's parts."""
-    from gpt2trace import schema as S
-    from gpt2trace.clocksync import drift_slope, estimate_offsets
-    from gpt2trace.tracefile import merge_parts
+    from gpt2trace.format import schema as S
+    from gpt2trace.record.clocksync import drift_slope, estimate_offsets
+    from gpt2trace.format.writer import merge_parts
 
     rank, ranks = comm.Get_rank(), comm.Get_size()
     clock_end = estimate_offsets(comm)
@@ -231,7 +232,7 @@ def _merge_ranks(path: Path, comm, clock_start, origin0: int) -> int:
 
 def _check_no_old_parts(path: Path) -> None:
     """A new run replaces an old trace, but never silently deletes what a crashed run left to recover."""
-    from gpt2trace.tracefile import parts_dir
+    from gpt2trace.format.writer import parts_dir
     from trainer.errors import TrainerError
 
     if parts_dir(path).exists():

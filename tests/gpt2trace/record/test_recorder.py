@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpt2trace.recorder import NO_VALUE, KernelRecorder
+from gpt2trace.record.recorder import NO_VALUE, KernelRecorder
 
 
 def _fill(slot, enter, exit_, *blocks):

@@ -2,7 +2,7 @@
 import pytest
 from typer.testing import CliRunner
 
-from gpt2trace import synthetic as syn
+from gpt2trace.testing import synthetic as syn
 
 
 @pytest.fixture(scope="module")

@@ -88,11 +88,26 @@ STATE_COLORS = {
 MPI_STATES = (State.WAITING_A_MESSAGE, State.BLOCKING_SEND, State.WAIT_WAITALL, State.IMMEDIATE_SEND,
               State.IMMEDIATE_RECEIVE, State.GROUP_COMMUNICATION, State.SEND_RECEIVE, State.TEST_PROBE)
 
-# Phase names the trainer writes; `trace_flush` is the tracer's own flush of the previous step (main thread,
-# outside any step: step is null), so analyses can tell tracing cost from training.
-PHASES = ("dataload", "forward", "backward", "grad_sync", "optimizer", "checkpoint", "trace_flush")
-# Counter names the trainer writes per step.
-COUNTERS = ("loss", "lr", "grad_norm", "tokens")
+
+
+class Phase:
+    """Phase names the trainer writes (trainer/names.py, held equal by a test); `trace_flush` is the tracer's own
+    flush (main thread, outside any step: step is null), so analyses can tell tracing cost from training."""
+    DATALOAD, FORWARD, BACKWARD, GRAD_SYNC, OPTIMIZER, CHECKPOINT, TRACE_FLUSH = (
+        "dataload", "forward", "backward", "grad_sync", "optimizer", "checkpoint", "trace_flush")
+    ALL = (DATALOAD, FORWARD, BACKWARD, GRAD_SYNC, OPTIMIZER, CHECKPOINT, TRACE_FLUSH)
+    COMPUTE = (FORWARD, BACKWARD, OPTIMIZER)
+
+
+class Counter:
+    """Counter names the trainer writes once per step and rank."""
+    LOSS, LR, GRAD_NORM, TOKENS = "loss", "lr", "grad_norm", "tokens"
+    ALL = (LOSS, LR, GRAD_NORM, TOKENS)
+
+
+PHASES, COUNTERS = Phase.ALL, Counter.ALL
+# Hardware counters (PAPI presets, as Extrae names them): count since the thread's previous read.
+INSTRUCTIONS, CYCLES = "PAPI_TOT_INS", "PAPI_TOT_CYC"
 
 
 def arrow_schema(metadata: dict[bytes, bytes] | None = None) -> pa.Schema:

@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from gpt2trace import schema as S
-from gpt2trace.errors import TraceError
+from gpt2trace.format import schema as S
+from gpt2trace.format.errors import TraceError
 
 # zstd + delta-encoded timestamps: ~5 bytes per record on trainer traces (benchmarks/trace_overhead.py).
 _DICT_COLUMNS = [S.KIND, S.NAME]
@@ -118,7 +118,7 @@ def merge_parts(trace_path: Path, extra_metadata: dict[bytes, bytes] | None = No
     """Merge every rank's parts into `trace_path` (rank by rank, in flush order); returns the record count.
 
     `drift[rank] = (slope, t_ref)` corrects that rank's times linearly for clock drift against rank 0
-    (t -> t - slope * (t - t_ref), see gpt2trace.clocksync); the same monotonic map for every record of a rank
+    (t -> t - slope * (t - t_ref), see gpt2trace.record.clocksync); the same monotonic map for every record of a rank
     keeps its states a partition."""
     parts = parts_dir(trace_path)
     files = part_files(parts)
