@@ -1,0 +1,100 @@
+"""Outputs that never destroy anything: checked before the work starts, written under a temporary name, renamed
+only when complete.
+
+Every command that writes files goes through here, so the rules hold everywhere: an output may not be one of
+the command's inputs; its folder must exist and be writable (checked by creating a file there, which also
+catches read-only file systems and /proc, where permission bits say nothing); an existing output is replaced,
+and the command says so. A failure while writing (a full disk, a signal) leaves the previous file, if any,
+untouched and no half-written file under the final name.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+from gpt2trace.format.errors import OutputError
+
+
+def _label(path: Path, option: str | None) -> str:
+    return f"{option} {path}" if option else str(path)
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two existing paths name one file (through links, relative parts or hard links)."""
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_output(path: str | os.PathLike, inputs: Iterable[str | os.PathLike | None] = (),
+                 option: str | None = None) -> Path:
+    """`path` as a Path when it may be written; else an OutputError naming it. Call before any long work."""
+    path = Path(path)
+    label = _label(path, option)
+    for src in inputs:
+        if src is not None and (same_file(path, Path(src)) or path.resolve() == Path(src).resolve()):
+            raise OutputError(f"{label} is also an input of this command; choose another output name "
+                              "(nothing was written)")
+    if path.is_dir():
+        raise OutputError(f"{label} is a directory; give a file name")
+    parent = path.parent
+    if not parent.is_dir():
+        raise OutputError(f"{label}: the folder {parent} does not exist; create it or choose another path")
+    try:
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".gpt2trace-probe-"):
+            pass
+    except OSError as exc:
+        raise OutputError(f"{label}: cannot write in {parent} ({exc.strerror or exc}); choose another path") from None
+    return path
+
+
+def temp_name(path: Path) -> Path:
+    """A hidden name beside `path` (same file system, so the final rename is atomic)."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+@contextlib.contextmanager
+def atomic_outputs(paths: Sequence[str | os.PathLike]) -> Iterator[list[Path]]:
+    """Temporary paths to write instead of `paths`; all renamed onto them when the block ends normally.
+
+    On any exception every temporary file is removed and the final paths are left as they were; an OSError
+    (a full disk, a vanished folder) becomes an OutputError with one line naming the path."""
+    finals = [Path(p) for p in paths]
+    temps = [temp_name(p) for p in finals]
+    try:
+        yield temps
+        for tmp, final in zip(temps, finals):
+            if tmp.exists():
+                os.replace(tmp, final)
+    except OSError as exc:
+        _remove(temps)
+        where = exc.filename or finals[0]
+        raise OutputError(f"cannot write {_final_of(where, temps, finals)}: {exc.strerror or exc}; "
+                          "nothing was written under that name") from None
+    except BaseException:
+        _remove(temps)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
+    """`atomic_outputs` for one file."""
+    with atomic_outputs([path]) as (tmp,):
+        yield tmp
+
+
+def _final_of(where, temps: list[Path], finals: list[Path]) -> Path:
+    for tmp, final in zip(temps, finals):
+        if str(tmp) == str(where):
+            return final
+    return Path(where)
+
+
+def _remove(paths: Iterable[Path]) -> None:
+    for p in paths:
+        with contextlib.suppress(OSError):
+            p.unlink()
