@@ -7,6 +7,9 @@ slow_thread  1 rank x 3 threads; in matmul_forward (layer 0) thread 2's block ta
 serial       1 rank x 2 threads: 4 s of a kernel on both threads, then 6 s of the main thread alone.
 nonblocking  2 ranks x 1 thread: MPI_Iallreduce posted early on rank 0 and late on rank 1 (after a 3.5 s
              matmul_backward, layer 1), completed by MPI_Wait on both.
+bucketed     2 ranks x 1 thread, as `--dp-sync overlap` runs: after a barrier, backward posts one MPI_Iallreduce
+             per gradient bucket (layer 1, layer 0, the rest) and an MPI_Waitall completes them; rank 1's
+             matmul_backward takes 3 s per layer instead of 2, its encoder_backward 0.3 s instead of 0.2.
 """
 from __future__ import annotations
 
@@ -78,4 +81,24 @@ def nonblocking() -> Trace:
         syn.kernel(1, 0, 1, 4.5, "matmul_backward", None, 1),
         syn.comm(1, 4.5, 5, "MPI_Iallreduce", seq=0, nbytes=100), syn.comm(1, 5, 6, "MPI_Wait"),
     ]
+    return Trace.from_table(syn.from_records(recs))
+
+
+@pytest.fixture
+def bucketed() -> Trace:
+    recs = []
+    # rank 0: Barrier [0,1]; mm_bwd L1 [1,3]; post [3,3.1]; mm_bwd L0 [3.1,5.1]; post [5.1,5.2];
+    #         encoder_bwd [5.2,5.4]; post [5.4,5.5]; MPI_Waitall [5.5,8]
+    # rank 1: Barrier [0,1]; mm_bwd L1 [1,4]; post [4,4.1]; mm_bwd L0 [4.1,7.1]; post [7.1,7.2];
+    #         encoder_bwd [7.2,7.5]; post [7.5,7.6]; MPI_Waitall [7.6,8]
+    for rank, mm, enc in ((0, 2.0, 0.2), (1, 3.0, 0.3)):
+        t = 1.0
+        recs += [syn.state(rank, 0, 0, 1, GROUP), syn.comm(rank, 0, 1, "MPI_Barrier", seq=0)]
+        for seq, (name, layer, dur) in enumerate((("matmul_backward", 1, mm), ("matmul_backward", 0, mm),
+                                                  ("encoder_backward", None, enc)), start=1):
+            recs += [syn.state(rank, 0, t, t + dur, RUN), syn.kernel(rank, 0, t, t + dur, name, None, layer),
+                     syn.state(rank, 0, t + dur, t + dur + 0.1, GROUP),
+                     syn.comm(rank, t + dur, t + dur + 0.1, "MPI_Iallreduce", seq=seq, nbytes=1000)]
+            t += dur + 0.1
+        recs += [syn.state(rank, 0, t, 8, WAIT), syn.comm(rank, t, 8, "MPI_Waitall")]
     return Trace.from_table(syn.from_records(recs))
