@@ -46,7 +46,7 @@ def _loss_text(key: str, share: float, result: dict) -> str:
     if key == "mpi_load_balance":
         return (f"Load imbalance across ranks costs {share:.1%} of thread time: on average a rank computes (in "
                 f"parallel regions or serially) {m['load_balance']:.0%} as long as the longest one "
-                f"(MPI load balance {m['load_balance']:.3f}).")
+                f"(MPI load balance {_fmt(m['load_balance'])}).")
     if key == "outside_computation":
         where = "neither computing nor in MPI" if p.get("ideal_runtime_s") is not None else "not computing"
         return (f"The main thread is {where} for {share:.1%} of thread time (I/O, Others: see the state profile), "
@@ -54,10 +54,10 @@ def _loss_text(key: str, share: float, result: dict) -> str:
     if key == "serialization":
         return (f"Serialization costs {share:.1%}: even with an ideal network the run would take "
                 f"{p['ideal_runtime_s']:.4g} s, against {p['useful_ideal_max_s']:.4g} s that the busiest rank "
-                f"computes (serialization efficiency {m['serialization_efficiency']:.3f}).")
+                f"computes (serialization efficiency {_fmt(m['serialization_efficiency'])}).")
     if key == "transfer":
         return (f"Data transfer costs {share:.1%}: {T - p['ideal_runtime_s']:.4g} s of the {T:.4g} s runtime "
-                f"go to moving data (transfer efficiency {m['transfer_efficiency']:.3f}).")
+                f"go to moving data (transfer efficiency {_fmt(m['transfer_efficiency'])}).")
     if key == "serial_regions":
         longest = (result["occupancy"].get("serial_sections") or [None])[0]
         where = (f"; the longest serial section lasts {longest['seconds']:.4g} s, at {longest['start_s']:.4g} s "
@@ -65,13 +65,13 @@ def _loss_text(key: str, share: float, result: dict) -> str:
         return (f"Serial code between parallel regions costs {share:.1%} of thread time: the main thread computes "
                 f"alone for {omp['serial_useful_s']:.4g} s while the other "
                 f"{'threads of its rank wait' if s['threads_per_rank'] > 2 else 'thread waits'} (serial region "
-                f"efficiency {omp['serial_region_efficiency']:.3f}{where}).")
+                f"efficiency {_fmt(omp['serial_region_efficiency'])}{where}).")
     if key == "region_load_balance":
         return (f"Load imbalance inside parallel regions costs {share:.1%} of thread time: threads compute less "
                 f"than the busiest thread of the same region (region load balance "
-                f"{omp['region_load_balance']:.3f}, over {omp['regions']} region executions).")
+                f"{_fmt(omp['region_load_balance'])}, over {omp['regions']} region executions).")
     return (f"Fork/join, scheduling and waiting inside parallel regions beyond the busiest thread's work cost "
-            f"{share:.1%} of thread time (region scheduling efficiency {omp['region_scheduling_efficiency']:.3f}).")
+            f"{share:.1%} of thread time (region scheduling efficiency {_fmt(omp['region_scheduling_efficiency'])}).")
 
 
 def _details(result: dict, mpi_losses: list[str]) -> dict[str, list[dict]]:
@@ -133,3 +133,7 @@ def _notes(result: dict) -> list[dict]:
                             f"Model FLOPs utilization {s['mfu']:.1%} ({s['achieved_gflops_per_core']:.3g} GFLOP/s "
                             f"per core against a {s['peak_gflops_per_core']:.3g} GFLOP/s sgemm peak)."))
     return out
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"

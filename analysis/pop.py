@@ -51,9 +51,9 @@ def efficiencies(useful: np.ndarray, outside_mpi: np.ndarray, runtime: float, id
     lb, comm = useful.mean() / useful.max(), useful.max() / runtime
     lb_mpi, comm_mpi = outside_mpi.mean() / outside_mpi.max(), outside_mpi.max() / runtime
     ser = tr = None
-    if ideal is not None and ideal > 0 and ideal_busy_max:
+    if ideal is not None and ideal > 0 and ideal_busy_max is not None:
         ser = ideal_busy_max / ideal
-        tr = comm_mpi / ser
+        tr = comm_mpi / ser if ser > 0 else None
     return {"parallel_efficiency": lb * comm, "load_balance": lb, "communication_efficiency": comm,
             "serialization_efficiency": None if hybrid else ser, "transfer_efficiency": None if hybrid else tr,
             "mpi": {"parallel_efficiency": lb_mpi * comm_mpi, "load_balance": lb_mpi,
@@ -103,7 +103,7 @@ def warnings(p: dict) -> list[str]:
         out.append(f"the ideal-network replay takes {ideal:.6g} s, longer than the measured {runtime:.6g} s: a "
                    f"replay never waits longer than the run did, so the trace's MPI calls do not match (a "
                    f"missing or reordered call, clocks out of sync); serialization and transfer efficiency are "
-                   f"not reliable (not clipped: transfer efficiency {p['mpi']['transfer_efficiency']:.3f})")
+                   f"not reliable (reported as they are, not clipped)")
     forced = (p.get("replay") or {}).get("forced_releases") or {}
     if forced:
         calls = ", ".join(f"{name} x{count}" for name, count in sorted(forced.items(), key=lambda kv: -kv[1]))

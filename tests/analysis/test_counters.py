@@ -46,7 +46,7 @@ def test_useful_ipc_and_frequency(with_counters):
 def test_a_second_read_at_the_same_instant_is_dropped():
     # thread 0: Running [0,4], then a zero-duration MPI call at 4 (Running again [4,10]): Extrae reads the
     # counters at its entry and at its exit, both at t = 4. The first read closes Running (0,4]: 8000, 4000; the
-    # second closes the empty burst (4,4] and is dropped as Paraver drops it (before: 8050 and 4040).
+    # second closes the empty burst (4,4] and is dropped as Paraver drops it (kept: 8050, 4040).
     # t = 10 closes Running (4,10]: 6000, 6000. Useful: 14000 instructions, 10000 cycles over 10 s.
     recs = [syn.state(0, 0, 0, 4, RUN), syn.state(0, 0, 4, 10, RUN)]
     for t, ins, cyc in ((4, 8000, 4000), (4, 50, 40), (10, 6000, 6000)):

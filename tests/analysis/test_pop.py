@@ -46,7 +46,7 @@ CASES = [
     # (BSC's time outside MPI, 7 and 6, would give a thread-level LB of (5.5/6) / (6.5/7) = 0.987).
     # Replay: bursts 5 + 2 = 7 and 4 + 2 = 6 (I/O is in a burst: max_ideal 7); rank 0 enters at 5, rank 1 at 4,
     # both leave at 5 and compute 2 s: T_ideal = 7. SerE = 7 / 7 = 1, TE = CommE / SerE = 0.75 (the I/O lands in
-    # transfer, as in BSC's definition; the previous SerE = max U / T_ideal = 6/7, TE = T_ideal / T = 7/8).
+    # transfer, as in BSC's definition; SerE = max U / T_ideal would give 6/7, TE = T_ideal / T 7/8).
     ("io_rank", dict(runtime_s=8, parallel_efficiency=5.5 / 8, load_balance=5.5 / 6, communication_efficiency=0.75,
                      serialization_efficiency=1.0, transfer_efficiency=0.75, ideal_runtime_s=7,
                      useful_ideal_max_s=7, outside_mpi_max_s=6, mpi=(5.5 / 8, 5.5 / 6, 0.75, 1.0, 0.75),

@@ -43,7 +43,7 @@ CASES = [
     ("sendrecv-ring", _rounds([1, 2, 0]), 7.4, 3, 7, [5, 5, 3]),
     # Non-periodic shift 0 -> 1 -> 2 (rank 2 sends to no one: its peer is its source, 1), the same bursts: rank 0
     # receives nothing, rank 1 waits for rank 0 and rank 2 for rank 1 as in the ring: T_ideal = 7. (Taking the
-    # peer as the source too paired ranks 1 and 2 both ways and gave 5.)
+    # peer as the source as well would pair ranks 1 and 2 both ways and give 5.)
     ("sendrecv-shift", _rounds([1, 2, 1]), 7.4, 3, 7, [5, 5, 3]),
     # Mixed nonblocking calls, T = 6:
     #   rank 0: Irecv(1) [1,1.1], Isend(1) [1.1,1.2], compute 2 s, Iallreduce [3.2,3.3], Waitall [3.3,5], 1 s

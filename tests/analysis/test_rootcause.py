@@ -36,8 +36,8 @@ def test_postings_do_not_restart_the_interval(bucketed):
     #   waiter  [1, 5.5):  matmul_backward L1 2, L0 2, encoder_backward 0.2, outside kernels 0.3 (3 postings)
     #   culprit [1, 7.5):  matmul_backward L1 3, L0 3, encoder_backward 0.3, outside kernels 0.2 (2 postings)
     # Excess 1 + 1 + 0.1 + 0 = 2.1 s: L1 and L0 get 2 x 1 / 2.1 s each, encoder_backward 2 x 0.1 / 2.1 s.
-    # (Taking each side only since its previous MPI call, a posting, compared encoder_backward 0.3 s with 0.2 s
-    # and charged all 2 s to it: the wrong verdict.)
+    # (Comparing each side only since its previous MPI call, a posting, would set encoder_backward's 0.3 s
+    # against 0.2 s and charge all 2 s to it.)
     out = _causes(bucketed)
     assert out[["rank", "kernel", "waits"]].values.tolist() == [
         [1, "matmul_backward", 1], [1, "matmul_backward", 1], [1, "encoder_backward", 1]]
