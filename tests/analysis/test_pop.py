@@ -86,6 +86,22 @@ def test_pure_mpi_thread_level_is_exactly_one(fixture, request):
     assert out["openmp"] is None
 
 
+@pytest.mark.parametrize("state", [State.IO, State.OTHERS, State.NOT_CREATED, State.IDLE])
+def test_time_neither_mpi_nor_useful_keeps_the_thread_level_at_one(state):
+    # 2 ranks x 1 thread, T = 8: rank 0 is in `state` [0,2], Running [2,5], in MPI_Allreduce [5,6], Running [6,8];
+    # rank 1 Running [0,4], MPI_Allreduce [4,6], Running [6,8]. U = (5, 6): whatever the state, it is not
+    # computation at the MPI level either, so the MPI level equals the whole and the thread level is 1.
+    recs = [syn.state(0, 0, 0, 2, state), syn.state(0, 0, 2, 5, State.RUNNING),
+            syn.state(0, 0, 5, 6, State.GROUP_COMMUNICATION), syn.state(0, 0, 6, 8, State.RUNNING),
+            syn.comm(0, 5, 6, "MPI_Allreduce", seq=0), syn.state(1, 0, 0, 4, State.RUNNING),
+            syn.state(1, 0, 4, 6, State.GROUP_COMMUNICATION), syn.state(1, 0, 6, 8, State.RUNNING),
+            syn.comm(1, 4, 6, "MPI_Allreduce", seq=0)]
+    trace = Trace.from_table(syn.from_records(recs))
+    out = pop.pop(trace, select(trace))
+    assert [out["mpi"][k] for k in LEVEL_KEYS] == pytest.approx([5.5 / 8, 5.5 / 6, 0.75])
+    assert [out["threads"][k] for k in LEVEL_KEYS] == [1.0, 1.0, 1.0]
+
+
 def test_a_replay_longer_than_the_run_is_a_warning_not_a_clip():
     # Rank 1's receive ends (1.1) before its send starts (5): the replay takes 9.9 s of a 6 s run (see
     # test_replay). T_ideal stays 9.9; bursts 5 + 0.9 = 5.9 on both: SerE = 5.9 / 9.9; U = (5.9, 5.9) (Running
