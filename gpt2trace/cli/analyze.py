@@ -167,14 +167,24 @@ def render_scaling(out: Console, rows: list[dict], unit: str) -> None:
         values = [r.get(key) for r in rows]
         if all(v is None for v in values):
             continue
-        table.add_row(label, *("" if v is None else _pct(v) if kind == "%" else f"{v:.3f}" if kind == "x"
-                               else str(v) if kind == "n" and isinstance(v, int) else _num(v) for v in values))
+        table.add_row(label, *(_factor(v, kind) for v in values))
     out.print(table)
     for i, r in enumerate(rows, 1):
         out.print(f"trace {i}: {r['trace']}", markup=False, highlight=False, soft_wrap=True)
     if all(r.get("ipc") is None for r in rows):
         out.print("IPC, instruction and frequency scalability need hardware counters (PAPI_TOT_INS, "
                   "PAPI_TOT_CYC in an imported Extrae trace); these traces have none.", soft_wrap=True)
+
+
+def _factor(v, kind: str) -> str:
+    """A model-factor cell: a percentage (%), a ratio (x) or a plain number (n)."""
+    if v is None:
+        return ""
+    if kind == "%":
+        return _pct(v)
+    if kind == "x":
+        return f"{v:.3f}"
+    return str(v) if isinstance(v, int) else _num(v)
 
 
 def _pairs(title: str, rows: list[tuple[str, str]]) -> Table:
