@@ -23,8 +23,8 @@ from gpt2trace.format.schema import RANK, STATE, THREAD, Kind
 
 def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: float | None = None,
             bins: int = 100) -> dict:
-    """Everything about one trace: summary, pop, imbalance, waits, root_causes, states, occupancy, findings,
-    warnings.
+    """Everything about one trace: summary, pop, counters, imbalance, waits, root_causes, states, occupancy,
+    findings, warnings (problems with the trace or with the replay's numbers).
 
     `steps` is '--steps A:B' (B excluded); `top` limits the findings and serial sections, not the tables.
     Raises TraceError for an invalid trace and WindowError for a `steps` that does not fit it.
@@ -45,12 +45,14 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
     by_state["share"] = by_state["wait_s"] / total_wait if total_wait > 0 else 0.0
     occ = occupancy(trace, window, segs, top=top, bins=bins, states=states)
     per_rank = occ["per_rank"]
+    factors = pop.pop(trace, window, calls, states, kern)
+    warnings += pop.warnings(factors)
     result = {
         "trace": trace.name,
         "window": {"t0_s": window.t0_ns / 1e9, "t1_s": window.t1_ns / 1e9, "steps": list(window.steps)},
         "summary": {k: (rows(v) if isinstance(v, pd.DataFrame) else v)
                     for k, v in summary(trace, window, peak_gflops).items()},
-        "pop": pop.pop(trace, window, calls, states),
+        "pop": factors,
         "counters": counters.counters(trace, window, states),       # useful IPC and frequency (hardware counters)
         "imbalance": rows(imbalance(kern, segs, ranks)),
         "waits": {"total_wait_s": total_wait, "calls": rows(waits.per_call(calls, wait_rows)),

@@ -22,8 +22,9 @@ from gpt2trace.format.schema import BYTES, LAYER, NAME, RANK
 
 
 def analyze(
-    traces: Annotated[list[Path], typer.Argument(exists=True, dir_okay=False, help="Trace file(s) (Parquet); "
-                                                 "with several, a model-factors table with the first as reference.")],
+    traces: Annotated[list[Path], typer.Argument(exists=True, dir_okay=False, help="Trace file(s): Parquet, or "
+                                                 "Paraver .prv/.prv.gz; with several, a model-factors table with "
+                                                 "the first as reference.")],
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the results as JSON to PATH ('-' for "
                                                      "stdout, which replaces the tables).", dir_okay=False)] = None,
     steps: Annotated[Optional[str], typer.Option("--steps", help="Steps A:B to analyze (B excluded, as in Python). "
@@ -66,10 +67,7 @@ def analyze(
         for res in result["traces"]:
             render(out, res, top)
         if "scaling" in result:
-            out.print(_table("Model factors (first trace = reference, work per " + result["scaling_work_unit"] + ")",
-                             result["scaling"], ["trace", "processes", "threads", "runtime_s", "speedup",
-                                                 "parallel_efficiency", "load_balance", "communication_efficiency",
-                                                 "computation_scalability", "global_efficiency"], top=None))
+            render_scaling(out, result["scaling"], result["scaling_work_unit"])
 
 
 def render(out: Console, res: dict, top: int) -> None:
@@ -94,12 +92,23 @@ def render(out: Console, res: dict, top: int) -> None:
     pop = Table(title="POP efficiencies", title_justify="left")
     for col in ("", "all threads", "MPI level", "thread level"):
         pop.add_column(col, justify="right" if col else "left")
-    for key, label in (("parallel_efficiency", "Parallel efficiency"), ("load_balance", "  Load balance"),
-                       ("communication_efficiency", "  Communication efficiency")):
-        pop.add_row(label, _pct(p[key]), _pct(p["mpi"][key]), _pct(p["threads"][key]))
-    pop.add_row("    Serialization efficiency", _pct(p["serialization_efficiency"]), "", "")
-    pop.add_row("    Transfer efficiency", _pct(p["transfer_efficiency"]), "", "")
+    for key, label in _POP_ROWS:
+        cells = [_pct(level.get(key)) if level.get(key) is not None else "" for level in (p, p["mpi"], p["threads"])]
+        if any(cells):                     # serialization and transfer exist only with MPI to replay
+            pop.add_row(label, *cells)
     out.print(pop)
+    if p.get("openmp"):
+        omp = p["openmp"]
+        out.print(_pairs(f"POP's OpenMP model ({omp['regions']} parallel region executions)",
+                         [(label, _pct(omp[key])) for key, label in _OPENMP_ROWS]))
+    out.print(_pairs("POP times", [
+        ("runtime", _num(p.get("runtime_s"), " s")),
+        ("runtime, ideal network", _num(p.get("ideal_runtime_s"), " s") if p.get("ideal_runtime_s") is not None
+         else "no MPI to replay"),
+        ("useful duration, total over threads", _num(p.get("useful_total_s"), " s")),
+        ("useful duration, max", _num(p.get("useful_max_s"), " s")),
+        ("useful duration (ideal, max)", _num(p.get("useful_ideal_max_s"), " s")
+         if p.get("useful_ideal_max_s") is not None else "no MPI to replay")]))
     out.print(_table("Time per thread state (all threads)", res["states"]["totals"], ["name", "seconds", "share"],
                      None))
     out.print(_table("Load imbalance (by time lost)", res["imbalance"],
@@ -118,6 +127,64 @@ def render(out: Console, res: dict, top: int) -> None:
     out.print("[bold]Findings[/]")
     for i, f in enumerate(res["findings"][:top], 1):
         out.print(f"{i:2d}. {f['text']} [dim]({f['metric']})[/]", soft_wrap=True)
+
+
+_POP_ROWS = (("parallel_efficiency", "Parallel efficiency"), ("load_balance", "  Load balance"),
+             ("communication_efficiency", "  Communication efficiency"),
+             ("serialization_efficiency", "    Serialization efficiency"),
+             ("transfer_efficiency", "    Transfer efficiency"))
+_OPENMP_ROWS = (("thread_efficiency", "Thread efficiency"), ("serial_region_efficiency", "  Serial region efficiency"),
+                ("region_efficiency", "  Parallel region efficiency"),
+                ("region_load_balance", "    Load balance in regions"),
+                ("region_scheduling_efficiency", "    Scheduling efficiency in regions"))
+# Model factors as BSC's modelfactors prints them: one row per factor, one column per trace.
+_SCALING_ROWS = (("speedup", "Speedup", "x"), ("global_efficiency", "Global efficiency", "%"),
+                 ("parallel_efficiency", "  Parallel efficiency", "%"), ("load_balance", "    Load balance", "%"),
+                 ("communication_efficiency", "    Communication efficiency", "%"),
+                 ("serialization_efficiency", "      Serialization efficiency", "%"),
+                 ("transfer_efficiency", "      Transfer efficiency", "%"),
+                 ("serial_region_efficiency", "    Serial region efficiency", "%"),
+                 ("region_efficiency", "    Parallel region efficiency", "%"),
+                 ("computation_scalability", "  Computation scalability", "%"),
+                 ("ipc_scalability", "    IPC scalability", "%"),
+                 ("instruction_scalability", "    Instruction scalability", "%"),
+                 ("frequency_scalability", "    Frequency scalability", "%"),
+                 ("processes", "Processes", "n"), ("threads", "Threads per process", "n"),
+                 ("runtime_s", "Runtime (s)", "n"), ("ideal_runtime_s", "Runtime, ideal network (s)", "n"),
+                 ("useful_total_s", "Useful duration, total (s)", "n"),
+                 ("useful_ideal_max_s", "Useful duration (ideal, max) (s)", "n"),
+                 ("ipc", "Average IPC", "n"), ("frequency_ghz", "Average frequency (GHz)", "n"))
+
+
+def render_scaling(out: Console, rows: list[dict], unit: str) -> None:
+    """The model factors with traces as numbered columns, and under the table which file each number is (in
+    full: two traces may differ only at the end of their paths). A factor no trace has is left out."""
+    table = Table(title=f"Model factors (trace 1 = reference, work per {unit})", title_justify="left")
+    table.add_column("")
+    for i in range(len(rows)):
+        table.add_column(f"trace {i + 1}", justify="right")
+    for key, label, kind in _SCALING_ROWS:
+        values = [r.get(key) for r in rows]
+        if all(v is None for v in values):
+            continue
+        table.add_row(label, *(_factor(v, kind) for v in values))
+    out.print(table)
+    for i, r in enumerate(rows, 1):
+        out.print(f"trace {i}: {r['trace']}", markup=False, highlight=False, soft_wrap=True)
+    if all(r.get("ipc") is None for r in rows):
+        out.print("IPC, instruction and frequency scalability need hardware counters (PAPI_TOT_INS, "
+                  "PAPI_TOT_CYC in an imported Extrae trace); these traces have none.", soft_wrap=True)
+
+
+def _factor(v, kind: str) -> str:
+    """A model-factor cell: a percentage (%), a ratio (x) or a plain number (n)."""
+    if v is None:
+        return ""
+    if kind == "%":
+        return _pct(v)
+    if kind == "x":
+        return f"{v:.3f}"
+    return str(v) if isinstance(v, int) else _num(v)
 
 
 def _pairs(title: str, rows: list[tuple[str, str]]) -> Table:

@@ -16,8 +16,10 @@ from gpt2trace.interop.loader import load
 
 
 def info(
-    trace: Annotated[Path, typer.Argument(help="Trace file (Parquet).")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print the information as one JSON object.")] = False,
+    trace: Annotated[Path, typer.Argument(help="Trace file: Parquet, or Paraver .prv/.prv.gz (with its .pcf "
+                                               "and .row beside it).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the information as one JSON object. An error "
+                                          "prints nothing on stdout: one line on stderr, exit code 2.")] = False,
 ) -> None:
     """Schema version, ranks, threads, steps, time span, records per kind, run configuration and machine."""
     try:

@@ -30,7 +30,8 @@ def parse_window(spec: str) -> tuple[float, float]:
 
 
 def report(
-    trace: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Trace file (Parquet).")],
+    trace: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Trace file: Parquet, or Paraver "
+                                          ".prv/.prv.gz (with its .pcf and .row beside it).")],
     output: Annotated[Optional[Path], typer.Option("--output", "-o", dir_okay=False,
                                                    help="Where the page goes (default: the trace's name with "
                                                         ".html).")] = None,
