@@ -26,7 +26,8 @@ import torch
 from trainer.checkpoint import write_checkpoint
 from trainer.config import MODELS, ModelConfig
 from trainer.params import PARAM_NAMES, ParamLayout, init_params
-from trainer.torch_reference import GPT, load_flat, to_flat
+
+from torch_reference import GPT, load_flat, to_flat      # beside this script, whose folder is on sys.path
 
 OUT_DIR = Path(__file__).resolve().parent
 MODEL = "tiny"
