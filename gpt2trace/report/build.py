@@ -44,10 +44,8 @@ def build(trace: Trace, result: dict | None = None, steps: str | None = None,
     detail_ns = (int(round(window_s[0] * 1e9)), int(round(window_s[1] * 1e9))) if window_s else None
     tl = build_timeline(trace, analyzed, detail_ns, exact_budget, run_budget)
     blobs = Blobs()
-    figs = {"fig-steps": figures.step_durations(trace, list(window.steps)),
-            "fig-occupancy": figures.occupancy_levels(result),
-            "fig-imbalance": figures.imbalance_heatmap(trace, window),
-            "fig-useful": figures.useful_histogram(trace, window)}
+    figs = {"fig-steps": figures.step_durations(result), "fig-occupancy": figures.occupancy_levels(result),
+            "fig-imbalance": figures.imbalance_heatmap(result), "fig-useful": figures.useful_histogram(result)}
     data = {"timeline": timeline_data(tl, blobs, analyzed), "figures": figs,
             "rankColors": [colors.rank_color(i) for i in range(len(colors.RANK_RGB))]}
     name = Path(trace.name).name
