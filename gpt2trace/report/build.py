@@ -12,7 +12,7 @@ from analysis.window import select
 from gpt2trace.format.reader import Trace
 from gpt2trace.report import colors, figures, page, tables
 from gpt2trace.report.pack import Blobs
-from gpt2trace.report.payload import timeline_data
+from gpt2trace.report.payload import page_data
 from gpt2trace.report.tables import esc
 from gpt2trace.report.timeline import EXACT_BUDGET, RUN_BUDGET, build as build_timeline
 
@@ -46,8 +46,7 @@ def build(trace: Trace, result: dict | None = None, steps: str | None = None,
     blobs = Blobs()
     figs = {"fig-steps": figures.step_durations(result), "fig-occupancy": figures.occupancy_levels(result),
             "fig-imbalance": figures.imbalance_heatmap(result), "fig-useful": figures.useful_histogram(result)}
-    data = {"timeline": timeline_data(tl, blobs, analyzed), "figures": figs,
-            "rankColors": [colors.rank_color(i) for i in range(len(colors.RANK_RGB))]}
+    data = page_data(tl, blobs, analyzed, figs, [colors.rank_color(i) for i in range(len(colors.RANK_RGB))])
     name = Path(trace.name).name
     header, sections = _header(trace, result, name), _sections(result, tl, figs, top)
     html = page.render(f"gpt2trace report: {name}", header, sections, data, blobs)
