@@ -15,10 +15,10 @@ import pandas as pd
 from analysis import mpi
 from analysis.window import records, steps_table, threads
 from gpt2trace.format.reader import Trace, thread_order
+from gpt2trace.format.schema import (BYTES, END_NS, LAYER, NAME, PEER, RANK, SEQ, START_NS, STATE, STEP, THREAD, Kind,
+                                     State)
 from gpt2trace.report import colors
 from gpt2trace.report.lod import Level, coverage, pyramid
-from gpt2trace.format.schema import (BYTES, END_NS, LAYER, NAME, PEER, RANK, SEQ, START_NS, STATE, STEP, THREAD, Kind,
-                              State)
 
 EXACT_BUDGET = 300_000        # state + kernel records drawn exactly (~6 MB in the page)
 ALWAYS_EXACT = 200_000        # views with at most this many records are exact over the whole trace
