@@ -90,7 +90,9 @@ def write_parquet(imported: ParaverImport, out: str | Path) -> int:
     """Writes the imported trace as our Parquet trace (zstd); returns the number of records. OutputError when
     `out` is one of the import's files or cannot be written (then nothing is left under its name)."""
     out = check_output(out, inputs=imported.inputs)
-    with atomic_output(out) as tmp, pq.ParquetWriter(tmp, imported.table.schema, compression="zstd") as writer:
+    # through a Python file: a full disk is then the OSError of the write, with its plain message
+    with atomic_output(out) as tmp, open(tmp, "wb") as fh, \
+            pq.ParquetWriter(fh, imported.table.schema, compression="zstd") as writer:
         writer.write_table(imported.table, row_group_size=1 << 20)
     return imported.table.num_rows
 
