@@ -75,7 +75,7 @@ class _Encoding:
     offsets: np.ndarray = field(repr=False)
 
     @classmethod
-    def of(cls, lay: Layout) -> _Encoding:
+    def of(cls, lay: Layout, where: str) -> _Encoding:
         names = lay.names
         mpi, extra = {}, 0
         for n in names[Kind.COMM]:
@@ -91,8 +91,8 @@ class _Encoding:
                 counter[n] = (hwc[n], 1.0)
             else:
                 if F.COUNTER_FIRST + ours > F.COUNTER_LAST:
-                    raise TraceError(f"more than {F.COUNTER_LAST - F.COUNTER_FIRST + 1} counter names; Paraver "
-                                     "export supports that many")
+                    raise TraceError(f"{where}: cannot export: more than {F.COUNTER_LAST - F.COUNTER_FIRST + 1} "
+                                     "counter names, the most the Paraver export has event types for")
                 counter[n] = (F.COUNTER_FIRST + ours, 1.0 if n.startswith("PAPI_") else F.COUNTER_SCALE)
                 ours += 1
         offsets = lay.offsets
@@ -130,19 +130,19 @@ def export_paraver(source, name: str | Path, date: datetime | None = None, tmpdi
     prv, pcf, row, meta = outputs = [check_output(p, inputs=inputs) for p in F.file_names(str(name))]
     src = open_source(source)
     lay = scan(src)
-    enc = _Encoding.of(lay)
-    sorter = LineSorter(tmpdir, run_lines)
-    dropped = 0
-    for batch in src.batches(rows=batch_rows):
-        kinds = batch.column(KIND)
-        for kind, lines in _LINES.items():
-            part = batch.filter(pc.equal(kinds, kind))
-            if part.num_rows:
-                dropped += lines(sorter, part, enc) or 0
-    messages = _messages(sorter, lay, enc)
-    collectives = any(t == F.MPI_COLLECTIVE for t, _ in enc.mpi.values())
+    enc = _Encoding.of(lay, src.name)
     opener = partial(gzip.open, compresslevel=6) if prv.name.endswith(".gz") else open
-    with atomic_outputs(outputs) as (t_prv, t_pcf, t_row, t_meta):
+    dropped = 0
+    # The sort's spilled runs may fill a disk too: inside the block, that is an OutputError like the rest.
+    with atomic_outputs(outputs) as (t_prv, t_pcf, t_row, t_meta), LineSorter(tmpdir, run_lines) as sorter:
+        for batch in src.batches(rows=batch_rows):
+            kinds = batch.column(KIND)
+            for kind, lines in _LINES.items():
+                part = batch.filter(pc.equal(kinds, kind))
+                if part.num_rows:
+                    dropped += lines(sorter, part, enc) or 0
+        messages = _messages(sorter, lay, enc)
+        collectives = any(t == F.MPI_COLLECTIVE for t, _ in enc.mpi.values())
         with opener(t_prv, "wb") as fh:
             fh.write(header(lay, date or datetime.now(), collectives).encode())
             lines = sorter.write(fh)

@@ -103,3 +103,11 @@ def test_exports_that_fit_pass_the_checkers(small_fs, synthetic_path):
     assert prv_checker.check(export_paraver(synthetic_path, fs / "x").prv) == []
     assert chrome_checker.check(export_chrome(synthetic_path, fs / "x").path) == []
     assert sorted(p.name for p in fs.iterdir()) == sorted(PARAVER + ("x.json",))
+
+
+def test_full_disk_under_the_sort_names_it(small_fs, tmp_path, synthetic_path):
+    # runs of 500 lines spilled to a 16 KiB file system: the first run or two fit, a later one does not
+    fs = small_fs(16)
+    with pytest.raises(OutputError, match=rf"cannot write {fs}/gpt2trace-sort-\w+/run\d+\.arrow: No space left"):
+        export_paraver(synthetic_path, tmp_path / "x", tmpdir=fs, run_lines=500)
+    assert list(fs.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["fs0"]
