@@ -310,8 +310,8 @@ def _scan(buf, st, st_line, ev, ev_line, pr, pt, pv, cm, cm_line, counts):
             big = False
             while i < n and 48 <= buf[i] <= 57:
                 d = np.uint64(buf[i] - 48)
-                if u > _U64_TENTH or (u == _U64_TENTH and d > _U64_LAST):
-                    big = True
+                if i - start >= 19 and (i - start > 19 or u > _U64_TENTH or (u == _U64_TENTH and d > _U64_LAST)):
+                    big = True            # a 20th digit beyond 2**64 - 1, or a 21st
                 u = u * np.uint64(10) + d
                 i += 1
             if i == start:
