@@ -94,10 +94,33 @@ class DataLoading(str, Enum):
     scatter = "scatter"
 
 
+class SPSplit(str, Enum):
+    """Which positions of each sequence a rank of a sequence group holds (trainer.parallel.sequence)."""
+    contiguous = "contiguous"      # rank r: [r*T/S, (r+1)*T/S)
+    interleaved = "interleaved"    # rank r: positions t with t mod S == r
+
+
+class SPReduce(str, Enum):
+    """How a sequence group sums the key/value gradients after attention backward."""
+    allreduce = "allreduce"            # one MPI_Allreduce of the whole group's dK, dV (the study's)
+    reduce = "reduce"                  # S rooted MPI_Reduces, root i over the ranks that attend to its tokens
+    reduce_scatter = "reduce-scatter"  # one MPI_Reduce_scatter_block: each rank receives only its own rows
+
+
 @dataclass(frozen=True)
 class ParallelConfig:
     threads: int = 1             # Numba threads per rank (our only intra-rank parallelism; BLAS runs on 1)
-    ranks: int = 1               # MPI processes, data parallel
+    ranks: int = 1               # MPI processes: ranks // sp data-parallel groups of sp ranks each
     rank: int = 0
     dp_sync: DPSync = DPSync.allreduce
     data_loading: DataLoading = DataLoading.local
+    sp: int = 1                  # ranks per sequence group (sequence parallelism); 1: whole sequences per rank
+    sp_split: SPSplit = SPSplit.contiguous
+    sp_reduce: SPReduce = SPReduce.allreduce
+
+    def __post_init__(self) -> None:
+        if self.sp < 1:
+            raise ValueError(f"--sp must be >= 1, got {self.sp}")
+        if self.ranks % self.sp:
+            raise ValueError(f"--sp {self.sp} does not divide --ranks {self.ranks}: each sequence group needs "
+                             f"exactly {self.sp} ranks; use a multiple of {self.sp} ranks")

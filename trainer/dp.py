@@ -169,23 +169,27 @@ def make_strategy(name: DPSync | str | None, model: GPT2, tcfg: TrainConfig, run
 
 
 class ScatterLoader:
-    """`--data-loading scatter`: rank 0 reads the global batch and MPI_Scatters each rank its B sequences.
+    """`--data-loading scatter`: rank 0 reads the global batch and MPI_Scatters each rank its piece.
 
-    `global_loader` (rank 0 only) is a world=1 TokenLoader of N*B sequences, whose rows r*B..(r+1)*B-1 are
-    exactly what rank r would read itself with `--data-loading local`: the two modes train on the same tokens.
+    `global_loader` (rank 0 only) is a world=1 TokenLoader of G*B sequences (G data-parallel groups), whose rows
+    g*B..(g+1)*B-1 are exactly what group g would read itself with `--data-loading local`: the two modes train on
+    the same tokens. `shares[r]` = (first row, positions) of rank r's (B, T) piece; by default rank r takes rows
+    r*B.. and all T positions (pure data parallelism; trainer.parallel.sequence.scatter_shares cuts sequences).
     Inputs and targets travel together as one (N, 2, B, T) int32 buffer, so each batch is one collective.
     """
 
-    def __init__(self, comm, global_loader, B: int, T: int):
+    def __init__(self, comm, global_loader, B: int, T: int, shares: list | None = None):
         self.comm, self.loader, self.B, self.T = comm, global_loader, B, T
         self.rank, self.ranks = comm.Get_rank(), comm.Get_size()
+        self.shares = shares or [(r * B, np.arange(T)) for r in range(self.ranks)]
         self._recv = np.empty((2, B, T), dtype=np.int32)
         self._send = np.empty((self.ranks, 2, B, T), dtype=np.int32) if self.rank == 0 else None
 
     def batch(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         if self.rank == 0:
-            x, y = self.loader.batch(k)                                  # (N*B, T) each
-            self._send[:, 0] = x.reshape(self.ranks, self.B, self.T)
-            self._send[:, 1] = y.reshape(self.ranks, self.B, self.T)
+            x, y = self.loader.batch(k)                                  # (G*B, T_all) each
+            for r, (row, pos) in enumerate(self.shares):
+                self._send[r, 0] = x[row:row + self.B, pos]
+                self._send[r, 1] = y[row:row + self.B, pos]
         self.comm.Scatter(self._send, self._recv, root=0)
         return self._recv[0].copy(), self._recv[1].copy()

@@ -1,6 +1,8 @@
 """GPT-2 forward and backward, llm.c's `gpt2_forward` / `gpt2_backward` read top to bottom.
 
 Shapes: B batch, T time, C channels, L layers, NH heads, V vocab, Vp padded vocab; BT = B * T.
+Under sequence parallelism (trainer/parallel/sequence.py) a rank holds Tl = T/S positions of each sequence: every
+buffer has B*Tl rows, except the layer's qkv, which holds the whole sequence group's rows for attention.
 Activations are kept for every layer (backward needs them); activation gradients need only one layer's worth,
 reused layer after layer as backward walks down, plus two buffers for the residual stream's gradient.
 """
@@ -20,6 +22,7 @@ from trainer.kernels.matmul import matmul_backward, matmul_forward
 from trainer.kernels.residual import residual_backward, residual_forward
 from trainer.kernels.zero import zero_fill
 from trainer.launcher import Launcher
+from trainer.parallel.sequence import WholeSequence
 from trainer.params import ParamLayout
 
 NO_LAYER = -1  # layer id of kernels outside the transformer blocks (encoder, final LN, lm head, loss)
@@ -41,13 +44,15 @@ def _sizes(shapes: dict[str, tuple[int, ...]]) -> int:
 class Activations:
     """Forward activations (every layer) and one layer of activation gradients, each in one allocation."""
 
-    def __init__(self, cfg: ModelConfig, B: int, T: int):
+    def __init__(self, cfg: ModelConfig, B: int, T: int, T_all: int | None = None):
+        # T: positions per sequence on this rank; T_all: in the whole sequence (the keys attention sees)
+        T_all = T if T_all is None else T_all
         L, C, NH, Vp, BT = cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.padded_vocab_size, B * T
         acts = {
             "encoded": (BT, C),
             "ln1": (L, BT, C), "ln1_mean": (L, BT), "ln1_rstd": (L, BT),
-            "qkv": (L, BT, 3 * C), "atty": (L, BT, C),
-            "preatt": (L, B, NH, T, T), "att": (L, B, NH, T, T),
+            "qkv": (L, B * T_all, 3 * C), "atty": (L, BT, C),
+            "preatt": (L, B, NH, T, T_all), "att": (L, B, NH, T, T_all),
             "attproj": (L, BT, C), "residual2": (L, BT, C),
             "ln2": (L, BT, C), "ln2_mean": (L, BT), "ln2_rstd": (L, BT),
             "fch": (L, BT, 4 * C), "fch_gelu": (L, BT, 4 * C), "fcproj": (L, BT, C), "residual3": (L, BT, C),
@@ -66,8 +71,8 @@ class Activations:
         self.dresidual = np.zeros((BT, C), dtype=np.float32)   # gradient of the residual stream
         self.dlnf = np.zeros((BT, C), dtype=np.float32)
         self.dlogits = np.zeros((BT, Vp), dtype=np.float32)
-        self.dpreatt = np.zeros((B, NH, T, T), dtype=np.float32)  # attention scratch, overwritten per call
-        self.datt = np.zeros((B, NH, T, T), dtype=np.float32)
+        self.dpreatt = np.zeros((B, NH, T, T_all), dtype=np.float32)  # attention scratch, overwritten per call
+        self.datt = np.zeros((B, NH, T, T_all), dtype=np.float32)
         self.no_bias = np.zeros(1, dtype=np.float32)
 
     @property
@@ -77,32 +82,44 @@ class Activations:
 
 
 class GPT2:
-    """Parameters, gradients and activations of one model replica; forward/backward over a (B, T) batch."""
+    """Parameters, gradients and activations of one model replica; forward/backward over a (B, T) batch.
 
-    def __init__(self, cfg: ModelConfig, params: np.ndarray, B: int, T: int, run: Launcher):
+    `seq` (trainer.parallel.sequence) is this rank's share of each sequence; by default all of it. self.T is the
+    positions per sequence this rank holds (T/S under sequence parallelism), self.seq_len the whole T.
+    """
+
+    def __init__(self, cfg: ModelConfig, params: np.ndarray, B: int, T: int, run: Launcher,
+                 seq: WholeSequence | None = None):
         if T > cfg.max_seq_len:
             raise ValueError(f"sequence length T={T} exceeds the model's max_seq_len={cfg.max_seq_len}")
-        self.cfg, self.B, self.T, self.run = cfg, B, T, run
+        self.seq = seq if seq is not None else WholeSequence(T)
+        if self.seq.seq_len != T:
+            raise ValueError(f"the sequence split is for T={self.seq.seq_len}, the model for T={T}")
+        self.cfg, self.B, self.T, self.seq_len, self.run = cfg, B, self.seq.local_len, T, run
         self.layout = ParamLayout.for_model(cfg)
         self.params = params
         self.p = self.layout.views(params)
         self.grads, self.gp = self.layout.allocate()
-        self.acts = Activations(cfg, B, T)
+        self.acts = Activations(cfg, B, self.T, T)
         run.may_hold_inf.append(self.acts.a["preatt"])
 
     def forward(self, inputs: np.ndarray, targets: np.ndarray) -> float:
-        """Mean loss over the batch; inputs/targets int32 (B, T). Keeps every activation for backward."""
-        cfg, p, a, run = self.cfg, self.p, self.acts.a, self.run
-        B, T, NH = self.B, self.T, cfg.n_head
+        """Mean loss over the batch; inputs/targets int32 (B, T) (this rank's positions). Keeps every activation
+        for backward."""
+        cfg, p, a, run, seq = self.cfg, self.p, self.acts.a, self.run, self.seq
+        B, NH = self.B, cfg.n_head
         self.inputs = np.ascontiguousarray(inputs, dtype=np.int32).reshape(-1)    # (BT,)
         self.targets = np.ascontiguousarray(targets, dtype=np.int32).reshape(-1)  # (BT,)
-        run(encoder_forward, NO_LAYER, a["encoded"], self.inputs, p["wte"], p["wpe"], T)
+        run(encoder_forward, NO_LAYER, a["encoded"], self.inputs, p["wte"], p["wpe"], seq.qpos)
         residual = a["encoded"]
         for l in range(cfg.n_layer):
             run(layernorm_forward, l, a["ln1"][l], a["ln1_mean"][l], a["ln1_rstd"][l], residual,
                 p["ln1w"][l], p["ln1b"][l])
-            run(matmul_forward, l, a["qkv"][l], a["ln1"][l], p["qkvw"][l], p["qkvb"][l], True)
-            run(attention_forward, l, a["atty"][l], a["preatt"][l], a["att"][l], a["qkv"][l], B, T, NH)
+            qkv = seq.local_rows(a["qkv"][l])   # this rank's rows of the layer's qkv
+            run(matmul_forward, l, qkv, a["ln1"][l], p["qkvw"][l], p["qkvb"][l], True)
+            seq.gather_qkv(a["qkv"][l])
+            run(attention_forward, l, a["atty"][l], a["preatt"][l], a["att"][l], qkv, a["qkv"][l], seq.qpos,
+                seq.kpos, B, NH)
             run(matmul_forward, l, a["attproj"][l], a["atty"][l], p["attprojw"][l], p["attprojb"][l], True)
             run(residual_forward, l, a["residual2"][l], residual, a["attproj"][l])
             run(layernorm_forward, l, a["ln2"][l], a["ln2_mean"][l], a["ln2_rstd"][l], a["residual2"][l],
@@ -126,9 +143,9 @@ class GPT2:
         loss_scale = 1 / (B * T * grad_accum) gives the gradient of the mean loss over an optimizer step.
         `after_layer(model, l)` is called as soon as layer l's parameter gradients are final (overlapped sync).
         """
-        cfg, p, gp, a, run = self.cfg, self.p, self.gp, self.acts.a, self.run
+        cfg, p, gp, a, run, seq = self.cfg, self.p, self.gp, self.acts.a, self.run, self.seq
         acts, g = self.acts, self.acts.g
-        B, T, NH, L = self.B, self.T, cfg.n_head, cfg.n_layer
+        B, NH, L = self.B, cfg.n_head, cfg.n_layer
         run(crossentropy_backward, NO_LAYER, acts.dlogits, a["probs"], self.targets, np.float32(loss_scale),
             cfg.vocab_size)
         run(zero_fill, NO_LAYER, acts.dlnf)
@@ -155,12 +172,14 @@ class GPT2:
             run(residual_backward, l, dres, g["dattproj"], g["dres2"])
             run(matmul_backward, l, g["datty"], gp["attprojw"][l], gp["attprojb"][l], g["dattproj"],
                 a["atty"][l], p["attprojw"][l], True)
-            run(attention_backward, l, g["dqkv"], acts.dpreatt, acts.datt, g["datty"], a["qkv"][l], a["att"][l],
-                B, T, NH)
+            dkv, dkoff = seq.kv_grads(l, g["dqkv"])
+            run(attention_backward, l, g["dqkv"], dkv, acts.dpreatt, acts.datt, g["datty"],
+                seq.local_rows(a["qkv"][l]), a["qkv"][l], a["att"][l], seq.qpos, seq.kpos, B, NH, dkoff)
+            seq.finish_kv_grads(l, g["dqkv"])
             run(matmul_backward, l, g["dln1"], gp["qkvw"][l], gp["qkvb"][l], g["dqkv"], a["ln1"][l],
                 p["qkvw"][l], True)
             run(layernorm_backward, l, dres, gp["ln1w"][l], gp["ln1b"][l], g["dln1"], residual, p["ln1w"][l],
                 a["ln1_mean"][l], a["ln1_rstd"][l])
             if after_layer is not None:
                 after_layer(self, l)
-        run(encoder_backward, NO_LAYER, gp["wte"], gp["wpe"], dres, self.inputs, T)
+        run(encoder_backward, NO_LAYER, gp["wte"], gp["wpe"], dres, self.inputs, seq.qpos)

@@ -68,7 +68,8 @@ def _microsteps(model: GPT2, data: Batches, step: int, tcfg: TrainConfig, obs: O
                 dp: DataParallel) -> float:
     """Forward/backward over the step's micro-batches into zeroed grads; returns this rank's mean loss.
 
-    Gradients are scaled by 1/(B*T*grad_accum*ranks): summed over ranks they are those of the global mean loss.
+    Gradients are scaled by 1/(B*T*grad_accum*ranks), T this rank's positions per sequence (T/S under sequence
+    parallelism): summed over all ranks they are those of the global mean loss.
     """
     scale = 1.0 / (model.B * model.T * tcfg.grad_accum * dp.ranks)
     loss_sum = 0.0
@@ -97,7 +98,8 @@ def _blame_non_finite(model: GPT2, data: Batches, step: int, tcfg: TrainConfig, 
                               f"({origin})")
     model.run.check_finite = True
     try:
-        _microsteps(model, data, step, tcfg, NullObserver(), _NoSync(dp.ranks))
+        with model.seq.local_only():   # the rank's sequence group is not re-running the step either
+            _microsteps(model, data, step, tcfg, NullObserver(), _NoSync(dp.ranks))
     except NonFiniteOutput as e:
         where = f"layer {e.layer}" if e.layer >= 0 else "outside the layers"
         return NonFiniteError(f"step {step}: {what} is not finite; NaN/inf first appears in kernel {e.kernel} "

@@ -10,7 +10,7 @@ import typer
 
 from gpt2trace.cli.common import console, err_console, fail
 from gpt2trace.run.runner import DEFAULT_TRACE
-from trainer.config import DataLoading, DPSync
+from trainer.config import DataLoading, DPSync, SPReduce, SPSplit
 
 _MODEL_HELP = "GPT-2 config by name: d12 (124M), d24, d36, d48, small (demo), tiny (tests)."
 
@@ -37,6 +37,14 @@ def run(
     data_loading: Annotated[DataLoading, typer.Option(
         "--data-loading", help="local: each rank reads its shard; scatter: rank 0 reads and scatters.")
     ] = DataLoading.local,
+    sp: Annotated[int, typer.Option(
+        "--sp", min=1, help="Sequence parallelism: ranks per sequence group, each holding T/sp positions of every "
+                            "sequence (--ranks/sp data-parallel groups).")] = 1,
+    sp_split: Annotated[SPSplit, typer.Option(
+        "--sp-split", help="Positions per rank: contiguous blocks, or interleaved (t mod sp).")] = SPSplit.contiguous,
+    sp_reduce: Annotated[SPReduce, typer.Option(
+        "--sp-reduce", help="How a sequence group sums key/value gradients after attention backward.")
+    ] = SPReduce.allreduce,
     seed: Annotated[int, typer.Option(help="Seed for initialization and the synthetic corpus.")] = 1337,
     save: Annotated[Optional[Path], typer.Option(dir_okay=False, help="Write an llm.c checkpoint at the end.")] = None,
     metrics_json: Annotated[Optional[Path], typer.Option(
@@ -59,6 +67,7 @@ def run(
         rank, ranks = inside
     else:
         rank = 0
+    _check_sequence_parallel(ranks, sp, seq_len, model, max_seq_len)
     threads = threads or max(1, cores // ranks)
     oversubscribed = ranks * threads > cores
     if inside is None and ranks > 1:
@@ -78,7 +87,7 @@ def run(
     try:
         mcfg = model_config(model, n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab_size,
                             max_seq_len=max_seq_len)
-        T = seq_len or min(64, mcfg.max_seq_len)
+        T = _seq_len(seq_len, mcfg)
         tcfg = TrainConfig(batch_size=batch_size, seq_len=T, steps=steps, lr=lr, weight_decay=weight_decay,
                            grad_accum=grad_accum, seed=seed)
         if init_from is None and T > mcfg.max_seq_len:
@@ -86,7 +95,8 @@ def run(
                              "lower -T or raise --max-seq-len")
     except (KeyError, ValueError) as e:
         fail(str(e).strip("'\""))
-    par = ParallelConfig(threads=threads, ranks=ranks, rank=rank, dp_sync=dp_sync, data_loading=data_loading)
+    par = ParallelConfig(threads=threads, ranks=ranks, rank=rank, dp_sync=dp_sync, data_loading=data_loading,
+                         sp=sp, sp_split=sp_split, sp_reduce=sp_reduce)
     cfg = RunConfig(mcfg, tcfg, par, TraceConfig(None if no_trace else trace), data, init_from, save, metrics_json)
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -101,7 +111,9 @@ def run(
                       f"{m.padded_vocab_size}) T={T}: {info['num_parameters']:,} parameters; B={batch_size} "
                       f"grad_accum={grad_accum} threads={threads}"
                       + (f" ranks={ranks} dp-sync={dp_sync.value} data-loading={data_loading.value}"
-                         if ranks > 1 else ""))
+                         if ranks > 1 else "")
+                      + (f" sp={sp} ({sp_split.value}, {sp_reduce.value}): {T // sp} positions per rank"
+                         if sp > 1 else ""))
 
     def on_step(m) -> None:
         progress.update(task, advance=1, description=f"loss {m.loss:.4f} | {m.ms:8.1f} ms/step | "
@@ -124,6 +136,26 @@ def run(
         _fail_rank(comm, rank, f"{type(e).__name__}: {e}")
     if rank == 0:
         _summary(result, steps)
+
+
+def _check_sequence_parallel(ranks: int, sp: int, seq_len: int | None, model: str,
+                             max_seq_len: int | None) -> None:
+    """--sp must divide --ranks and -T, checked before any rank starts (one line, exit code 2)."""
+    from trainer.config import ParallelConfig, model_config
+    from trainer.parallel.split import SequenceSplit
+
+    try:
+        ParallelConfig(ranks=ranks, sp=sp)
+        SequenceSplit(_seq_len(seq_len, model_config(model, max_seq_len=max_seq_len)), sp)
+    except KeyError:
+        pass   # an unknown --model: reported with the other model options
+    except ValueError as e:
+        fail(str(e))
+
+
+def _seq_len(seq_len: int | None, mcfg) -> int:
+    """-T, by default 64 or the model's context if shorter."""
+    return seq_len or min(64, mcfg.max_seq_len)
 
 
 def _fail_rank(comm, rank: int, message: str) -> None:

@@ -1,7 +1,8 @@
 """A traced stand-in for an mpi4py communicator: every MPI call becomes a `comm` record and an MPI state.
 
-The strategies in trainer.dp call Allreduce, Reduce, Bcast, Iallreduce, Waitall, Reduce_scatter, Allgatherv and
-Scatter on whatever communicator they are given; this proxy times each call on the calling (main) thread,
+The strategies in trainer.dp and the sequence-parallel exchange (trainer.parallel.sequence) call Allreduce, Reduce,
+Bcast, Iallreduce, Waitall, Reduce_scatter, Reduce_scatter_block, Allgather, Allgatherv and Scatter on whatever
+communicator they are given, and the rank grid Splits it into sub-communicators; this proxy times each call on the calling (main) thread,
 as Extrae does, and hands the tracer: the MPI call's name, bytes, peer (root of a rooted collective), the
 per-communicator collective sequence number (so the same call can be matched across ranks) and the Paraver
 state the thread is in meanwhile. Worker threads are outside parallel regions, hence Idle, meanwhile.
@@ -68,6 +69,20 @@ class TracedComm:
         return self._collective("MPI_Reduce_scatter", _nbytes(sendbuf), None,
                                 lambda: self.comm.Reduce_scatter(sendbuf, recvbuf, recvcounts=recvcounts,
                                                                  op=op or self.MPI.SUM))
+
+    def Allgather(self, sendbuf, recvbuf):
+        return self._collective("MPI_Allgather", _nbytes(recvbuf), None,
+                                lambda: self.comm.Allgather(sendbuf, recvbuf))
+
+    def Reduce_scatter_block(self, sendbuf, recvbuf, op=None):
+        return self._collective("MPI_Reduce_scatter_block", _nbytes(sendbuf), None,
+                                lambda: self.comm.Reduce_scatter_block(sendbuf, recvbuf, op=op or self.MPI.SUM))
+
+    def Split(self, color: int = 0, key: int = 0):
+        """A sub-communicator, traced like this one (with its own collective sequence); None where MPI gives
+        MPI_COMM_NULL (color MPI_UNDEFINED)."""
+        sub = self.comm.Split(color, key)
+        return None if sub == self.MPI.COMM_NULL else TracedComm(sub, self.sink)
 
     def Allgatherv(self, sendbuf, recvbuf):
         return self._collective("MPI_Allgatherv", _nbytes(recvbuf), None,

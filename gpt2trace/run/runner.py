@@ -66,23 +66,27 @@ def run_config_json(cfg: RunConfig, num_parameters: int) -> dict:
     }
 
 
-def _load_data(cfg: RunConfig, model: ModelConfig, comm, traced_comm):
-    """This rank's batches: its own shard of the token stream (`local`), or what rank 0 scatters (`scatter`)."""
+def _load_data(cfg: RunConfig, model: ModelConfig, grid, split, traced_comm):
+    """This rank's batches: its data-parallel group's shard of the token stream cut to its positions (`local`), or
+    what rank 0 scatters (`scatter`)."""
     from trainer.data import TokenLoader, read_tokens, synthetic_corpus
     from trainer.dp import DataLoading, ScatterLoader
+    from trainer.parallel.sequence import SequenceShard
+    from trainer.parallel.split import scatter_shares
 
     B, T, par = cfg.train.batch_size, cfg.train.seq_len, cfg.parallel
+    groups, group = grid.degree("dp"), grid.coords["dp"]
 
     def tokens():
         if cfg.data is not None:
             return read_tokens(cfg.data)
         return synthetic_corpus(model.vocab_size, SYNTHETIC_TOKENS, cfg.train.seed)
 
-    if comm is None or par.data_loading == DataLoading.local:
-        return TokenLoader(tokens(), B, T, rank=par.rank, world=par.ranks, vocab_size=model.vocab_size)
-    root_loader = (TokenLoader(tokens(), B * par.ranks, T, vocab_size=model.vocab_size)
-                   if par.rank == 0 else None)
-    return ScatterLoader(traced_comm, root_loader, B, T)
+    if grid.world is None or par.data_loading == DataLoading.local:
+        loader = TokenLoader(tokens(), B, T, rank=group, world=groups, vocab_size=model.vocab_size)
+        return loader if split.S == 1 else SequenceShard(loader, split.positions(grid.coords["sp"]))
+    root_loader = (TokenLoader(tokens(), B * groups, T, vocab_size=model.vocab_size) if par.rank == 0 else None)
+    return ScatterLoader(traced_comm, root_loader, B, split.local_len, scatter_shares(grid, split, B))
 
 
 def _mpi_info() -> dict:
@@ -131,6 +135,9 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
     from trainer.dp import make_strategy
     from trainer.launcher import Launcher
     from trainer.model import GPT2
+    from trainer.parallel.grid import RankGrid
+    from trainer.parallel.sequence import make_sequence
+    from trainer.parallel.split import SequenceSplit
     from trainer.params import init_params
     from trainer.peak import sgemm_gflops
     from trainer.train import NullObserver, train
@@ -172,11 +179,16 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
         tracer = Tracer(cfg.trace.path, rank, threads, meta, origin_ns=origin)
     traced = TracedComm(comm, tracer) if comm is not None and tracer is not None else comm
     launcher = Launcher(threads, recorder=tracer.recorder if tracer else None)
-    model = GPT2(model_cfg, params, cfg.train.batch_size, cfg.train.seq_len, launcher)
-    loader = _load_data(cfg, model_cfg, comm, traced)
-    dp = make_strategy(cfg.parallel.dp_sync, model, cfg.train, launcher, traced)
+    par, B, T = cfg.parallel, cfg.train.batch_size, cfg.train.seq_len
+    grid = RankGrid.build(par, traced)
+    split = SequenceSplit(T, par.sp, par.sp_split)
+    seq = make_sequence(split, grid, B, model_cfg.n_embd, launcher, par.sp_reduce)
+    model = GPT2(model_cfg, params, B, T, launcher, seq=seq)
+    loader = _load_data(cfg, model_cfg, grid, split, traced)
+    dp = make_strategy(par.dp_sync, model, cfg.train, launcher, grid.grad_comm)
     if on_start is not None:
-        on_start({"model": model_cfg, "num_parameters": params.size, "activations_bytes": model.acts.nbytes})
+        on_start({"model": model_cfg, "num_parameters": params.size,
+                  "activations_bytes": model.acts.nbytes + seq.nbytes})
 
     metrics_file = open(cfg.metrics_json, "w") if cfg.metrics_json and rank == 0 else None
     observer = _FaultInjector(tracer if tracer is not None else NullObserver(), rank)

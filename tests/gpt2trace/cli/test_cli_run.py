@@ -35,6 +35,11 @@ BAD = [
      "is too short for the", "model.bin"),
     ("malformed tokens", lambda tmp: [*TINY, "--data", _bad_tokens(tmp / "tokens.bin")],
      "bad magic 0, not an llm.c token file", "tokens.bin"),
+    # sequence parallelism: refused before any rank starts
+    ("--sp not dividing --ranks", lambda tmp: ["--model", "tiny", "--ranks", "3", "--sp", "2"],
+     "--sp 2 does not divide --ranks 3", None),
+    ("-T not divisible by --sp", lambda tmp: ["--model", "tiny", "--ranks", "4", "--sp", "4", "-T", "18"],
+     "-T 18 is not divisible by --sp 4", None),
 ]
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from trainer.kernels.attention import (ROWS, attention_backward, attention_backward_ref, attention_forward,
-                                       attention_forward_ref)
+                                       attention_forward_ref, whole_sequence_positions)
 from trainer.kernels.launch import NO_TRACE
 
 # Tolerances for float32 kernels (sgemm, expf) against the float64 reference. Values here are O(1) (inputs
@@ -40,7 +40,7 @@ def run_forward(inp, B, T, NH, nthreads, tr=NO_TRACE, fill=np.nan):
     out = np.full((B * T, C), fill, dtype=np.float32)
     preatt = np.full((B, NH, T, T), fill, dtype=np.float32)
     att = np.full((B, NH, T, T), fill, dtype=np.float32)
-    attention_forward(nthreads, out, preatt, att, inp, B, T, NH, tr)
+    attention_forward(nthreads, out, preatt, att, inp, inp, *whole_sequence_positions(T), B, NH, tr)
     return out, preatt, att
 
 
@@ -48,7 +48,9 @@ def run_backward(dinp, dout, inp, att, B, T, NH, nthreads, tr=NO_TRACE, fill=np.
     # NaN-filled scratch: the kernel must not read any entry it has not written itself
     dpreatt = np.full((B, NH, T, T), fill, dtype=np.float32)
     datt = np.full((B, NH, T, T), fill, dtype=np.float32)
-    attention_backward(nthreads, dinp, dpreatt, datt, dout, inp, att, B, T, NH, tr)
+    C = inp.shape[1] // 3
+    attention_backward(nthreads, dinp, dinp, dpreatt, datt, dout, inp, inp, att, *whole_sequence_positions(T), B,
+                       NH, C, tr)
     return dinp
 
 
@@ -148,3 +150,75 @@ def test_trace_slot_filled(nthreads):
         assert 0 < tr[0, 0] <= tr[0, 1]  # the region, read on the main thread
         # every block ran inside the region, even a thread with no (b, h) pairs
         assert (tr[0, 0] <= tr[1:, 0]).all() and (tr[1:, 0] <= tr[1:, 1]).all() and (tr[1:, 1] <= tr[0, 1]).all()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One rank's share of the sequence (sequence parallelism), simulated rank by rank in one process: rank r's queries
+# against the whole group's gathered qkv must give the whole-sequence result's rows at r's positions, and the dk,
+# dv contributions of the S ranks, summed (what the group's MPI reduction does), the whole-sequence dk, dv.
+
+def split_positions(T, S, split):
+    """(S, T/S) positions table, as trainer.parallel.sequence.SequenceSplit.table() builds it."""
+    if split == "contiguous":
+        return np.arange(T, dtype=np.int32).reshape(S, T // S)
+    return np.arange(T, dtype=np.int32).reshape(T // S, S).T.copy()
+
+
+def rows_at(x, B, T, pos):
+    """Rows of a (B*T, ...) array at positions `pos` of every sequence: (B*len(pos), ...)."""
+    return x.reshape(B, T, -1)[:, pos].reshape(B * len(pos), -1)
+
+
+# (B, T, C, NH, S): S=3 with a tiny T; Tl > ROWS with a ragged last block (136 / 2 = 68, 264 / 4 = 66)
+SPLIT_CASES = [(2, 12, 24, 3, 3), (1, 2 * ROWS + 8, 32, 2, 2), (1, 4 * ROWS + 8, 32, 2, 4)]
+
+
+@pytest.mark.parametrize("split", ["contiguous", "interleaved"])
+@pytest.mark.parametrize("B,T,C,NH,S", SPLIT_CASES)
+@pytest.mark.parametrize("nthreads", [1, 3])
+def test_each_ranks_share_matches_the_whole_sequence(B, T, C, NH, S, split, nthreads):
+    inp, dout = make_inputs(B, T, C, seed=6)
+    out_ref, att_ref = attention_forward_ref(inp, B, T, NH)
+    dinp_ref = attention_backward_ref(dout, inp, att_ref, B, T, NH)
+    P = split_positions(T, S, split)
+    Tl = T // S
+    gathered = np.concatenate([rows_at(inp, B, T, P[r]) for r in range(S)])   # (S*B*Tl, 3C), rank order
+    dkv_sum = np.zeros((S * B * Tl, 2 * C), dtype=np.float64)
+    for r in range(S):
+        q = gathered[r * B * Tl:(r + 1) * B * Tl]
+        out = np.full((B * Tl, C), np.nan, dtype=np.float32)
+        preatt = np.full((B, NH, Tl, T), np.nan, dtype=np.float32)
+        att = np.full((B, NH, Tl, T), np.nan, dtype=np.float32)
+        attention_forward(nthreads, out, preatt, att, q, gathered, P[r], P, B, NH, NO_TRACE)
+        np.testing.assert_allclose(out, rows_at(out_ref, B, T, P[r]), rtol=RTOL, atol=ATOL)
+        # score column s*Tl + j is key position P[s, j]; masked ones exactly 0
+        np.testing.assert_allclose(att, att_ref[:, :, P[r]][..., P.reshape(-1)], rtol=RTOL, atol=ATOL)
+        dq = np.zeros((B * Tl, 3 * C), dtype=np.float32)
+        dkv = np.zeros((S * B * Tl, 2 * C), dtype=np.float32)
+        dpreatt = np.full((B, NH, Tl, T), np.nan, dtype=np.float32)   # NaN scratch: read only where written
+        datt = np.full((B, NH, Tl, T), np.nan, dtype=np.float32)
+        attention_backward(nthreads, dq, dkv, dpreatt, datt, rows_at(dout, B, T, P[r]), q, gathered, att, P[r], P,
+                           B, NH, 0, NO_TRACE)
+        np.testing.assert_allclose(dq[:, :C], rows_at(dinp_ref, B, T, P[r])[:, :C], rtol=RTOL, atol=ATOL)
+        assert not dq[:, C:].any()          # dk, dv go to the group-wide buffer only
+        dkv_sum += dkv
+    want = np.concatenate([rows_at(dinp_ref, B, T, P[r])[:, C:] for r in range(S)])
+    np.testing.assert_allclose(dkv_sum, want, rtol=RTOL, atol=ATOL)
+
+
+def test_contiguous_split_gives_the_last_rank_the_most_keys():
+    # Why the contiguous split is unbalanced: with T=8, S=2, rank 0's queries (positions 0..3) see 1+2+3+4 = 10
+    # keys, rank 1's (4..7) see 5+6+7+8 = 26; interleaved: rank 0 (0,2,4,6) sees 1+3+5+7 = 16, rank 1 sees 20.
+    B, T, C, NH = 1, 8, 8, 1
+    inp, _ = make_inputs(B, T, C, seed=7)
+    for split, want in (("contiguous", [10, 26]), ("interleaved", [16, 20])):
+        P = split_positions(T, 2, split)
+        gathered = np.concatenate([rows_at(inp, B, T, P[r]) for r in range(2)])
+        seen = []
+        for r in range(2):
+            out = np.empty((B * 4, C), dtype=np.float32)
+            att = np.empty((B, NH, 4, T), dtype=np.float32)
+            attention_forward(1, out, np.empty_like(att), att, gathered[r * 4:(r + 1) * 4], gathered, P[r], P, B,
+                              NH, NO_TRACE)
+            seen.append(int((att > 0).sum()))    # softmax weights of visible keys are > 0, masked ones 0
+        assert seen == want, split

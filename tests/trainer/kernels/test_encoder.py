@@ -35,32 +35,36 @@ def make(B, T, C, seed=0):
     return tokens, wte, wpe, dout
 
 
-def run_forward(nthreads, tokens, wte, wpe, T):
+def positions(T):
+    return np.arange(T, dtype=np.int32)
+
+
+def run_forward(nthreads, tokens, wte, wpe, pos):
     out = np.full((len(tokens), wte.shape[1]), np.nan, np.float32)  # NaN: catches rows left unwritten
-    encoder_forward(nthreads, out, tokens, wte, wpe, T, NO_TRACE)
+    encoder_forward(nthreads, out, tokens, wte, wpe, pos, NO_TRACE)
     return out
 
 
-def run_backward(nthreads, dout, tokens, T, calls=1):
+def run_backward(nthreads, dout, tokens, pos, calls=1):
     dwte = np.zeros((VP, dout.shape[1]), np.float32)
     dwpe = np.zeros((MAXT, dout.shape[1]), np.float32)
     for _ in range(calls):
-        encoder_backward(nthreads, dwte, dwpe, dout, tokens, T, NO_TRACE)
+        encoder_backward(nthreads, dwte, dwpe, dout, tokens, pos, NO_TRACE)
     return dwte, dwpe
 
 
 @pytest.mark.parametrize("B, T, C, nthreads", CASES)
 def test_forward_matches_reference(B, T, C, nthreads):
     tokens, wte, wpe, _ = make(B, T, C)
-    out = run_forward(nthreads, tokens, wte, wpe, T)
-    np.testing.assert_allclose(out, encoder_forward_ref(tokens, wte, wpe, T), rtol=RTOL, atol=ATOL)
+    out = run_forward(nthreads, tokens, wte, wpe, positions(T))
+    np.testing.assert_allclose(out, encoder_forward_ref(tokens, wte, wpe, positions(T)), rtol=RTOL, atol=ATOL)
 
 
 @pytest.mark.parametrize("B, T, C, nthreads", CASES)
 def test_backward_matches_reference(B, T, C, nthreads):
     tokens, _, _, dout = make(B, T, C)
-    dwte, dwpe = run_backward(nthreads, dout, tokens, T)
-    want_dwte, want_dwpe = encoder_backward_ref(dout, tokens, T, VP, MAXT)
+    dwte, dwpe = run_backward(nthreads, dout, tokens, positions(T))
+    want_dwte, want_dwpe = encoder_backward_ref(dout, tokens, positions(T), VP, MAXT)
     np.testing.assert_allclose(dwte, want_dwte, rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(dwpe, want_dwpe, rtol=RTOL, atol=ATOL)
 
@@ -68,7 +72,7 @@ def test_backward_matches_reference(B, T, C, nthreads):
 def test_reference_by_hand():
     # T=2, tokens [1, 1, 0]: rows 0 and 1 both add into dwte[1]; rows 0 and 2 are position 0
     dout = np.array([[1.0], [2.0], [4.0]], np.float32)
-    dwte, dwpe = encoder_backward_ref(dout, np.array([1, 1, 0]), 2, 3, 2)
+    dwte, dwpe = encoder_backward_ref(dout, np.array([1, 1, 0]), [0, 1], 3, 2)
     np.testing.assert_array_equal(dwte[:, 0], [4.0, 3.0, 0.0])  # [row 2, rows 0+1, unused]
     np.testing.assert_array_equal(dwpe[:, 0], [5.0, 2.0])       # [rows 0+2, row 1]
 
@@ -77,8 +81,8 @@ def test_reference_by_hand():
 def test_backward_accumulates(nthreads):
     B, T, C = 2, 3, 8
     tokens, _, _, dout = make(B, T, C)
-    once = run_backward(nthreads, dout, tokens, T)
-    twice = run_backward(nthreads, dout, tokens, T, calls=2)
+    once = run_backward(nthreads, dout, tokens, positions(T))
+    twice = run_backward(nthreads, dout, tokens, positions(T), calls=2)
     for a, b in zip(once, twice):
         # rows sharing a token add one by one into the float32 sum, so the second call's adds round
         # differently from the first's: not exactly 2x, but within the reference tolerance
@@ -88,7 +92,22 @@ def test_backward_accumulates(nthreads):
 def test_one_and_two_threads_agree():
     B, T, C = 3, 4, 8
     tokens, wte, wpe, dout = make(B, T, C, seed=1)
-    np.testing.assert_allclose(run_forward(1, tokens, wte, wpe, T), run_forward(2, tokens, wte, wpe, T),
+    pos = positions(T)
+    np.testing.assert_allclose(run_forward(1, tokens, wte, wpe, pos), run_forward(2, tokens, wte, wpe, pos),
                                rtol=2 * FP32_EPS)
-    for a, b in zip(run_backward(1, dout, tokens, T), run_backward(2, dout, tokens, T)):
+    for a, b in zip(run_backward(1, dout, tokens, pos), run_backward(2, dout, tokens, pos)):
         np.testing.assert_allclose(a, b, rtol=2 * FP32_EPS, atol=1e-7)
+
+
+@pytest.mark.parametrize("nthreads", [1, 2])
+def test_a_share_of_the_positions_embeds_each_token_at_its_true_position(nthreads):
+    # Sequence parallelism: 2 sequences of T=8 positions, this rank holding the interleaved share [1, 3, 5, 7].
+    # Row i is sequence i // 4 at position pos[i % 4]: rows 0..3 and 4..7 both at positions 1, 3, 5, 7.
+    pos = np.array([1, 3, 5, 7], dtype=np.int32)
+    tokens, wte, wpe, dout = make(2, 4, 8, seed=2)
+    out = run_forward(nthreads, tokens, wte, wpe, pos)
+    want = wte[tokens].astype(np.float64) + wpe[[1, 3, 5, 7, 1, 3, 5, 7]]
+    np.testing.assert_allclose(out, want, rtol=RTOL, atol=ATOL)
+    _, dwpe = run_backward(nthreads, dout, tokens, pos)
+    np.testing.assert_allclose(dwpe[[1, 3, 5, 7]], dout[:4].astype(np.float64) + dout[4:], rtol=RTOL, atol=ATOL)
+    assert not dwpe[[0, 2, 4, 6]].any()    # positions of the other rank get nothing from this one
