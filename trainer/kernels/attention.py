@@ -110,28 +110,29 @@ def attention_forward(out, preatt, att, q, kv, qpos, kpos, B, NH, tr, nthreads):
             for t1 in range(Tq):
                 # softmax over the visible keys; the max shift keeps exp from overflowing (llm.c does it too),
                 # and the denominator is summed in float64 because it can run over 1024 terms
+                # (2-D indexing with the source's column offset o: measured faster here than row slices)
                 pos = qpos[t1]
                 maxval = np.float32(-np.inf)
                 for s in range(nsrc):
-                    ps = pre[t1, s * Tks:(s + 1) * Tks]
-                    for j in range(_seen(kpos[s], pos)):
-                        if ps[j] > maxval:
-                            maxval = ps[j]
+                    o = s * Tks
+                    for j in range(o, o + _seen(kpos[s], pos)):
+                        if pre[t1, j] > maxval:
+                            maxval = pre[t1, j]
                 expsum = 0.0
                 for s in range(nsrc):
-                    ps, as_ = pre[t1, s * Tks:(s + 1) * Tks], a[t1, s * Tks:(s + 1) * Tks]
+                    o = s * Tks
                     n = _seen(kpos[s], pos)
-                    for j in range(n):
-                        e = np.exp(ps[j] - maxval)
-                        as_[j] = e
+                    for j in range(o, o + n):
+                        e = np.exp(pre[t1, j] - maxval)
+                        a[t1, j] = e
                         expsum += e
-                    for j in range(n, Tks):
-                        as_[j] = np.float32(0.0)  # masked; also what the att @ v products below read
+                    for j in range(o + n, o + Tks):
+                        a[t1, j] = np.float32(0.0)  # masked; also what the att @ v products below read
                 inv = np.float32(1.0 / expsum)
                 for s in range(nsrc):
-                    as_ = a[t1, s * Tks:(s + 1) * Tks]
-                    for j in range(_seen(kpos[s], pos)):
-                        as_[j] *= inv
+                    o = s * Tks
+                    for j in range(o, o + _seen(kpos[s], pos)):
+                        a[t1, j] *= inv
             for r0 in range(0, Tq, ROWS):
                 r1 = min(r0 + ROWS, Tq)
                 beta = np.float32(0.0)
