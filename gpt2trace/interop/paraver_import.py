@@ -21,6 +21,7 @@ records, `paraver_events` turns events into records, this one assembles the trac
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,7 +85,9 @@ def import_paraver(path: str | Path) -> ParaverImport:
 def write_parquet(imported: ParaverImport, out: str | Path) -> int:
     """Writes the imported trace as our Parquet trace (zstd); returns the number of records."""
     try:
-        with pq.ParquetWriter(out, imported.table.schema, compression="zstd") as writer:
+        # opened from the path's bytes: any file name, UTF-8 or not (pyarrow's own path handling wants UTF-8)
+        with pa.OSFile(os.fsencode(out), "wb") as sink, \
+                pq.ParquetWriter(sink, imported.table.schema, compression="zstd") as writer:
             writer.write_table(imported.table, row_group_size=1 << 20)
     except OSError as exc:
         raise TraceError(f"{out}: cannot write ({exc.strerror or exc})") from None
