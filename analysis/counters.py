@@ -4,8 +4,9 @@ Extrae reads a thread's counters at each of its events and writes the count sinc
 written at time t belongs to the burst that t closes: the thread's state record in effect just before t
 (start < t <= end). Useful instructions and cycles sum the values whose burst is Running:
     IPC = useful instructions / useful cycles      frequency = useful cycles / useful time (GHz)
-with the useful time all the Running time of the window (BasicAnalysis' definitions). Traces without the
-counters (ours, today) give None for all four.
+with the useful time all the Running time of the window (BasicAnalysis' definitions). A second read of a counter
+at the same instant on the same thread (common after a zero-duration MPI call) closes an empty burst (t, t]:
+Paraver drops it, and so do we. Traces without the counters (ours, today) give None for all four.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def counters(trace: Trace, window: Window, states: Records | None = None) -> dic
         return out
     st = states if states is not None else records(trace, Kind.STATE, (RANK, THREAD, STATE), window)
     t = rec[START_NS]
-    inside = (t > window.t0_ns) & (t <= window.t1_ns)          # a value closes the burst (t_prev, t]
+    inside = (t > window.t0_ns) & (t <= window.t1_ns) & ~_repeated(rec)   # a value closes the burst (t_prev, t]
     running = _closes_running(st, rec[RANK][inside], rec[THREAD][inside], t[inside])
     value, name = rec[VALUE][inside], rec[NAME][inside]
     totals = {}
@@ -61,3 +62,12 @@ def _closes_running(st: Records, rank: np.ndarray, thread: np.ndarray, t: np.nda
     jj = order[np.maximum(j, 0)]
     same = (st[RANK][jj] == rank) & (st[THREAD][jj] == thread)
     return (j >= 0) & same & (st[END_NS][jj] >= t) & (st[STATE][jj] == State.RUNNING)
+
+
+def _repeated(rec: Records) -> np.ndarray:
+    """Values read at the same instant as the thread's previous read of that counter (in the file's order)."""
+    order = np.lexsort((rec[START_NS], rec[NAME], rec[THREAD], rec[RANK]))     # stable: file order at one instant
+    same = np.zeros(len(rec), dtype=bool)
+    cols = [rec[c][order] for c in (RANK, THREAD, NAME, START_NS)]
+    same[order[1:]] = np.logical_and.reduce([c[1:] == c[:-1] for c in cols])
+    return same

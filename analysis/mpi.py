@@ -3,6 +3,13 @@
 Collective instances are matched across ranks by (collective, seq); without a seq by their order on each rank.
 Point-to-point calls are matched in order: the k-th send from a to b pairs with the k-th receive on b from a.
 `peer` is the partner of a point-to-point call and the root of a rooted collective (rank 0 when null).
+
+A Sendrecv has two partners but the trace keeps one `peer`: its destination (Extrae's send record, which the
+import reads first), or its source when it sends to no one. Its receive half is matched by the exchange's round:
+the j-th Sendrecv of rank s whose peer is d is received by the j-th Sendrecv of rank d (rings, shifts, halo and
+pairwise exchanges all call Sendrecv in the same rounds on every rank). When two such calls target one receive,
+the one that does not name the receiver back is its source: a mutual pair that is not the only candidate is the
+receiver's own destination, seen from a boundary rank that only receives.
 """
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ from gpt2trace.format.schema import BYTES, END_NS, NAME, PEER, RANK, SEQ, START_
 LOCAL, COLL, COLL_POST, WAIT, SEND, RECV, SENDRECV, ISEND, IRECV = range(9)
 # Collective classes, named after the Scalasca wait state each can show.
 NXN, ONE_TO_ALL, ALL_TO_ONE = 0, 1, 2
+SYNCHRONIZING = (COLL, WAIT, SEND, RECV, SENDRECV)
 WAIT_STATE = {NXN: "Wait at NxN", ONE_TO_ALL: "Late Broadcast", ALL_TO_ONE: "Early Reduce"}
 
 _CLASS = {**{n: NXN for n in ("MPI_Allreduce", "MPI_Allgather", "MPI_Allgatherv", "MPI_Alltoall", "MPI_Alltoallv",
@@ -48,6 +56,8 @@ def calls(trace: Trace, window: Window | None = None) -> pd.DataFrame:
 
     Columns: the record's rank, thread, start_ns, end_ns, name, bytes, peer, seq, step, and
     prev_end (end of the rank's earlier calls, -1 for its first),
+    sync_end (end of the rank's earlier synchronizing calls, those that can wait for another rank: blocking
+    collectives and point-to-point calls and waits; -1 if none),
     op, cls, base (see `classify`), inst (collective instance id, -1 for others), is_root, parts (ranks in the
     instance), send_of (row of the send a receive is matched with, -1), recv_of (the reverse),
     wait_inst (the instance a wait names through its seq; -1 = every outstanding request).
@@ -66,6 +76,11 @@ def calls(trace: Trace, window: Window | None = None) -> pd.DataFrame:
     # The end of the rank's earlier calls (-1 for its first): the compute burst before a call starts there.
     reach = df.groupby(RANK)[END_NS].cummax()
     df["prev_end"] = reach.groupby(df[RANK]).shift(1).fillna(-1).astype(np.int64)
+    # A posting or a local call does not synchronize ranks, so it does not end the interval that root causes
+    # compare: only calls that can wait for another rank do.
+    sync = pd.Series(np.where(df["op"].isin(SYNCHRONIZING), df[END_NS], -1), index=df.index)
+    reach = sync.groupby(df[RANK]).cummax()
+    df["sync_end"] = reach.groupby(df[RANK]).shift(1).fillna(-1).astype(np.int64)
     _instances(df)
     _match_p2p(df)
     _wait_targets(df)
@@ -88,8 +103,9 @@ def _instances(df: pd.DataFrame) -> None:
 
 def _match_p2p(df: pd.DataFrame) -> None:
     df["send_of"], df["recv_of"] = -1, -1
-    sends = df[df["op"].isin((SEND, ISEND, SENDRECV)) & (df[PEER] >= 0)]
-    recvs = df[df["op"].isin((RECV, IRECV, SENDRECV)) & (df[PEER] >= 0)]
+    ring = _match_sendrecv(df)
+    sends = df[df["op"].isin((SEND, ISEND, SENDRECV)) & (df[PEER] >= 0) & ~df.index.isin(ring)]
+    recvs = df[df["op"].isin((RECV, IRECV)) & (df[PEER] >= 0)]
     if sends.empty or recvs.empty:
         return
     s = pd.DataFrame({"src": sends[RANK], "dst": sends[PEER], "k": sends.groupby([RANK, PEER]).cumcount(),
@@ -99,6 +115,25 @@ def _match_p2p(df: pd.DataFrame) -> None:
     m = s.merge(r, on=["src", "dst", "k"])
     df.loc[m["r_row"].to_numpy(), "send_of"] = m["s_row"].to_numpy()
     df.loc[m["s_row"].to_numpy(), "recv_of"] = m["r_row"].to_numpy()
+
+
+def _match_sendrecv(df: pd.DataFrame) -> np.ndarray:
+    """Sendrecv to Sendrecv by round (see the module's docstring); returns the rows whose send half was received."""
+    sr = df[(df["op"] == SENDRECV) & (df[PEER] >= 0)]
+    if sr.empty:
+        return np.zeros(0, dtype=np.int64)
+    rounds = pd.DataFrame({"rank": sr[RANK].to_numpy(), "peer": sr[PEER].to_numpy(),
+                           "j": sr.groupby(RANK).cumcount().to_numpy(), "row": sr.index.to_numpy()})
+    m = rounds.merge(rounds, left_on=["peer", "j"], right_on=["rank", "j"], suffixes=("_s", "_r"))
+    if m.empty:
+        return np.zeros(0, dtype=np.int64)
+    m["mutual"] = m["peer_r"] == m["rank_s"]
+    m["single"] = m.groupby("row_r")["row_s"].transform("size") == 1
+    m = m.sort_values(["row_r", "mutual", "rank_s"], kind="stable")
+    m = m[m["single"] | ~m["mutual"]].drop_duplicates("row_r")
+    df.loc[m["row_r"].to_numpy(), "send_of"] = m["row_s"].to_numpy()
+    df.loc[m["row_s"].to_numpy(), "recv_of"] = m["row_r"].to_numpy()
+    return m["row_s"].to_numpy()
 
 
 def _wait_targets(df: pd.DataFrame) -> None:

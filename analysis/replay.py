@@ -3,26 +3,38 @@
 Each rank keeps its compute bursts (the time between its MPI calls) and replays its calls with zero-time
 transfers: a posting or an (eager) send returns at once; an all-to-all collective ends when its last rank enters;
 a broadcast/scatter ends for a non-root when the root has entered; a reduce/gather ends for the root when the last
-rank has entered; a receive ends when its matched send starts; a wait ends when what it waits for is complete.
-T_ideal is when the last rank ends. These are the issue's rules, refined for rooted collectives so that the
-replay of a causally consistent trace is never slower than the trace (T_ideal <= T).
+rank has entered; a receive (or a Sendrecv's receive half) ends when its matched send starts; a wait ends when
+what it waits for is complete. T_ideal is when the last rank ends. The replay of a causally consistent trace is
+never slower than the trace; when it is (the calls do not match, or clocks disagree), T_ideal is returned as it
+is and the caller warns. A blocked call whose partner never comes (a collective missing on a rank, an unmatched
+receive) is released at its entry so the replay can go on, and counted.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from numba import njit
 
 from analysis import mpi
-from gpt2trace.format.schema import END_NS, RANK, START_NS
+from gpt2trace.format.schema import END_NS, NAME, RANK, START_NS
 
 
-def ideal_runtime_ns(calls: pd.DataFrame, ranks: np.ndarray, t0_ns: int, t1_ns: int) -> int:
-    """T_ideal of the window [t0, t1) for the given ranks; `calls` is `mpi.calls` of the same window."""
+@dataclass(frozen=True)
+class Replay:
+    ideal_ns: int               # T_ideal, never clipped to the runtime
+    busy_ns: np.ndarray         # per rank (in the order given): the compute bursts it plays, its useful time
+    forced: dict[str, int]      # call name -> blocked calls released without their partner
+
+
+def replay(calls: pd.DataFrame, ranks: np.ndarray, t0_ns: int, t1_ns: int) -> Replay:
+    """The ideal-network replay of the window [t0, t1) for `ranks` (sorted); `calls` is `mpi.calls` of it."""
     runtime = t1_ns - t0_ns
+    ranks = np.asarray(ranks)
     if calls.empty or not len(ranks):
-        return runtime
-    dense = {int(r): i for i, r in enumerate(np.unique(ranks))}
+        return Replay(runtime, np.full(len(ranks), runtime, dtype=np.int64), {})
+    dense = {int(r): i for i, r in enumerate(ranks)}
     rank = calls[RANK].map(dense).fillna(-1).to_numpy().astype(np.int64)
     keep = rank >= 0
     df = calls[keep]
@@ -37,16 +49,18 @@ def ideal_runtime_ns(calls: pd.DataFrame, ranks: np.ndarray, t0_ns: int, t1_ns: 
     has = ptr[1:] > ptr[:-1]
     last_end[has] = np.maximum.reduceat(end, ptr[:-1][has]) if has.any() else 0
     tail = np.where(has, np.maximum(runtime - last_end, 0), runtime)
+    busy = np.bincount(rank, weights=burst, minlength=nrank).astype(np.int64) + tail
     n_inst = int(df["inst"].max()) + 1 if len(df) else 0
     parts = np.bincount(df["inst"].to_numpy()[df["inst"].to_numpy() >= 0], minlength=n_inst).astype(np.int64)
     root_present = np.zeros(n_inst, dtype=np.bool_)
     root_present[df["inst"].to_numpy()[df["is_root"].to_numpy() & (df["inst"].to_numpy() >= 0)]] = True
     send_of = _renumber(df["send_of"].to_numpy(), df.index.to_numpy())
-    t_ideal = _replay(ptr, df["op"].to_numpy().astype(np.int64), df["cls"].to_numpy().astype(np.int64),
-                      df["inst"].to_numpy().astype(np.int64), df["is_root"].to_numpy().astype(np.bool_), send_of,
-                      df["wait_inst"].to_numpy().astype(np.int64), burst, tail.astype(np.int64), parts,
-                      root_present)
-    return int(min(t_ideal, runtime))   # clock-sync error can push a replay a hair past the trace
+    t_ideal, forced = _replay(ptr, df["op"].to_numpy().astype(np.int64), df["cls"].to_numpy().astype(np.int64),
+                              df["inst"].to_numpy().astype(np.int64), df["is_root"].to_numpy().astype(np.bool_),
+                              send_of, df["wait_inst"].to_numpy().astype(np.int64), burst, tail.astype(np.int64),
+                              parts, root_present)
+    names, counts = np.unique(df[NAME].to_numpy()[forced].astype(str), return_counts=True)
+    return Replay(int(t_ideal), busy, {str(n): int(c) for n, c in zip(names, counts)})
 
 
 def _renumber(rows: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -78,6 +92,7 @@ def _replay(ptr, op, cls, inst, is_root, send_of, wait_inst, burst, tail, parts,
     arrived = np.zeros(n_inst, dtype=np.int64)
     maxe = np.zeros(n_inst, dtype=np.int64)
     root_e = np.full(n_inst, -1, dtype=np.int64)
+    forced = np.zeros(n, dtype=np.bool_)
     pos = ptr[:-1].copy()
     wait_from = ptr[:-1].copy()
     cur = np.zeros(nrank, dtype=np.int64)
@@ -108,20 +123,20 @@ def _replay(ptr, op, cls, inst, is_root, send_of, wait_inst, burst, tail, parts,
         if not remaining:
             break
         if not progress:
-            # An inconsistent trace (a collective missing on a rank, an unmatched receive): release the blocked
-            # call that entered first as if it did not wait, and go on.
+            # An inconsistent trace: release the blocked call that entered first as if it did not wait, and go on.
             best, best_r = -1, -1
             for r in range(nrank):
                 if pos[r] < ptr[r + 1] and (best < 0 or enter[pos[r]] < enter[best]):
                     best, best_r = pos[r], r
             _ready(best, best_r, op, cls, inst, is_root, send_of, wait_inst, enter, entered, done, arrived, parts,
                    maxe, root_e, root_present, wait_from, ptr, True)
+            forced[best] = True
             cur[best_r] = enter[best]
             pos[best_r] += 1
     t = 0
     for r in range(nrank):
         t = max(t, cur[r] + tail[r])
-    return t
+    return t, forced
 
 
 @njit(cache=True)

@@ -23,8 +23,9 @@ LATE_SENDER, LATE_RECEIVER = "Late Sender", "Late Receiver"
 
 
 def wait_states(calls: pd.DataFrame) -> pd.DataFrame:
-    """One row per call that waited: row (where the time was lost), sync_row (the waiter's own call of the
-    operation, whose preceding compute is compared in root causes), culprit_row, culprit rank, wait_ns, state."""
+    """One row per call that waited: row (where the time was lost), sync_row (where the waiter arrived: its own
+    call of the operation, or for a nonblocking collective the wait that completes it; root causes compare what
+    led up to it with what led up to the culprit_row), culprit_row, culprit rank, wait_ns, state."""
     start, end = calls[START_NS].to_numpy(), calls[END_NS].to_numpy()
     dur = end - start
     op, cls, inst, root = (calls[c].to_numpy() for c in ("op", "cls", "inst", "is_root"))
@@ -92,8 +93,10 @@ def _nonblocking(calls, start, dur, add) -> None:
         return
     worst = g.loc[g.groupby("wait")["late"].idxmax()]                 # the latest instance a wait covers
     w = worst["wait"].to_numpy()
-    add(w, worst["row"].to_numpy(), worst["culprit"].to_numpy(), np.minimum(worst["late"].to_numpy() - start[w],
-                                                                            dur[w]), mpi.WAIT_STATE[mpi.NXN])
+    # The waiter arrives at its wait, not at its posting: what it computed between the two is time it did not
+    # lose, so its side of the comparison runs up to the wait.
+    add(w, w, worst["culprit"].to_numpy(), np.minimum(worst["late"].to_numpy() - start[w], dur[w]),
+        mpi.WAIT_STATE[mpi.NXN])
 
 
 def per_call(calls: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:

@@ -119,7 +119,9 @@ def render(out: Console, res: dict, top: int) -> None:
         omp = p["openmp"]
         _pairs(out, f"POP's OpenMP model ({omp['regions']} parallel region executions)",
                [(label, _pct(omp.get(key))) for key, label in _OPENMP_ROWS])
-    times = [(label, _num(p[key], " s")) for key, label in _POP_TIMES if p.get(key) is not None]
+    # the ideal-network times need MPI to replay: said rather than left out, so their absence is not a mystery
+    times = [(label, _num(p[key], " s") if p.get(key) is not None else "no MPI to replay")
+             for key, label in _POP_TIMES if p.get(key) is not None or key in _REPLAYED_TIMES]
     if times:
         _pairs(out, "POP times", times)
     print_table(out, "Time per thread state (all threads)",
@@ -171,6 +173,7 @@ _OPENMP_ROWS = (("thread_efficiency", "Thread efficiency"), ("serial_region_effi
 _POP_TIMES = (("runtime_s", "runtime"), ("ideal_runtime_s", "runtime, ideal network"),
               ("useful_total_s", "useful duration, total over threads"), ("useful_avg_s", "useful duration, mean"),
               ("useful_max_s", "useful duration, max"), ("useful_ideal_max_s", "useful duration (ideal, max)"))
+_REPLAYED_TIMES = ("ideal_runtime_s", "useful_ideal_max_s")
 # Model factors as BSC's modelfactors prints them: one row per factor, one column per trace.
 _SCALING_ROWS = (("speedup", "Speedup", "x"), ("global_efficiency", "Global efficiency", "%"),
                  ("parallel_efficiency", "  Parallel efficiency", "%"), ("load_balance", "    Load balance", "%"),

@@ -1,5 +1,6 @@
 """One cheap pass over a trace before exporting it: ranks and threads, time span, the names of each kind in order
-of first appearance, and the (few) MPI call records, which exporters match across ranks.
+of first appearance, and the (few) MPI call records, which exporters match across ranks; on the way, every record
+goes through the checks of `validate` (what the formats cannot hold is refused before anything is written).
 
 Only a handful of narrow columns are read, batch by batch, so the pass is fast and its memory is that of the
 comm records.
@@ -15,6 +16,7 @@ import pyarrow.compute as pc
 from gpt2trace.format.errors import TraceError
 from gpt2trace.interop.paraver_format import RECVS, SENDS
 from gpt2trace.interop.source import Source
+from gpt2trace.interop.validate import COLUMNS as CHECKED, RecordCheck
 from gpt2trace.format.schema import (BYTES, END_NS, FIELDS, KIND, NAME, PEER, RANK, SEQ, START_NS, STEP, THREAD,
                               Kind)
 
@@ -51,6 +53,7 @@ def scan(source: Source, rows: int = 1 << 18) -> Layout:
     names: dict[str, dict[str, None]] = {k: {} for k in Kind.ALL}
     comms, lo, hi, n = [], None, None, 0
     cols = (KIND, RANK, THREAD, START_NS, END_NS, NAME, BYTES, PEER, SEQ, STEP)
+    check = RecordCheck(source.name)
     for batch in source.batches(cols, rows=rows):
         if not batch.num_rows:
             continue
@@ -61,6 +64,7 @@ def scan(source: Source, rows: int = 1 << 18) -> Layout:
         rank, thread = batch.column(RANK).to_numpy(), batch.column(THREAD).to_numpy()
         if rank.min() < 0 or thread.min() < 0:
             raise TraceError(f"{source.name}: negative rank or thread ids; ids are 0-based")
+        check.add(batch)
         s_min, e_max = pc.min(batch.column(START_NS)).as_py(), pc.max(batch.column(END_NS)).as_py()
         lo = s_min if lo is None else min(lo, s_min)
         hi = e_max if hi is None else max(hi, e_max)
@@ -88,6 +92,7 @@ def scan(source: Source, rows: int = 1 << 18) -> Layout:
                 comms.append(batch.filter(pa.array(mask)).select(list(COMM_COLUMNS)))
     if not n:
         raise TraceError(f"{source.name}: the trace is empty (no records)")
+    check.finish(lambda: source.batches(CHECKED, rows=rows))
     ranks = max(max_thread) + 1
     threads = np.ones(ranks, dtype=np.int64)
     for r, t in max_thread.items():

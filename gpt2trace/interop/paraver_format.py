@@ -73,9 +73,11 @@ OMP_FUNCTION, USER_FUNCTION, PTHREAD_FUNCTION, TASK_FUNCTION = 60000018, 6000001
 FUNCTION_LABELS = {OMP_FUNCTION: "Executed OpenMP parallel function", USER_FUNCTION: "User function",
                    PTHREAD_FUNCTION: "pthread function", TASK_FUNCTION: "Executed OpenMP task function"}
 
-# --- Hardware counters: Extrae writes 42000000 + the PAPI preset's index; the value is the count since the
-# thread's previous read, so it belongs to the burst that ends where it is written.
+# --- Hardware counters: Extrae writes 42000000 + the PAPI preset's index (42001000 + n for native counters); the
+# value is the count since the thread's previous read, so it belongs to the burst that ends where it is written.
+# Not counts: the active counter set's id (41999999; 42009999 in older Extrae), and absolute readings (43xxxxxx).
 HWC_FIRST, HWC_LAST = 42000000, 42999999
+HWC_SET_IDS = (41999999, 42009999)
 PAPI_TOT_INS, PAPI_TOT_CYC = 42000050, 42000059
 HWC_NAMES = {PAPI_TOT_INS: INSTRUCTIONS, PAPI_TOT_CYC: CYCLES}
 HWC_LABELS = {PAPI_TOT_INS: "PAPI_TOT_INS [Instr completed]", PAPI_TOT_CYC: "PAPI_TOT_CYC [Total cycles]"}

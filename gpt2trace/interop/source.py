@@ -45,6 +45,19 @@ class Source:
             raise TraceError(f"{self.name}: cannot read the Parquet data ({_first_line(exc)})") from None
 
 
+def input_files(source) -> list[Path]:
+    """The files an export of `source` reads, which it must never write: the trace file, and for a .prv its .pcf,
+    .row and .gpt2trace.json (read when present)."""
+    path = source.path if isinstance(source, Trace) else Path(source)
+    if path is None:
+        return []
+    path = Path(path)
+    if path.name.endswith((".prv", ".prv.gz")):
+        from gpt2trace.interop.paraver_format import file_names
+        return [Path(p) for p in file_names(str(path))]
+    return [path]
+
+
 def open_source(source) -> Source:
     """A Parquet path (streamed), a `Trace`, or any other path `gpt2trace.load` reads (loaded whole)."""
     if isinstance(source, Trace):
