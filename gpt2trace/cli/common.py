@@ -97,14 +97,7 @@ def output(path: str | os.PathLike, inputs: Iterable[str | os.PathLike | None] =
 
 
 def trace_files(traces: Iterable[str | os.PathLike]) -> list[Path]:
-    """Every file that reading `traces` opens: a Paraver trace's .pcf, .row and .gpt2trace.json beside its .prv
-    too, so that no output of a command lands on one of them."""
-    from gpt2trace.interop.loader import PARAVER_SUFFIXES
-    from gpt2trace.interop.paraver_format import file_names
-    files = []
-    for trace in traces:
-        path = Path(trace)
-        files.append(path)
-        if path.name.endswith(PARAVER_SUFFIXES):
-            files += [Path(p) for p in file_names(str(path))[1:]]
-    return files
+    """Every file that reading `traces` opens (a Paraver trace's .pcf, .row and .gpt2trace.json beside its .prv
+    too), so that no output of a command lands on one of them."""
+    from gpt2trace.interop.source import input_files
+    return [f for trace in traces for f in input_files(Path(trace))]

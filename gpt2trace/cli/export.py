@@ -34,18 +34,17 @@ def export(
     inputs = trace_files([trace])
     try:
         if fmt is Format.paraver:
+            from gpt2trace.interop.paraver_export import export_paraver
             from gpt2trace.interop.paraver_format import file_names
             prv, pcf, row, meta = (output(p, inputs, "--output") for p in file_names(name))
-            from gpt2trace.interop.paraver_export import export_paraver
             out = export_paraver(trace, name)
             for line in (f"{prv.shown()}: {out.lines:,} lines from {out.records:,} records, {out.messages:,} messages",
                          f"{pcf.shown()}, {row.shown()}: event names and thread rows for Paraver",
                          f"{meta.shown()}: the trace's metadata (run, machine, clock) for gpt2trace import"):
                 console.print(line, soft_wrap=True)
         else:
-            # export_chrome's rule: NAME.json unless NAME already ends in .json or .json.gz
-            path = output(name if name.endswith((".json", ".json.gz")) else f"{name}.json", inputs, "--output")
-            from gpt2trace.interop.chrome_export import export_chrome
+            from gpt2trace.interop.chrome_export import chrome_path, export_chrome
+            path = output(chrome_path(name), inputs, "--output")
             out = export_chrome(trace, path.path)
             console.print(f"{path.shown()} ({out.events:,} events from {out.records:,} records, {out.flows:,} flows)",
                           soft_wrap=True)

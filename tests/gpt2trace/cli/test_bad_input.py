@@ -242,19 +242,12 @@ def test_output_that_is_a_directory(app, tmp_path, trace_file, copy_prv, snapsho
     assert_one_line_error(r, "is a directory")
 
 
-# command -> whether the failed write leaves the folder as it was. export and import write through the
-# interop library, which the interop branch makes atomic: flip these to True once it is merged.
-FULL_DISK = {"analyze --json": True, "analyze --html": True, "report": True,
-             "export paraver": False, "export chrome": False, "import": False}
-
-
-@pytest.mark.parametrize("command", FULL_DISK)
+@pytest.mark.parametrize("command", WRITERS)
 def test_full_disk(app, tmp_path, trace_file, copy_prv, snapshot, small_fs, command):
     disk = small_fs(8)          # 8 KiB: every output here is bigger (the JSON ~20 KB, the page ~4.7 MB)
     r = _run_writer(app, tmp_path, trace_file, copy_prv, snapshot, command, disk)
     assert_one_line_error(r, "No space left on device")
-    if FULL_DISK[command]:
-        assert list(disk.iterdir()) == []       # no half-written file, no temporary one
+    assert list(disk.iterdir()) == []       # no half-written file, no temporary one
 
 
 @pytest.mark.parametrize("command", WRITERS)
