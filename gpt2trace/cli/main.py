@@ -7,6 +7,7 @@ pandas and Numba load inside the command that needs them, so `gpt2trace --help` 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -17,15 +18,22 @@ from gpt2trace.cli import analyze, export, importer, info, recover, report, run
 from gpt2trace.cli.common import EXIT_USAGE, err_console, plain
 
 
+# What to type for an option that names no metavar of its own, by its Python type (choices keep <a|b>).
+_METAVARS = {int: "N", float: "NUMBER", str: "TEXT", Path: "PATH"}
+
+
 def _plain_type(param):
     """Help shows what to type: an option's metavar, nothing for a flag or an argument (its name is in the name
-    column), instead of Typer's Python types (<bool>, <list[Path]>)."""
+    column), instead of Typer's Python types (<bool>, <list[Path]>, <int range>)."""
     if param is None:
         return None
     if getattr(param, "is_flag", False):
         param.metavar = ""
     elif param.param_type_name == "argument":
         param.display_type_rich = lambda ctx: None
+        param.metavar = param.metavar or param.name.upper()         # TRACE, as usage lines spell arguments
+    elif param.metavar is None:
+        param.metavar = _METAVARS.get(param.type_descriptor.annotation)
     return param
 
 
