@@ -2,7 +2,7 @@
 
 Command modules import only Typer, rich and our light modules when the app is built; the analyses, pyarrow,
 pandas and Numba load inside the command that needs them, so `gpt2trace --help` starts fast
-(tests/gpt2trace/cli/test_startup.py holds that).
+(tests/gpt2trace/cli/test_cli_startup.py holds that).
 """
 from __future__ import annotations
 
