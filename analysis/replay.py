@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from numba import njit
 
-from analysis import mpi
+from gpt2trace.format import mpi_calls as C
 from gpt2trace.format.schema import END_NS, NAME, RANK, START_NS
 
 
@@ -72,9 +72,9 @@ def _renumber(rows: np.ndarray, index: np.ndarray) -> np.ndarray:
 @njit(cache=True)
 def _coll_ready(i, inst, cls, is_root, enter, arrived, parts, maxe, root_e, root_present):
     k = inst[i]
-    if cls[i] == mpi.NXN:
+    if cls[i] == C.NXN:
         return maxe[k] if arrived[k] == parts[k] else -1
-    if cls[i] == mpi.ONE_TO_ALL:
+    if cls[i] == C.ONE_TO_ALL:
         if is_root[i] or not root_present[k]:
             return enter[i]
         return max(enter[i], root_e[k]) if root_e[k] >= 0 else -1
@@ -144,22 +144,22 @@ def _ready(i, r, op, cls, inst, is_root, send_of, wait_inst, enter, entered, don
            root_present, wait_from, ptr, force):
     """Exit time of call i on rank r in the replay, or -1 while it still waits for another rank."""
     o = op[i]
-    if o == mpi.COLL:
+    if o == C.COLL:
         return _coll_ready(i, inst, cls, is_root, enter, arrived, parts, maxe, root_e, root_present)
-    if o == mpi.RECV or o == mpi.SENDRECV:
+    if o == C.RECV or o == C.SENDRECV:
         s = send_of[i]
         if s < 0:
             return enter[i]
         return max(enter[i], enter[s]) if entered[s] else -1
-    if o != mpi.WAIT:
+    if o != C.WAIT:
         return enter[i]                            # local call, posting, eager send: zero time
     x = enter[i]
     for j in range(wait_from[r], i):
-        if done[j] or (op[j] != mpi.COLL_POST and op[j] != mpi.IRECV):
+        if done[j] or (op[j] != C.COLL_POST and op[j] != C.IRECV):
             continue
         if wait_inst[i] >= 0 and inst[j] != wait_inst[i]:
             continue
-        if op[j] == mpi.COLL_POST:
+        if op[j] == C.COLL_POST:
             y = _coll_ready(j, inst, cls, is_root, enter, arrived, parts, maxe, root_e, root_present)
         else:
             s = send_of[j]
@@ -168,7 +168,7 @@ def _ready(i, r, op, cls, inst, is_root, send_of, wait_inst, enter, entered, don
             return -1
         x = max(x, y)
     for j in range(wait_from[r], i):               # complete what this wait covered
-        if (op[j] == mpi.COLL_POST or op[j] == mpi.IRECV) and (wait_inst[i] < 0 or inst[j] == wait_inst[i]):
+        if (op[j] == C.COLL_POST or op[j] == C.IRECV) and (wait_inst[i] < 0 or inst[j] == wait_inst[i]):
             done[j] = True
     if wait_inst[i] < 0:
         wait_from[r] = i + 1
