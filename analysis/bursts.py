@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.window import NS, Records
+from analysis.records import NS, Records
 from gpt2trace.format.reader import thread_order
 from gpt2trace.format.schema import END_NS, RANK, START_NS, STATE, THREAD, State
 

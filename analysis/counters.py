@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.window import NS, Records, Window, records
+from analysis.records import NS, Records, records
+from analysis.window import Window
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import CYCLES, END_NS, INSTRUCTIONS, NAME, RANK, START_NS, STATE, THREAD, VALUE, Kind, State
 

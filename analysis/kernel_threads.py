@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.window import NS, Records
+from analysis.records import NS, Records
 from gpt2trace.format.schema import END_NS, NAME, RANK, START_NS, THREAD
 
 COLUMNS = ["kernel", RANK, THREAD, "seconds", "ratio"]

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.window import Records, Window, decode, records
+from analysis.records import Records, decode, records
+from analysis.window import Window
 from gpt2trace.format.mpi_calls import (ALL_TO_ONE, COLL, COLL_POST, IRECV, NXN, ONE_TO_ALL,
                                         SYNCHRONIZING, WAIT, classify)
 from gpt2trace.format.matching import match_messages

@@ -9,8 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.records import NS, Records, records
 from analysis.segments import Segments, composite
-from analysis.window import NS, Records, Window, records
+from analysis.window import Window
 from gpt2trace.format.reader import Trace, thread_order
 from gpt2trace.format.schema import END_NS, LAYER, RANK, START_NS, STATE, THREAD, Kind, State
 

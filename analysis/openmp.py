@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from analysis.records import NS, Records
 from analysis.segments import composite
-from analysis.window import NS, Records
 from gpt2trace.format.schema import END_NS, RANK, START_NS, STATE, THREAD, State
 
 _FORK_JOIN = (State.SCHEDULING_FORK_JOIN, State.SYNCHRONIZATION)

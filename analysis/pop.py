@@ -21,7 +21,8 @@ import numpy as np
 import pandas as pd
 
 from analysis import lost, mpi, openmp, replay, segments
-from analysis.window import NS, Records, Window, records
+from analysis.records import NS, Records, records
+from analysis.window import Window
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, RANK, START_NS, STATE, THREAD, Kind, State
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.records import NS
 from analysis.segments import Segments, composite
-from analysis.window import NS, Window
+from analysis.window import Window
 from gpt2trace.format.schema import END_NS, LAYER, NAME, RANK, START_NS
 
 OUTSIDE, UNATTRIBUTED = "(outside kernels)", "(unattributed)"

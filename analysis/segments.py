@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.window import Records, Window, records
+from analysis.records import Records, records
+from analysis.window import Window
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, LAYER, NAME, RANK, START_NS, STEP, THREAD, Kind
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.window import NS, Records, Window
+from analysis.records import NS, Records
+from analysis.window import Window
 from gpt2trace.format.schema import END_NS, RANK, START_NS, STATE, STATE_NAMES, THREAD, State
 
 _STATE_SLOTS = 32   # Paraver ids are small; anything larger is folded into the last slot's name

@@ -17,7 +17,7 @@ import pandas as pd
 
 from analysis import mpi
 from gpt2trace.format import mpi_calls as C
-from analysis.window import NS
+from analysis.records import NS
 from gpt2trace.format.schema import BYTES, END_NS, NAME, RANK, START_NS
 
 LATE_SENDER, LATE_RECEIVER = "Late Sender", "Late Receiver"

@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 
 from analysis import mpi
-from analysis.window import records, steps_table, threads
+from analysis.records import records, threads
+from analysis.steps import steps_table
 from gpt2trace.format.reader import Trace, thread_order
 from gpt2trace.format.schema import (BYTES, END_NS, LAYER, NAME, PEER, RANK, SEQ, START_NS, STATE, STEP, THREAD, Kind,
                                      State)
