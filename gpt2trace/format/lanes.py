@@ -2,16 +2,17 @@
 
 A lane's key is `rank * width + thread` with `width` one more than the largest thread id, so keys sort as
 (rank, thread) does and split back exactly. A (lane, time) key `lane * span + (t - lo)` sorts records by lane
-then time in one integer sort; callers check that it fits in int64 (`fits`).
+then time in one integer sort; callers check that it fits in int64 (`time_key_fits`).
 """
 from __future__ import annotations
 
 import numpy as np
 
 LIMIT = 2**62          # composite keys stay below this, with room for the arithmetic around them
+_COUNTING_MAX = 1 << 24        # lane keys below this are counted (bincount), larger ones sorted
 
 
-def width(thread: np.ndarray) -> int:
+def key_width(thread: np.ndarray) -> int:
     """The key width for these thread ids: one more than the largest (1 when there are none)."""
     return int(np.max(thread)) + 1 if len(thread) else 1
 
@@ -21,23 +22,37 @@ def lane_key(rank: np.ndarray, thread: np.ndarray, width: int) -> np.ndarray:
     return np.asarray(rank).astype(np.int64) * width + thread
 
 
-def split(key: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+def split_key(key: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
     """(rank, thread) of lane keys."""
     return key // width, key % width
 
 
-def distinct(rank: np.ndarray, thread: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct (rank, thread) pairs, sorted; by counting when the ids are small (no sort)."""
-    w = width(thread)
+def lane_index(rank: np.ndarray, thread: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rank, thread) of the distinct lanes, sorted, and each record's lane: its position among them.
+
+    By counting when the ids are small (no sort), as per-record tables of millions of states need.
+    """
+    w = key_width(thread)
     key = lane_key(rank, thread, w)
-    if len(key) and int(key.max()) < 1 << 24:
+    if not len(key):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if int(key.max()) < _COUNTING_MAX:
         present = np.flatnonzero(np.bincount(key))
+        position = np.full(int(present[-1]) + 1, -1, dtype=np.int64)
+        position[present] = np.arange(len(present))
+        lane = position[key]
     else:
-        present = np.unique(key)
-    return split(present, w)
+        present, lane = np.unique(key, return_inverse=True)
+        lane = lane.ravel().astype(np.int64)
+    return *split_key(present, w), lane
 
 
-def fits(lanes: int, span: int) -> bool:
+def distinct_lanes(rank: np.ndarray, thread: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (rank, thread) pairs, sorted."""
+    return lane_index(rank, thread)[:2]
+
+
+def time_key_fits(lanes: int, span: int) -> bool:
     """Whether (lane, time) keys for `lanes` lanes over `span` time units fit (see `time_key`)."""
     return lanes * span < LIMIT
 
@@ -53,7 +68,7 @@ def lane_order(rank: np.ndarray, thread: np.ndarray, start: np.ndarray) -> np.nd
     Cheap when each thread's records are already in time order (as a per-thread buffer writes them): a radix
     sort on the lane, then a check; otherwise one full sort.
     """
-    lane = lane_key(rank, thread, width(thread))
+    lane = lane_key(rank, thread, key_width(thread))
     small = lane.astype(np.int16) if len(lane) and lane.max() < 2**15 else lane
     order = np.argsort(small, kind="stable")
     s, ln = start[order], lane[order]
@@ -61,7 +76,7 @@ def lane_order(rank: np.ndarray, thread: np.ndarray, start: np.ndarray) -> np.nd
         return order
     lo = int(start.min())
     span = int(start.max()) - lo + 1
-    if fits(int(lane.max()) + 1, span):
+    if time_key_fits(int(lane.max()) + 1, span):
         return np.argsort(time_key(lane, start, lo, span), kind="stable")
     return np.lexsort((start, lane))
 

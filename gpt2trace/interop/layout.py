@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpt2trace.format.errors import TraceError
+from gpt2trace.format.lanes import distinct_lanes
 from gpt2trace.format.matching import match_messages
 from gpt2trace.format.mpi_calls import LOCAL, operation
 from gpt2trace.interop.source import Source
@@ -78,7 +79,7 @@ def scan(source: Source, rows: int = 1 << 18) -> Layout:
             mask = kcodes == kc
             if not mask.any():
                 continue
-            pairs = _pairs(rank[mask], thread[mask])
+            pairs = list(zip(*(a.tolist() for a in distinct_lanes(rank[mask], thread[mask]))))
             kind_threads[k].update(pairs)
             for r, t in pairs:
                 max_thread[r] = max(max_thread.get(r, -1), t)
@@ -101,13 +102,6 @@ def scan(source: Source, rows: int = 1 << 18) -> Layout:
     table = (pa.concat_tables(comms).unify_dictionaries() if comms
              else pa.table({c: pa.array([], type=FIELDS[c]) for c in COMM_COLUMNS}))
     return Layout(threads, int(lo), int(hi), {k: list(v) for k, v in names.items()}, table, n, kind_threads)
-
-
-def _pairs(rank: np.ndarray, thread: np.ndarray) -> list[tuple[int, int]]:
-    """The distinct (rank, thread) pairs, by counting (no sort)."""
-    width = int(thread.max()) + 1
-    present = np.flatnonzero(np.bincount(rank.astype(np.int64) * width + thread))
-    return [(int(k) // width, int(k) % width) for k in present]
 
 
 def messages(lay: Layout) -> tuple[np.ndarray, np.ndarray]:

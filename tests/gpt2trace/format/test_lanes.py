@@ -7,22 +7,29 @@ from gpt2trace.format import lanes
 
 def test_key_sorts_like_the_pair_and_splits_back():
     rank, thread = np.array([1, 0, 1, 0], np.int32), np.array([0, 2, 2, 0], np.int32)
-    w = lanes.width(thread)
+    w = lanes.key_width(thread)
     assert w == 3                                       # threads 0..2
     key = lanes.lane_key(rank, thread, w)
     assert key.dtype == np.int64 and key.tolist() == [3, 2, 5, 0]
-    r, t = lanes.split(key, w)
+    r, t = lanes.split_key(key, w)
     assert r.tolist() == rank.tolist() and t.tolist() == thread.tolist()
-    assert lanes.width(np.zeros(0, np.int32)) == 1
+    assert lanes.key_width(np.zeros(0, np.int32)) == 1
 
 
-@pytest.mark.parametrize("big", [False, True], ids=["counting", "unique"])
-def test_distinct(big):
-    rank = np.array([2, 0, 2, 0, 0]) + (10**7 if big else 0)       # 10**7 ranks x 2 threads: past the bincount
+@pytest.mark.parametrize("big", [False, True], ids=["counting", "sorting"])
+def test_lane_index(big):
+    base = 10**7 if big else 0                          # 10**7 ranks x 2 threads: past what is counted
+    rank = np.array([2, 0, 2, 0, 0]) + base
     thread = np.array([1, 0, 1, 1, 0])
-    r, t = lanes.distinct(rank, thread)
-    base = 10**7 if big else 0
+    r, t, lane = lanes.lane_index(rank, thread)
+    # distinct lanes (0,0), (0,1), (2,1); records 0..4 are on lanes 2, 0, 2, 1, 0
     assert list(zip((r - base).tolist(), t.tolist())) == [(0, 0), (0, 1), (2, 1)]
+    assert lane.tolist() == [2, 0, 2, 1, 0] and lane.dtype == np.int64
+    assert [a.tolist() for a in lanes.distinct_lanes(rank, thread)] == [r.tolist(), t.tolist()]
+
+
+def test_lane_index_of_nothing():
+    assert [len(a) for a in lanes.lane_index(np.zeros(0, np.int32), np.zeros(0, np.int32))] == [0, 0, 0]
 
 
 def test_time_key_sorts_by_lane_then_time():
@@ -31,7 +38,7 @@ def test_time_key_sorts_by_lane_then_time():
     # lane * 11 + (t - 100): 16, 10, 11, 1
     assert key.tolist() == [16, 10, 11, 1]
     assert np.argsort(key).tolist() == [3, 1, 2, 0]
-    assert lanes.fits(2, 11) and not lanes.fits(2**31, 2**31)
+    assert lanes.time_key_fits(2, 11) and not lanes.time_key_fits(2**31, 2**31)
 
 
 @pytest.mark.parametrize("start", [[0, 5, 1, 2, 9], [0, 5, 1, 9, 2]], ids=["in-time-order", "one-out-of-order"])
