@@ -8,16 +8,16 @@ import typer
 
 from gpt2trace.cli.common import console, fail
 from gpt2trace.format.errors import TraceError
-from gpt2trace.format.info import trace_info
-from gpt2trace.interop.loader import load
-from gpt2trace.format.writer import parts_dir
-from gpt2trace.format.writer import recover as recover_trace
 
 
 def recover(
     trace: Annotated[Path, typer.Argument(help="The killed run's --trace path (or its .parts directory).")],
 ) -> None:
     """Write TRACE from the per-step parts in TRACE.parts/ that a killed or crashed run left behind."""
+    from gpt2trace.format.info import trace_info         # pyarrow and pandas load here, not at CLI start-up
+    from gpt2trace.format.writer import parts_dir
+    from gpt2trace.format.writer import recover as recover_trace
+    from gpt2trace.interop.loader import load
     try:
         target, records = recover_trace(trace)
         info = trace_info(load(target))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from analysis.analyze import analyze
 from analysis.window import select
+from gpt2trace.format.outputs import atomic_output
 from gpt2trace.format.reader import Trace
 from gpt2trace.report import colors, figures, page, tables
 from gpt2trace.report.pack import Blobs
@@ -56,8 +57,11 @@ def build(trace: Trace, result: dict | None = None, steps: str | None = None,
 
 
 def write(trace: Trace, out: str | Path, **kwargs) -> Report:
+    """Builds the report (`build`'s arguments) and writes it to `out` under a temporary name, renamed when complete:
+    a full disk or a signal leaves no half-written page. Raises OutputError when it cannot write."""
     report = build(trace, **kwargs)
-    Path(out).write_text(report.html, encoding="utf-8")
+    with atomic_output(out) as tmp:
+        tmp.write_text(report.html, encoding="utf-8")
     return report
 
 
