@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis import bursts, mpi, pop, rootcause, scaling, segments, waits
+from analysis import bursts, groups, mpi, pop, rootcause, scaling, segments, waits
 from analysis import counters
 from analysis.findings import findings
 from analysis.imbalance import imbalance
@@ -26,8 +26,9 @@ from gpt2trace.format.schema import RANK, STATE, THREAD, Kind
 
 def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: float | None = None,
             bins: int = 100) -> dict:
-    """Everything about one trace: summary, pop, counters, imbalance, waits, root_causes, states, occupancy,
-    step_phases, kernel_threads, bursts, findings, warnings (problems with the trace or with the replay's numbers).
+    """Everything about one trace: summary, pop, counters, parallel (the layout), imbalance, waits (per call and
+    group, per communicator), root_causes, states, occupancy, step_phases, kernel_threads, bursts, findings, warnings
+    (problems with the trace or with the replay's numbers).
 
     `steps` is '--steps A:B' (B excluded); `top` limits the findings and serial sections, not the tables.
     Raises TraceError for an invalid trace and WindowError for a `steps` that does not fit it.
@@ -51,6 +52,12 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
     factors = pop.pop(trace, window, calls, states, kern)
     warnings += pop.warnings(factors)
     burst_hist = bursts.histogram(states)
+    layout = groups.parallel(trace)
+    per_call = waits.per_call(calls, wait_rows)
+    per_call["split"] = [groups.split_of(g, layout) for g in per_call[mpi.GROUP]]
+    imbalanced = imbalance(kern, segs, ranks)
+    imbalanced["cause"] = [groups.cause(k, layout) if s == "ranks" else None
+                           for k, s in zip(imbalanced["kernel"], imbalanced["scope"])]
     result = {
         "trace": trace.name,
         "window": {"t0_s": window.t0_ns / 1e9, "t1_s": window.t1_ns / 1e9, "steps": list(window.steps)},
@@ -58,9 +65,10 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
                     for k, v in summary(trace, window, peak_gflops).items()},
         "pop": factors,
         "counters": counters.counters(trace, window, states),       # useful IPC and frequency (hardware counters)
-        "imbalance": rows(imbalance(kern, segs, ranks)),
-        "waits": {"total_wait_s": total_wait, "calls": rows(waits.per_call(calls, wait_rows)),
-                  "states": rows(by_state)},
+        "parallel": layout,
+        "imbalance": rows(imbalanced),
+        "waits": {"total_wait_s": total_wait, "calls": rows(per_call), "states": rows(by_state),
+                  "communicators": rows(groups.per_communicator(calls, wait_rows, trace, layout))},
         "root_causes": [{**r, "text": rootcause.sentence(r)} for r in rows(causes)],
         "states": {k: rows(v) for k, v in state_profile(states, window).items()},
         "occupancy": {"mean_occupancy": float(per_rank["mean_occupancy"].mean()) if len(per_rank) else None,

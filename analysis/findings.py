@@ -8,6 +8,7 @@ Warnings about the analysis itself come first; notes (lost_fraction None) last.
 """
 from __future__ import annotations
 
+from gpt2trace.format.communicators import WORLD_NAME, describe
 from gpt2trace.format.mpi_calls import COMPLETIONS
 from gpt2trace.format.schema import LAYER, NAME, RANK, Phase
 
@@ -86,10 +87,20 @@ def _details(result: dict, mpi_losses: list[str]) -> dict[str, list[dict]]:
                    else "rank {} thread {}".format(*str(row["slowest"]).split(".")))
         out.setdefault(key, []).append(_finding(
             f"imbalance[{i}]", None, f"Part of the loss above: {row['kernel']} ({where}) is imbalanced across "
-            f"{across}: max/mean {row['imbalance']:.2f}, {row['lost_s']:.4g} s lost, slowest {slowest}.",
+            f"{across}{_ratio(row)}: max/mean {row['imbalance']:.2f}, {row['lost_s']:.4g} s lost, slowest {slowest}.",
             f"pop.lost.{key}"))
     if mpi_losses:
         key = mpi_losses[0]                              # waits feed every MPI-level loss: the largest holds them
+        total = result["waits"]["total_wait_s"]
+        group_calls = [c for c in result["waits"]["calls"]
+                       if c.get("group") not in (None, WORLD_NAME) and c["wait_s"] and c["wait_s"] > 0]
+        for i, row in enumerate(group_calls[:2]):
+            split = f" ({row['split']} sequence split)" if row.get("split") else ""
+            out.setdefault(key, []).append(_finding(
+                f"waits.calls[{result['waits']['calls'].index(row)}]", None,
+                f"Behind the MPI-level losses: ranks wait {row['wait_s']:.4g} s in {describe(row['group'])}'s "
+                f"{row[NAME]}{split}, {row['wait_s'] / total:.0%} of all MPI wait time ({row['wait_state']}).",
+                f"pop.lost.{key}"))
         for i, row in enumerate(result["root_causes"][:3]):
             out.setdefault(key, []).append(_finding(
                 f"root_causes[{i}]", None, f"Behind the MPI-level losses: {row['text']} "
@@ -103,6 +114,15 @@ def _details(result: dict, mpi_losses: list[str]) -> dict[str, list[dict]]:
             f"{k['sync_s']:.4g} s in Synchronization at the end of {k['kernel']}{where}, the most of any kernel "
             f"(mean occupancy {k['mean_occupancy']:.2f} threads).", "pop.lost.region_load_balance"))
     return out
+
+
+def _ratio(row: dict) -> str:
+    """', 2.9x slower on rank 1 than on rank 0 (why)' for an imbalance across ranks; '' when it says nothing."""
+    if row["scope"] != "ranks" or not row.get("min_s") or row["min_s"] <= 0:
+        return ""
+    why = f" ({row['cause']})" if row.get("cause") else ""
+    return (f", {row['max_s'] / row['min_s']:.1f}x slower on rank {row['slowest']} than on rank "
+            f"{row['fastest']}{why}")
 
 
 def _notes(result: dict) -> list[dict]:

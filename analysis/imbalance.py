@@ -2,7 +2,8 @@
 
 Across ranks, a rank's time in a kernel is the wall time of its segments (every rank of the trace counts, with
 zero if it never runs the kernel); across threads, a thread's time is the sum of its blocks (only the threads that
-run the kernel count). For values t_i: mean, max, imbalance = max / mean, time lost = sum(max - t_i).
+run the kernel count). For values t_i: mean, max, imbalance = max / mean, time lost = sum(max - t_i), and the
+fastest one (min, with its rank or thread) so that a finding can say "2.9x slower on rank 1 than on rank 0".
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from analysis.records import NS, Records
 from analysis.segments import Segments
 from gpt2trace.format.schema import END_NS, LAYER, NAME, RANK, START_NS, THREAD
 
-COLUMNS = ["scope", "kernel", LAYER, RANK, "count", "mean_s", "max_s", "imbalance", "lost_s", "slowest"]
+COLUMNS = ["scope", "kernel", LAYER, RANK, "count", "mean_s", "max_s", "imbalance", "lost_s", "slowest", "min_s",
+           "fastest"]
 
 
 def imbalance(kern: Records, segs: Segments, ranks: np.ndarray) -> pd.DataFrame:
@@ -64,7 +66,8 @@ def _across_ranks(key, rank, dur, ranks, names, by_layer) -> pd.DataFrame:
                          "mean_s": mean, "max_s": top, "imbalance": np.where(mean > 0, top / np.maximum(mean, 1e-300),
                                                                               np.nan),
                          "lost_s": (top[:, None] - t).sum(axis=1),
-                         "slowest": [str(r) for r in ranks[t.argmax(axis=1)]]})
+                         "slowest": [str(r) for r in ranks[t.argmax(axis=1)]],
+                         "min_s": t.min(axis=1), "fastest": [str(r) for r in ranks[t.argmin(axis=1)]]})
 
 
 def _across_threads(key, rank, thread, dur, names, by_layer) -> pd.DataFrame:
@@ -83,6 +86,8 @@ def _across_threads(key, rank, thread, dur, names, by_layer) -> pd.DataFrame:
     total = t.sum(axis=2)
     top = np.where(present, t, -np.inf).max(axis=2)
     slow = np.where(present, t, -np.inf).argmax(axis=2)
+    low = np.where(present, t, np.inf).min(axis=2)
+    fast = np.where(present, t, np.inf).argmin(axis=2)
     k, r = np.nonzero(count >= 2)
     if not len(k):
         return pd.DataFrame(columns=COLUMNS)
@@ -92,4 +97,5 @@ def _across_threads(key, rank, thread, dur, names, by_layer) -> pd.DataFrame:
                          "count": count[k, r], "mean_s": mean, "max_s": top[k, r],
                          "imbalance": np.where(mean > 0, top[k, r] / np.maximum(mean, 1e-300), np.nan),
                          "lost_s": top[k, r] * count[k, r] - total[k, r],
-                         "slowest": [f"{a}.{b}" for a, b in zip(urank[r], slow[k, r])]})
+                         "slowest": [f"{a}.{b}" for a, b in zip(urank[r], slow[k, r])],
+                         "min_s": low[k, r], "fastest": [f"{a}.{b}" for a, b in zip(urank[r], fast[k, r])]})

@@ -1,6 +1,8 @@
 """MPI calls of a trace as one table: what each call is, which collective instance it joins, its matched partner.
 
-Collective instances are matched across ranks by (collective, seq); without a seq by their order on each rank.
+Collective instances are matched across ranks by (communicator, collective, seq) (`seq` counts the collectives of
+one communicator); without a seq by their order on each rank. A trace without the `communicator` column ran every
+call on the world (id 0).
 Point-to-point calls are matched by `gpt2trace.format.matching` (in order per pair of ranks; Sendrecv by round).
 `peer` is the partner of a point-to-point call and the root of a rooted collective (rank 0 when null).
 """
@@ -11,11 +13,14 @@ import pandas as pd
 
 from analysis.records import Records, decode, records
 from analysis.window import Window
+from gpt2trace.format import communicators
 from gpt2trace.format.mpi_calls import (ALL_TO_ONE, COLL, COLL_POST, IRECV, NXN, ONE_TO_ALL,
                                         SYNCHRONIZING, WAIT, classify)
 from gpt2trace.format.matching import match_messages
 from gpt2trace.format.reader import Trace
-from gpt2trace.format.schema import BYTES, END_NS, NAME, PEER, RANK, SEQ, START_NS, STEP, THREAD, Kind
+from gpt2trace.format.schema import BYTES, COMMUNICATOR, END_NS, NAME, PEER, RANK, SEQ, START_NS, STEP, THREAD, Kind
+
+GROUP = "group"     # the communicator's name (world, sp, dp, ...), from the trace's communicator table
 
 # The Scalasca wait state each collective class can show.
 WAIT_STATE = {NXN: "Wait at NxN", ONE_TO_ALL: "Late Broadcast", ALL_TO_ONE: "Early Reduce"}
@@ -24,7 +29,8 @@ WAIT_STATE = {NXN: "Wait at NxN", ONE_TO_ALL: "Late Broadcast", ALL_TO_ONE: "Ear
 def calls(trace: Trace, window: Window | None = None) -> pd.DataFrame:
     """The comm records starting in the window, sorted by rank and start, with their type and matches.
 
-    Columns: the record's rank, thread, start_ns, end_ns, name, bytes, peer, seq, step, and
+    Columns: the record's rank, thread, start_ns, end_ns, name, bytes, peer, seq, step, communicator (id), group
+    (its name), and
     prev_end (end of the rank's earlier calls, -1 for its first),
     sync_end (end of the rank's earlier synchronizing calls, those that can wait for another rank: blocking
     collectives and point-to-point calls and waits; -1 if none),
@@ -32,11 +38,14 @@ def calls(trace: Trace, window: Window | None = None) -> pd.DataFrame:
     instance), send_of (row of the send a receive is matched with, -1), recv_of (the reverse),
     wait_inst (the instance a wait names through its seq; -1 = every outstanding request).
     """
-    rec: Records = records(trace, Kind.COMM, (RANK, THREAD, NAME, BYTES, PEER, SEQ, STEP), None)
+    rec: Records = records(trace, Kind.COMM, (RANK, THREAD, NAME, BYTES, PEER, SEQ, STEP, COMMUNICATOR), None)
     if window is not None:
         keep = (rec[START_NS] >= window.t0_ns) & (rec[START_NS] < window.t1_ns)
         rec = rec.take(keep)
     df = pd.DataFrame({c: rec[c] for c in (RANK, THREAD, START_NS, END_NS, BYTES, PEER, SEQ, STEP)})
+    df[COMMUNICATOR] = communicators.ids(rec[COMMUNICATOR])
+    table = trace.communicators
+    df[GROUP] = df[COMMUNICATOR].map(lambda c: table[c].name if c in table else f"comm{c}")
     df[NAME] = decode(rec[NAME], rec.names)
     df = df.sort_values([RANK, START_NS, END_NS], kind="stable").reset_index(drop=True)
     kinds = {n: classify(str(n)) for n in df[NAME].unique()}
@@ -62,10 +71,10 @@ def _instances(df: pd.DataFrame) -> None:
     df["inst"], df["is_root"], df["parts"] = -1, False, 0
     if not coll.any():
         return
-    sub = df.loc[coll, [RANK, SEQ, "base", PEER]].copy()
-    order = sub.groupby([RANK, "base"]).cumcount()
+    sub = df.loc[coll, [RANK, SEQ, "base", PEER, COMMUNICATOR]].copy()
+    order = sub.groupby([RANK, COMMUNICATOR, "base"]).cumcount()
     sub["key"] = np.where(sub[SEQ] >= 0, sub[SEQ], -1 - order)   # no seq: the k-th call of that collective
-    inst = sub.groupby(["base", "key"], sort=False).ngroup().to_numpy()
+    inst = sub.groupby([COMMUNICATOR, "base", "key"], sort=False).ngroup().to_numpy()
     df.loc[coll, "inst"] = inst
     df.loc[coll, "is_root"] = (sub[RANK] == np.where(sub[PEER] >= 0, sub[PEER], 0)).to_numpy()
     df.loc[coll, "parts"] = np.bincount(inst)[inst]
@@ -85,7 +94,8 @@ def _wait_targets(df: pd.DataFrame) -> None:
     posts = df[df["op"] == COLL_POST]
     if waits.empty or posts.empty:
         return
-    m = waits.reset_index().merge(posts[[RANK, SEQ, "inst"]], on=[RANK, SEQ], how="inner")
+    m = waits.reset_index().merge(posts[[RANK, SEQ, COMMUNICATOR, "inst"]], on=[RANK, SEQ, COMMUNICATOR],
+                                  how="inner")
     df.loc[m["index"].to_numpy(), "wait_inst"] = m["inst"].to_numpy()
 
 

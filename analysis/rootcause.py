@@ -8,15 +8,18 @@ they synchronize nothing, so the delay a late rank builds up before them still c
 the wall time of that kernel's segments starting in the interval, plus "(outside kernels)" for the rest of it.
 The culprit's excess over the waiter, max(0, t_c - t_w) per kernel, is the delay; the wait is charged to the
 kernels in proportion to it. A wait where the culprit did no more than the waiter stays "(unattributed)".
+Causes are kept per communicator (`group`): a sequence group's waits and the gradient sync's have different causes.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from analysis.mpi import GROUP
 from analysis.records import NS
 from analysis.segments import Segments
 from analysis.window import Window
+from gpt2trace.format import communicators
 from gpt2trace.format.lanes import time_key
 from gpt2trace.format.schema import END_NS, LAYER, NAME, RANK, START_NS
 
@@ -58,8 +61,9 @@ def interval_times(calls: pd.DataFrame, segs: Segments, window: Window, rows: np
 
 
 def root_causes(calls: pd.DataFrame, waits: pd.DataFrame, segs: Segments, window: Window) -> pd.DataFrame:
-    """Waits charged to (culprit rank, kernel, layer): wait_s, waits (count), share of all wait time; sorted."""
-    cols = [RANK, "kernel", LAYER, "wait_s", "waits", "share"]
+    """Waits charged to (group, culprit rank, kernel, layer): wait_s, waits (count), share of all wait time;
+    sorted."""
+    cols = [GROUP, RANK, "kernel", LAYER, "wait_s", "waits", "share"]
     if waits.empty:
         return pd.DataFrame(columns=cols)
     w = waits.reset_index(drop=True)
@@ -81,10 +85,11 @@ def root_causes(calls: pd.DataFrame, waits: pd.DataFrame, segs: Segments, window
     charged = pd.concat([charged, pd.DataFrame({"wid": loose["wid"], NAME: _UNATTRIBUTED_CODE, LAYER: -1,
                                                 "charged": loose["wait_ns"].astype(float)})], ignore_index=True)
     charged[RANK] = w["culprit"].to_numpy()[charged["wid"].to_numpy()]
-    agg = charged.groupby([RANK, NAME, LAYER], as_index=False).agg(wait_ns=("charged", "sum"),
-                                                                        waits=("wid", "nunique"))
+    charged[GROUP] = w[GROUP].to_numpy()[charged["wid"].to_numpy()]
+    agg = charged.groupby([GROUP, RANK, NAME, LAYER], as_index=False).agg(wait_ns=("charged", "sum"),
+                                                                               waits=("wid", "nunique"))
     lookup = {**dict(enumerate(segs.names)), _OUTSIDE_CODE: OUTSIDE, _UNATTRIBUTED_CODE: UNATTRIBUTED}
-    out = pd.DataFrame({RANK: agg[RANK].astype(int), "kernel": agg[NAME].map(lookup),
+    out = pd.DataFrame({GROUP: agg[GROUP], RANK: agg[RANK].astype(int), "kernel": agg[NAME].map(lookup),
                         LAYER: agg[LAYER].where(agg[LAYER] >= 0).astype("Int64"),
                         "wait_s": agg["wait_ns"] / NS, "waits": agg["waits"].astype(int)})
     out["share"] = out["wait_s"] / (w["wait_ns"].sum() / NS)
@@ -92,7 +97,9 @@ def root_causes(calls: pd.DataFrame, waits: pd.DataFrame, segs: Segments, window
 
 
 def sentence(row: dict) -> str:
-    """'X s of waits caused by kernel K (layer L) on rank r', as the issue phrases it."""
+    """'X s of waits caused by kernel K (layer L) on rank r', and in which group unless it is the world."""
     layer = f" (layer {row[LAYER]})" if row.get(LAYER) is not None else ""
     what = f"kernel {row['kernel']}" if not str(row["kernel"]).startswith("(") else row["kernel"]
-    return f"{row['wait_s']:.3g} s of waits caused by {what}{layer} on rank {row[RANK]}"
+    group = row.get(GROUP)
+    where = f" in {communicators.describe(group)}" if group and group != communicators.WORLD_NAME else ""
+    return f"{row['wait_s']:.3g} s of waits{where} caused by {what}{layer} on rank {row[RANK]}"

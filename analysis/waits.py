@@ -8,7 +8,9 @@ Wait states (each clipped to the waiting call's duration):
   Late Sender     a receive (or sendrecv) that entered before its matched send;
   Late Receiver   a blocking send that entered before its matched receive (only synchronous sends show it).
 The culprit is the rank that arrived last (for Early Reduce: the first sender). Transfer time is the call's time
-minus its wait; bandwidth is bytes over transfer time.
+minus its wait; bandwidth is bytes over transfer time. Instances are per communicator (`analysis.mpi`), and every
+wait and per-call row names its communicator (`group`: world, sp, dp, ...), so the same call on two groups (the
+sequence group's MPI_Allreduce and the gradient sync's) is reported apart.
 """
 from __future__ import annotations
 
@@ -17,8 +19,9 @@ import pandas as pd
 
 from analysis import mpi
 from gpt2trace.format import mpi_calls as C
+from analysis.mpi import GROUP
 from analysis.records import NS
-from gpt2trace.format.schema import BYTES, END_NS, NAME, RANK, START_NS
+from gpt2trace.format.schema import BYTES, COMMUNICATOR, END_NS, NAME, RANK, START_NS
 
 LATE_SENDER, LATE_RECEIVER = "Late Sender", "Late Receiver"
 
@@ -26,7 +29,8 @@ LATE_SENDER, LATE_RECEIVER = "Late Sender", "Late Receiver"
 def wait_states(calls: pd.DataFrame) -> pd.DataFrame:
     """One row per call that waited: row (where the time was lost), sync_row (where the waiter arrived: its own
     call of the operation, or for a nonblocking collective the wait that completes it; root causes compare what
-    led up to it with what led up to the culprit_row), culprit_row, culprit rank, wait_ns, state."""
+    led up to it with what led up to the culprit_row), culprit_row, culprit rank, wait_ns, state, and the
+    communicator (id) and group (name) of the call that waited."""
     start, end = calls[START_NS].to_numpy(), calls[END_NS].to_numpy()
     dur = end - start
     op, cls, inst, root = (calls[c].to_numpy() for c in ("op", "cls", "inst", "is_root"))
@@ -75,6 +79,8 @@ def wait_states(calls: pd.DataFrame) -> pd.DataFrame:
         "wait_state": np.concatenate([np.full(len(p[0]), p[4], dtype=object) for p in parts])})
     out[RANK] = rank[out["row"].to_numpy()]
     out["culprit"] = rank[out["culprit_row"].to_numpy()]
+    out[COMMUNICATOR] = calls[COMMUNICATOR].to_numpy()[out["row"].to_numpy()]
+    out[GROUP] = calls[GROUP].to_numpy()[out["row"].to_numpy()]
     return out
 
 
@@ -101,47 +107,49 @@ def _nonblocking(calls, start, dur, add) -> None:
 
 
 def per_call(calls: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:
-    """Per MPI call name: count, bytes, total/wait/transfer seconds, bandwidth (GB/s), the wait state it shows,
-    and for nonblocking postings the in-flight, hidden seconds and the hidden fraction."""
-    cols = [NAME, "wait_state", "count", BYTES, "total_s", "wait_s", "transfer_s", "bandwidth_gb_s",
+    """Per MPI call name and group: count, bytes, total/wait/transfer seconds, bandwidth (GB/s), the wait state it
+    shows, and for nonblocking postings the in-flight, hidden seconds and the hidden fraction."""
+    cols = [NAME, GROUP, "wait_state", "count", BYTES, "total_s", "wait_s", "transfer_s", "bandwidth_gb_s",
             "inflight_s", "hidden_s", "hidden_fraction"]
     if calls.empty:
         return pd.DataFrame(columns=cols)
     dur = (calls[END_NS] - calls[START_NS]).to_numpy()
     wait = np.bincount(waits["row"].to_numpy(), weights=waits["wait_ns"].to_numpy(), minlength=len(calls))
     state = pd.Series(waits["wait_state"].to_numpy(), index=waits["row"].to_numpy())
-    df = pd.DataFrame({NAME: calls[NAME].to_numpy(), BYTES: np.maximum(calls[BYTES].to_numpy(), 0),
+    df = pd.DataFrame({NAME: calls[NAME].to_numpy(), GROUP: calls[GROUP].to_numpy(),
+                       BYTES: np.maximum(calls[BYTES].to_numpy(), 0),
                        "dur": dur, "wait": wait, "wait_state": state[~state.index.duplicated()].reindex(
                            np.arange(len(calls))).to_numpy()})
-    agg = df.groupby(NAME, sort=False).agg(count=("dur", "size"), nbytes=(BYTES, "sum"), total=("dur", "sum"),
-                                             wait=("wait", "sum"),
-                                             wait_state=("wait_state", lambda s: s.dropna().iloc[0] if s.notna().any()
-                                                         else None))
-    out = pd.DataFrame({NAME: agg.index, "wait_state": agg["wait_state"].to_numpy(),
+    agg = df.groupby([NAME, GROUP], sort=False).agg(
+        count=("dur", "size"), nbytes=(BYTES, "sum"), total=("dur", "sum"), wait=("wait", "sum"),
+        wait_state=("wait_state", lambda s: s.dropna().iloc[0] if s.notna().any() else None))
+    out = pd.DataFrame({NAME: agg.index.get_level_values(0), GROUP: agg.index.get_level_values(1),
+                        "wait_state": agg["wait_state"].to_numpy(),
                         "count": agg["count"].to_numpy(), BYTES: agg["nbytes"].to_numpy(),
                         "total_s": agg["total"].to_numpy() / NS, "wait_s": agg["wait"].to_numpy() / NS})
     out["transfer_s"] = (out["total_s"] - out["wait_s"]).clip(lower=0)
     bw = out[BYTES] / out["transfer_s"].where(out["transfer_s"] > 0) / 1e9
     out["bandwidth_gb_s"] = bw.where(out[BYTES] > 0)
     ov = overlap(calls)
-    out = out.merge(ov, on=NAME, how="left")
+    out = out.merge(ov, on=[NAME, GROUP], how="left")
     return out[cols].sort_values("total_s", ascending=False, kind="stable").reset_index(drop=True)
 
 
 def overlap(calls: pd.DataFrame) -> pd.DataFrame:
-    """Per nonblocking posting name: time in flight (union over a rank of posting -> completing wait), the exposed
-    part (the postings and their completing waits), hidden = in flight - exposed, and hidden / in flight."""
-    cols = [NAME, "inflight_s", "hidden_s", "hidden_fraction"]
+    """Per nonblocking posting name and group: time in flight (union over a rank of posting -> completing wait), the
+    exposed part (the postings and their completing waits), hidden = in flight - exposed, and hidden / in flight."""
+    cols = [NAME, GROUP, "inflight_s", "hidden_s", "hidden_fraction"]
     completer = mpi.post_waits(calls)
     posts = np.flatnonzero(completer >= 0)
     if not len(posts):
         return pd.DataFrame(columns=cols)
     start, end = calls[START_NS].to_numpy(), calls[END_NS].to_numpy()
-    g = pd.DataFrame({NAME: calls[NAME].to_numpy()[posts], RANK: calls[RANK].to_numpy()[posts],
+    g = pd.DataFrame({NAME: calls[NAME].to_numpy()[posts], GROUP: calls[GROUP].to_numpy()[posts],
+                      RANK: calls[RANK].to_numpy()[posts],
                       "s": start[posts], "e": end[completer[posts]], "post": end[posts] - start[posts],
                       "wait": completer[posts]})
     rows = []
-    for name, sub in g.groupby(NAME, sort=False):                  # one iteration per call name
+    for (name, group), sub in g.groupby([NAME, GROUP], sort=False):    # one iteration per call name and group
         sub = sub.sort_values([RANK, "s"], kind="stable")
         s, e, rk = sub["s"].to_numpy(), sub["e"].to_numpy(), sub[RANK].to_numpy()
         new = np.ones(len(sub), dtype=bool)
@@ -151,5 +159,5 @@ def overlap(calls: pd.DataFrame) -> pd.DataFrame:
         waits = np.unique(sub["wait"].to_numpy())
         exposed = sub["post"].sum() + (end[waits] - start[waits]).sum()
         hidden = max(inflight - exposed, 0)
-        rows.append((name, inflight / NS, hidden / NS, hidden / inflight if inflight > 0 else None))
+        rows.append((name, group, inflight / NS, hidden / NS, hidden / inflight if inflight > 0 else None))
     return pd.DataFrame(rows, columns=cols)

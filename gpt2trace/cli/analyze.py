@@ -134,16 +134,17 @@ def render(out: Console, res: dict, top: int) -> None:
                   _num(r["imbalance"]), _num(r["lost_s"]), _slowest(r)) for r in res["imbalance"][:top]])
     if res["waits"]["calls"]:
         print_table(out, "MPI calls",
-                    [Col("call", label=True, bare=True), Col("wait state", label=True), Col("count"), Col("bytes"),
-                     Col("total s"), Col("wait s"), Col("transfer s"), Col("GB/s"), Col("hidden share")],
-                    [(r["name"], r["wait_state"], _int(r["count"]), _int(r["bytes"]), _num(r["total_s"]),
+                    [Col("call", label=True, bare=True), Col("group", label=True), Col("wait state", label=True),
+                     Col("count"), Col("bytes"), Col("total s"), Col("wait s"), Col("transfer s"), Col("GB/s"),
+                     Col("hidden share")],
+                    [(r["name"], r["group"], r["wait_state"], _int(r["count"]), _int(r["bytes"]), _num(r["total_s"]),
                       _num(r["wait_s"]), _num(r["transfer_s"]), _num(r["bandwidth_gb_s"]), _pct(r["hidden_fraction"]))
                      for r in res["waits"]["calls"][:top]])
         print_table(out, "Root causes of waits",
-                    [Col("rank", label=True), Col("kernel", label=True, bare=True), Col("layer", label=True),
-                     Col("wait s"), Col("waits"), Col("share")],
-                    [(r["rank"], r["kernel"], _layer(r["layer"], "none"), _num(r["wait_s"]), _int(r["waits"]),
-                      _pct(r["share"])) for r in res["root_causes"][:top]])
+                    [Col("group", label=True), Col("rank", label=True), Col("kernel", label=True, bare=True),
+                     Col("layer", label=True), Col("wait s"), Col("waits"), Col("share")],
+                    [(r["group"], r["rank"], r["kernel"], _layer(r["layer"], "none"), _num(r["wait_s"]),
+                      _int(r["waits"]), _pct(r["share"])) for r in res["root_causes"][:top]])
     occ = res["occupancy"]
     print_table(out, "Thread occupancy per rank",
                 [Col("rank", label=True), Col("threads"), Col("mean occupancy"), Col("serial s"),

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from gpt2trace.format import schema
+from gpt2trace.format import communicators as comms, schema
 from gpt2trace.format.errors import TraceError
 from gpt2trace.format.lanes import lane_order
 from gpt2trace.format.schema import END_NS, FIELDS, KIND, RANK, REQUIRED, START_NS, STATE, THREAD, Kind
@@ -39,6 +39,7 @@ class Trace:
     peak: dict | None = None
     clock: dict | None = None
     extra_columns: tuple[str, ...] = field(default=())
+    comm_table: Mapping[int, comms.Communicator] | None = None   # META_COMMUNICATORS; None: world only
 
     @classmethod
     def from_parquet(cls, path: str | Path) -> Trace:
@@ -57,6 +58,17 @@ class Trace:
         """The records of one kind (no `kind` column; columns null for the whole kind left out)."""
         part = self.parts.get(kind)
         return part if part is not None else _empty_part()
+
+    @property
+    def communicators(self) -> dict[int, comms.Communicator]:
+        """The communicators of the trace's MPI calls by id; a trace that names none ran on the world of its
+        ranks."""
+        if self.comm_table:
+            return dict(self.comm_table)
+        ranks = set()
+        for part in self.parts.values():
+            ranks.update(pc.unique(part.column(RANK)).to_pylist())
+        return {comms.WORLD_ID: comms.world(sorted(ranks))}
 
     @property
     def num_rows(self) -> int:
@@ -148,7 +160,8 @@ def _build(batches: Iterable[pa.RecordBatch], names: list[str], meta: dict, path
     pa.default_memory_pool().release_unused()       # the batches' buffers, back to the system
     return Trace(parts=parts, path=path, version=version, run=_json(where, meta, schema.META_RUN),
                  machine=_json(where, meta, schema.META_MACHINE), peak=_json(where, meta, schema.META_PEAK),
-                 clock=_json(where, meta, schema.META_CLOCK), extra_columns=extra)
+                 clock=_json(where, meta, schema.META_CLOCK), extra_columns=extra,
+                 comm_table=_communicators(where, meta))
 
 
 def _split(where, table: pa.Table) -> dict[str, pa.Table]:
@@ -190,15 +203,16 @@ def _empty_part() -> pa.Table:
 def _check_version(where, meta: dict) -> int:
     raw = meta.get(schema.META_VERSION)
     if raw is None:
-        return schema.SCHEMA_VERSION   # a hand-made trace without metadata: read as version 1
+        return schema.SCHEMA_VERSION   # a hand-made trace without metadata: read as the current version
     try:
         version = int(raw)
     except ValueError:
         version = None
-    if version != schema.SCHEMA_VERSION:
+    if version not in schema.READABLE_VERSIONS:
         shown = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
-        raise TraceError(f"{where}: trace schema version {shown} is not supported (this gpt2trace reads version "
-                         f"{schema.SCHEMA_VERSION}); analyze it with the gpt2trace release that wrote it")
+        raise TraceError(f"{where}: trace schema version {shown} is not supported (this gpt2trace reads versions "
+                         f"{', '.join(map(str, schema.READABLE_VERSIONS))}); analyze it with the gpt2trace release "
+                         "that wrote it")
     return version
 
 
@@ -228,6 +242,15 @@ def _check_values(where, table: pa.Table) -> None:
     bad = pc.sum(pc.less(table.column(END_NS), table.column(START_NS))).as_py() or 0
     if bad:
         raise TraceError(f"{where}: {bad} record(s) end before they start (end_ns < start_ns)")
+
+
+def _communicators(where, meta: dict) -> dict | None:
+    try:
+        table = comms.from_metadata(meta)
+    except (ValueError, KeyError, TypeError):
+        raise TraceError(f"{where}: metadata {schema.META_COMMUNICATORS.decode()} is not a communicator table "
+                         "(JSON {\"communicators\": [{\"id\", \"name\", \"ranks\"}, ...]})") from None
+    return {i: comms.Communicator(c.id, _text(c.name), c.ranks) for i, c in table.items()} if table else None
 
 
 def _json(where, meta: dict, key: bytes) -> dict | None:

@@ -9,26 +9,33 @@ from enum import IntEnum
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+# 2 added the `communicator` column and META_COMMUNICATORS; version 1 traces (every MPI call on the world
+# communicator) are still read.
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 META_VERSION = b"gpt2trace.schema_version"
 META_RUN = b"gpt2trace.run"            # JSON: model, training, parallel layout, trace options
 META_MACHINE = b"gpt2trace.machine"    # JSON: CPU, cores, threading layer, BLAS + kernel, MPI, versions
 META_PEAK = b"gpt2trace.sgemm_peak"    # JSON: measured sgemm GFLOP/s per core and for the run's threads
 META_CLOCK = b"gpt2trace.clock"        # JSON: clock source and per-rank offset estimates with error bounds
+# JSON {"communicators": [{"id", "name", "ranks"}, ...]}: every communicator the `communicator` column names
+# (gpt2trace/format/communicators.py)
+META_COMMUNICATORS = b"gpt2trace.communicators"
 
 # Column names (units in the names).
 KIND, RANK, THREAD, START_NS, END_NS, STATE, NAME = "kind", "rank", "thread", "start_ns", "end_ns", "state", "name"
 STEP, LAYER, MICROSTEP, BYTES, PEER, SEQ, VALUE = "step", "layer", "microstep", "bytes", "peer", "seq", "value"
+COMMUNICATOR = "communicator"
 
 REQUIRED = (KIND, RANK, THREAD, START_NS, END_NS, STATE, NAME)
-OPTIONAL = (STEP, LAYER, MICROSTEP, BYTES, PEER, SEQ, VALUE)
+OPTIONAL = (STEP, LAYER, MICROSTEP, BYTES, PEER, SEQ, VALUE, COMMUNICATOR)
 
 _DICT_STR = pa.dictionary(pa.int32(), pa.string())
 FIELDS = {
     KIND: _DICT_STR, RANK: pa.int32(), THREAD: pa.int32(), START_NS: pa.int64(), END_NS: pa.int64(),
     STATE: pa.int16(), NAME: _DICT_STR,
     STEP: pa.int32(), LAYER: pa.int16(), MICROSTEP: pa.int16(), BYTES: pa.int64(), PEER: pa.int32(),
-    SEQ: pa.int64(), VALUE: pa.float64(),
+    SEQ: pa.int64(), VALUE: pa.float64(), COMMUNICATOR: pa.int32(),
 }
 
 

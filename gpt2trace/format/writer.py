@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from gpt2trace.format import schema as S
+from gpt2trace.format import communicators as comms, schema as S
 from gpt2trace.format.errors import TraceError
 
 # zstd + delta-encoded timestamps: ~5 bytes per record on trainer traces (benchmarks/trace_overhead.py).
@@ -126,6 +126,7 @@ def merge_parts(trace_path: Path, extra_metadata: dict[bytes, bytes] | None = No
         raise TraceError(f"{parts}: no trace parts to merge; was the run started with tracing on?")
     first = pq.read_schema(files[0])
     meta = dict(first.metadata or {})
+    meta.update(_communicators(files))
     meta.update(extra_metadata or {})
     schema = S.arrow_schema(meta)
     tmp = trace_path.with_name(f".{trace_path.name}.tmp")
@@ -146,6 +147,16 @@ def merge_parts(trace_path: Path, extra_metadata: dict[bytes, bytes] | None = No
     if not keep_parts:
         shutil.rmtree(parts)
     return rows
+
+
+def _communicators(files: list[Path]) -> dict[bytes, bytes]:
+    """Every rank's communicators (each rank lists those it belongs to; its last part lists them all)."""
+    last = {f.parent: f for f in files}
+    try:
+        table = comms.merged(comms.from_metadata(pq.read_schema(f).metadata) for f in last.values())
+    except (ValueError, KeyError, TypeError) as exc:
+        raise TraceError(f"{files[0].parent.parent}: the parts disagree about their communicators ({exc})") from None
+    return comms.to_metadata(table.values()) if table else {}
 
 
 def _corrected(table: pa.Table, drift: dict[int, tuple[float, int]] | None) -> pa.Table:

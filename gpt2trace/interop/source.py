@@ -75,9 +75,9 @@ def open_source(source) -> Source:
         raise TraceError(f"{path}: not a Parquet file ({_first_line(exc)})") from None
     meta = dict(arrow_schema.metadata or {})
     raw = meta.get(schema.META_VERSION)
-    if raw is not None and raw != str(schema.SCHEMA_VERSION).encode():
+    if raw is not None and raw not in {str(v).encode() for v in schema.READABLE_VERSIONS}:
         raise TraceError(f"{path}: trace schema version {raw.decode(errors='replace')} is not supported (this "
-                         f"gpt2trace reads version {schema.SCHEMA_VERSION})")
+                         f"gpt2trace reads versions {', '.join(map(str, schema.READABLE_VERSIONS))})")
     missing = [c for c in REQUIRED if c not in arrow_schema.names]
     if missing:
         raise TraceError(f"{path}: missing required column(s) {', '.join(missing)}")

@@ -2,10 +2,15 @@
 
 The strategies in trainer.dp and the sequence-parallel exchange (trainer.parallel.sequence) call Allreduce, Reduce,
 Bcast, Iallreduce, Waitall, Reduce_scatter, Reduce_scatter_block, Allgather, Allgatherv and Scatter on whatever
-communicator they are given, and the rank grid Splits it into sub-communicators; this proxy times each call on the calling (main) thread,
-as Extrae does, and hands the tracer: the MPI call's name, bytes, peer (root of a rooted collective), the
-per-communicator collective sequence number (so the same call can be matched across ranks) and the Paraver
+communicator they are given, and the rank grid (trainer.parallel.grid) Splits it into sub-communicators and names
+them with Set_name. This proxy times each call on the calling (main) thread, as Extrae does, and hands the tracer:
+the MPI call's name, bytes, peer (the root of a rooted collective, as a world rank), the communicator's id, its
+collective sequence number (per communicator, so the same call can be matched across its ranks) and the Paraver
 state the thread is in meanwhile. Worker threads are outside parallel regions, hence Idle, meanwhile.
+
+A Split's groups get their ids as gpt2trace/format/communicators.py defines them (creation order x world size +
+lowest world rank: the same on every member, no communication), and the sink learns each communicator's name
+and world ranks (`communicator`), which the trace's metadata lists.
 """
 from __future__ import annotations
 
@@ -14,12 +19,15 @@ from typing import Protocol
 
 import numpy as np
 
+from gpt2trace.format import communicators as comms
 from gpt2trace.format.schema import State
 
 
 class CommSink(Protocol):
     def comm(self, name: str, start_ns: int, end_ns: int, nbytes: int | None, peer: int | None,
-             seq: int | None, state: int) -> None: ...
+             seq: int | None, state: int, communicator: int) -> None: ...
+
+    def communicator(self, comm: comms.Communicator) -> None: ...
 
 
 def _nbytes(buf) -> int:
@@ -30,26 +38,66 @@ def _nbytes(buf) -> int:
     return int(np.asarray(arr).nbytes) if not isinstance(arr, (int, float)) else 0
 
 
+class _Family:
+    """What every communicator derived from one world shares: its size and how many creating calls were made."""
+
+    def __init__(self, world_size: int):
+        self.world_size, self.created = world_size, 0
+
+
 class TracedComm:
-    def __init__(self, comm, sink: CommSink):
+    def __init__(self, comm, sink: CommSink, *, _family: _Family | None = None,
+                 _info: comms.Communicator | None = None):
         from mpi4py import MPI
         self.comm, self.sink, self.MPI = comm, sink, MPI
-        self.seq = 0   # collectives posted on this communicator, in order: identical on every rank
+        self.family = _family or _Family(comm.Get_size())
+        self.info = _info or comms.world(range(comm.Get_size()))
+        self.seq = 0   # collectives posted on this communicator, in order: identical on every rank of it
+        sink.communicator(self.info)
 
     def __getattr__(self, name):
         return getattr(self.comm, name)
 
-    def _collective(self, name: str, nbytes: int, peer: int | None, call, state: int = State.GROUP_COMMUNICATION):
+    @property
+    def id(self) -> int:
+        return self.info.id
+
+    def _collective(self, name: str, nbytes: int, root: int | None, call, state: int = State.GROUP_COMMUNICATION):
         seq = self.seq
         self.seq += 1
         t0 = time.monotonic_ns()
         out = call()
-        self.sink.comm(name, t0, time.monotonic_ns(), nbytes, peer, seq, state)
+        peer = None if root is None else self.info.ranks[root]
+        self.sink.comm(name, t0, time.monotonic_ns(), nbytes, peer, seq, state, self.info.id)
         return out
 
     def _data(self, sendbuf, recvbuf):
         return _nbytes(recvbuf) if sendbuf is self.MPI.IN_PLACE else _nbytes(sendbuf)
 
+    # -- communicators --------------------------------------------------------------------------------
+    def Split(self, color: int = 0, key: int = 0):
+        """A sub-communicator, traced like this one (with its own collective sequence); None where MPI gives
+        MPI_COMM_NULL (color MPI_UNDEFINED). Collective over this communicator, as MPI_Comm_split is."""
+        self.family.created += 1
+        creation = self.family.created
+        sub = self.comm.Split(color, key)
+        if sub == self.MPI.COMM_NULL:
+            return None
+        mine, theirs = sub.Get_group(), self.comm.Get_group()
+        parent = self.MPI.Group.Translate_ranks(mine, list(range(sub.Get_size())), theirs)
+        mine.Free()
+        theirs.Free()
+        ranks = tuple(self.info.ranks[r] for r in parent)
+        cid = comms.new_id(creation, self.family.world_size, ranks)
+        return TracedComm(sub, self.sink, _family=self.family, _info=comms.Communicator(cid, f"comm{cid}", ranks))
+
+    def Set_name(self, name: str) -> None:
+        """MPI_Comm_set_name; the trace names the communicator so too."""
+        self.comm.Set_name(name)
+        self.info = comms.Communicator(self.info.id, name, self.info.ranks)
+        self.sink.communicator(self.info)
+
+    # -- collectives ----------------------------------------------------------------------------------
     def Allreduce(self, sendbuf, recvbuf, op=None):
         return self._collective("MPI_Allreduce", self._data(sendbuf, recvbuf), None,
                                 lambda: self.comm.Allreduce(sendbuf, recvbuf, op=op or self.MPI.SUM))
@@ -70,19 +118,13 @@ class TracedComm:
                                 lambda: self.comm.Reduce_scatter(sendbuf, recvbuf, recvcounts=recvcounts,
                                                                  op=op or self.MPI.SUM))
 
-    def Allgather(self, sendbuf, recvbuf):
-        return self._collective("MPI_Allgather", _nbytes(recvbuf), None,
-                                lambda: self.comm.Allgather(sendbuf, recvbuf))
-
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=None):
         return self._collective("MPI_Reduce_scatter_block", _nbytes(sendbuf), None,
                                 lambda: self.comm.Reduce_scatter_block(sendbuf, recvbuf, op=op or self.MPI.SUM))
 
-    def Split(self, color: int = 0, key: int = 0):
-        """A sub-communicator, traced like this one (with its own collective sequence); None where MPI gives
-        MPI_COMM_NULL (color MPI_UNDEFINED)."""
-        sub = self.comm.Split(color, key)
-        return None if sub == self.MPI.COMM_NULL else TracedComm(sub, self.sink)
+    def Allgather(self, sendbuf, recvbuf):
+        return self._collective("MPI_Allgather", _nbytes(recvbuf), None,
+                                lambda: self.comm.Allgather(sendbuf, recvbuf))
 
     def Allgatherv(self, sendbuf, recvbuf):
         return self._collective("MPI_Allgatherv", _nbytes(recvbuf), None,
@@ -99,4 +141,4 @@ class TracedComm:
     def Waitall(self, requests) -> None:
         t0 = time.monotonic_ns()
         self.MPI.Request.Waitall(requests)
-        self.sink.comm("MPI_Waitall", t0, time.monotonic_ns(), None, None, None, State.WAIT_WAITALL)
+        self.sink.comm("MPI_Waitall", t0, time.monotonic_ns(), None, None, None, State.WAIT_WAITALL, self.info.id)

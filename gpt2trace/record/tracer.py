@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from gpt2trace.format import schema as S
+from gpt2trace.format import communicators as comms, schema as S
 from gpt2trace.record.recorder import NO_VALUE, KernelRecorder
 from gpt2trace.record.thread_states import blocks_of, thread_states
 from gpt2trace.format.writer import KIND_CODES, NULL, PartWriter, records_table
@@ -33,7 +33,8 @@ FLUSH_PHASE = S.Phase.TRACE_FLUSH  # the tracer's own flush, on the main thread
 # Columns some groups lack: their null and the dtype of the schema type.
 _FILL = {S.THREAD: (0, np.int32), S.STATE: (NULL, np.int16), S.NAME: (NULL, np.int32), S.STEP: (NULL, np.int32),
          S.LAYER: (NULL, np.int16), S.MICROSTEP: (NULL, np.int16), S.BYTES: (NULL, np.int64),
-         S.PEER: (NULL, np.int32), S.SEQ: (NULL, np.int64), S.VALUE: (np.nan, np.float64)}
+         S.PEER: (NULL, np.int32), S.SEQ: (NULL, np.int64), S.VALUE: (np.nan, np.float64),
+         S.COMMUNICATOR: (NULL, np.int32)}
 
 
 class Tracer:
@@ -50,7 +51,8 @@ class Tracer:
         self._window_start = self.origin
         self._phases: list[tuple[str, int, int, int, int]] = []   # name, start, end, step, microstep
         self._counters: list[tuple[str, int, float, int]] = []    # name, time, value, step
-        self._comms: list[tuple] = []   # name, start, end, step, microstep, bytes, peer, seq, state (see comm)
+        self._comms: list[tuple] = []   # name, start, end, step, microstep, bytes, peer, seq, communicator, state
+        self._communicators: dict[int, comms.Communicator] = {}
         self._names: list[str] = []                                # the `name` dictionary, append-only
         self._name_codes: dict[str, int] = {}
         self._names_array = pa.array([], type=pa.string())
@@ -76,12 +78,23 @@ class Tracer:
         self._counters.append((name, time.monotonic_ns(), float(value), self.recorder.step))
 
     def comm(self, name: str, start_ns: int, end_ns: int, nbytes: int | None, peer: int | None, seq: int | None,
-             state: int) -> None:
+             state: int, communicator: int = comms.WORLD_ID) -> None:
         """One MPI call on the main thread (the sink of gpt2trace.record.traced_comm): a `comm` record, and the main
         thread in `state` meanwhile (an MPI call inside dataload is shown in its MPI state, not I/O)."""
         self._comms.append((name, start_ns, end_ns, self.recorder.step, self.recorder.microstep,
                             NULL if nbytes is None else nbytes, NULL if peer is None else peer,
-                            NULL if seq is None else seq, int(state)))
+                            NULL if seq is None else seq, communicator, int(state)))
+
+    def communicator(self, comm: comms.Communicator) -> None:
+        """A communicator this rank belongs to (or its new name): every part written from now on lists it in its
+        metadata, so a merge, or a recovery after a crash, knows every communicator of the run."""
+        if self._communicators.get(comm.id) == comm:
+            return
+        self._communicators[comm.id] = comm
+        meta = dict(self.schema.metadata or {})
+        meta.update(comms.to_metadata(self._communicators.values()))
+        self.schema = self.schema.with_metadata(meta)
+        self.writer.schema = self.schema
 
     def end_step(self, step: int) -> None:
         self.flush()
@@ -152,7 +165,7 @@ class Tracer:
         korder = np.lexsort((blocks.start, blocks.thread))
         co = self._counters
         phase_arr = np.array([p[1:] for p in ph], dtype=np.int64).reshape(-1, 4)     # start end step microstep
-        comm_arr = np.array([c[1:8] for c in cm], dtype=np.int64).reshape(-1, 7)     # start end step micro bytes..
+        comm_arr = np.array([c[1:9] for c in cm], dtype=np.int64).reshape(-1, 8)     # start end step micro bytes..
         counter_t = np.array([c[1] for c in co], dtype=np.int64)
         groups = [
             {S.KIND: S.Kind.STATE, S.THREAD: st["thread"], S.START_NS: st["start"], S.END_NS: st["end"],
@@ -164,7 +177,8 @@ class Tracer:
              S.NAME: self._codes([p[0] for p in ph]), S.STEP: phase_arr[:, 2], S.MICROSTEP: phase_arr[:, 3]},
             {S.KIND: S.Kind.COMM, S.THREAD: 0, S.START_NS: comm_arr[:, 0], S.END_NS: comm_arr[:, 1],
              S.NAME: self._codes([c[0] for c in cm]), S.STEP: comm_arr[:, 2], S.MICROSTEP: comm_arr[:, 3],
-             S.BYTES: comm_arr[:, 4], S.PEER: comm_arr[:, 5], S.SEQ: comm_arr[:, 6]},
+             S.BYTES: comm_arr[:, 4], S.PEER: comm_arr[:, 5], S.SEQ: comm_arr[:, 6],
+             S.COMMUNICATOR: comm_arr[:, 7]},
             {S.KIND: S.Kind.COUNTER, S.THREAD: 0, S.START_NS: counter_t, S.END_NS: counter_t,
              S.NAME: self._codes([c[0] for c in co]), S.STEP: np.array([c[3] for c in co], dtype=np.int64),
              S.VALUE: np.array([c[2] for c in co], dtype=np.float64)},
@@ -189,10 +203,10 @@ class Tracer:
         return cols
 
 
-def _main_overlays(phases: list[tuple], comms: list[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def _main_overlays(phases: list[tuple], calls: list[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(start, end, state) of the main thread's states outside parallel regions, sorted by start: the I/O of
     dataload/checkpoint phases, cut around the MPI calls made inside them, and the MPI calls' states."""
-    mpi = [(c[1], c[2], c[8]) for c in comms]
+    mpi = [(c[1], c[2], c[9]) for c in calls]
     out = list(mpi)
     for name, s, e, _, _ in phases:
         if name not in _PHASE_STATES:

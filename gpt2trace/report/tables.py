@@ -172,7 +172,8 @@ def imbalance(res: dict, top: int) -> str:
 
 def waits(res: dict, top: int) -> str:
     w = res["waits"]
-    calls = table(w["calls"][:top], [("name", "MPI call", str), ("wait_state", "wait state", _opt),
+    calls = table(w["calls"][:top], [("name", "MPI call", str), ("group", "communicator", str),
+                                     ("wait_state", "wait state", _opt),
                                      ("count", "calls", num), ("bytes", "bytes", _opt),
                                      ("total_s", "time", seconds), ("wait_s", "waiting", seconds),
                                      ("transfer_s", "transfer", seconds), ("bandwidth_gb_s", "GB/s", _opt),
@@ -181,7 +182,8 @@ def waits(res: dict, top: int) -> str:
     states = table(w["states"], [("wait_state", "wait state", str), ("count", "waits", num),
                                  ("wait_s", "time", seconds), ("share", "share", pct)],
                    caption=f"Wait states (total {seconds(w['total_wait_s'])})", empty="no waits")
-    causes = table(res["root_causes"][:top], [("rank", "rank", num), ("kernel", "kernel", str),
+    causes = table(res["root_causes"][:top], [("group", "communicator", str), ("rank", "rank", num),
+                                              ("kernel", "kernel", str),
                                               ("layer", "layer", _opt), ("wait_s", "waits caused", seconds),
                                               ("waits", "waits", num), ("share", "share", pct),
                                               ("text", "meaning", str)],

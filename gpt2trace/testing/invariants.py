@@ -31,13 +31,16 @@ def records(trace: Trace, kind: str) -> pd.DataFrame:
     return df
 
 
-def check_columns(path: Path) -> None:
-    """Columns, order and Arrow types as documented in schema.py / docs/trace-format.md; the version key."""
+def check_columns(path: Path, version: int = S.SCHEMA_VERSION) -> None:
+    """Columns, order and Arrow types as documented in schema.py / docs/trace-format.md; the version key (an older
+    `version` for traces kept from earlier releases)."""
     schema = pq.read_schema(path)
-    assert schema.names == list(S.FIELDS), schema.names
-    for name, typ in S.FIELDS.items():
+    assert int(schema.metadata[S.META_VERSION]) == version, schema.metadata[S.META_VERSION]
+    # version 1 had every column but `communicator` (its MPI calls all ran on the world)
+    fields = {n: t for n, t in S.FIELDS.items() if version > 1 or n != S.COMMUNICATOR}
+    assert schema.names == list(fields), schema.names
+    for name, typ in fields.items():
         assert schema.field(name).type == typ, (name, schema.field(name).type)
-    assert schema.metadata[S.META_VERSION] == str(S.SCHEMA_VERSION).encode()
 
 
 def check_metadata(trace: Trace, threads: int, steps: int) -> None:
@@ -154,9 +157,10 @@ def check_steps(trace: Trace, steps: int, grad_accum: int, tokens: int, lr: floa
 
 
 def check_trace(path: Path, *, threads: int, steps: int, grad_accum: int = 1, n_layer: int = 2,
-                tokens: int | None = None, lr: float = 1e-3, closed: bool = True) -> Trace:
+                tokens: int | None = None, lr: float = 1e-3, closed: bool = True,
+                version: int = S.SCHEMA_VERSION) -> Trace:
     """All of the above on a trace file written by `gpt2trace run` (or recovered); returns the loaded trace."""
-    check_columns(path)
+    check_columns(path, version)
     trace = load(path)
     check_metadata(trace, threads, trace.run["train"]["steps"])
     check_partition(trace, threads)

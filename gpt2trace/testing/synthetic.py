@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 
 from gpt2trace.format import schema
 from gpt2trace.format.lanes import lane_order
-from gpt2trace.format.schema import (BYTES, END_NS, KIND, LAYER, NAME, PEER, RANK, SEQ, START_NS, STATE, STEP, THREAD,
-                                     VALUE, Counter, Kind, Phase, State)
+from gpt2trace.format.schema import (BYTES, COMMUNICATOR, END_NS, KIND, LAYER, NAME, PEER, RANK, SEQ, START_NS,
+                                     STATE, STEP, THREAD, VALUE, Counter, Kind, Phase, State)
 
 _LAYER_FORWARD = ("layernorm_forward", "matmul_forward", "attention_forward", "matmul_forward", "residual_forward",
                   "layernorm_forward", "matmul_forward", "gelu_forward", "matmul_forward", "residual_forward")
@@ -256,9 +256,9 @@ def phase(rank: int, start_s: float, end_s: float, name: str, step: int) -> dict
 
 
 def comm(rank: int, start_s: float, end_s: float, name: str, seq: int | None = None, nbytes: int | None = None,
-         peer: int | None = None, step: int | None = None, thread: int = 0) -> dict:
+         peer: int | None = None, step: int | None = None, thread: int = 0, communicator: int | None = None) -> dict:
     return {KIND: Kind.COMM, RANK: rank, THREAD: thread, START_NS: _ns(start_s), END_NS: _ns(end_s), NAME: name,
-            SEQ: seq, BYTES: nbytes, PEER: peer, STEP: step}
+            SEQ: seq, BYTES: nbytes, PEER: peer, STEP: step, COMMUNICATOR: communicator}
 
 
 def counter(rank: int, t_s: float, name: str, value: float, step: int) -> dict:

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 
 from trainer.config import ParallelConfig, SPReduce, SPSplit
 
-SP, DP = "sp", "dp"
+# Communicator names (traces show them; gpt2trace/format/communicators.py describes them in words, and
+# tests/gpt2trace/format/test_communicators.py holds the two equal). "sp>=i": a sequence group's ranks from i on.
+SP, DP, TAIL = "sp", "dp", ">="
 # The ranks that hold the same parameters and sum their gradients: Megatron's data-parallel group "with context
 # parallel", over which every --dp-sync strategy (ZeRO-1's shards included) runs.
 GRAD_DIMS = (SP, DP)
@@ -117,7 +119,7 @@ class RankGrid:
             for i in range(1, par.sp - 1):
                 tail = sp.Split(0 if index >= i else _undefined(), index)
                 if index >= i:
-                    tail.Set_name(f"{SP}>={i}")
+                    tail.Set_name(f"{SP}{TAIL}{i}")
                     grid.sp_tails[i] = tail
         return grid
 
@@ -139,7 +141,7 @@ class RankGrid:
         """Every communicator this rank uses, by name (world first)."""
         out = {"world": self.world} if self.world is not None else {}
         out.update(self._comms)
-        out.update({f"{SP}>={i}": c for i, c in self.sp_tails.items()})
+        out.update({f"{SP}{TAIL}{i}": c for i, c in self.sp_tails.items()})
         return out
 
 

@@ -41,7 +41,7 @@ def test_load_synthetic_round_trip(tmp_path):
 
 def test_hand_made_trace_is_cast_and_completed(tmp_path):
     trace = load(_write(tmp_path, _hand_made()))
-    assert trace.version == 1                               # no version in the metadata: a version-1 trace
+    assert trace.version == schema.SCHEMA_VERSION           # no version in the metadata: read as the current one
     for name, typ in schema.FIELDS.items():
         assert trace.table.schema.field(name).type == typ
     assert trace.table.column(STEP).null_count == 3         # optional columns added as nulls
@@ -54,7 +54,7 @@ BAD = [
      "missing required column(s) thread, start_ns, end_ns, state, name"),
     ("unknown version", lambda p: pq.write_table(_hand_made().replace_schema_metadata(
         {schema.META_VERSION: b"99"}), p), "trace schema version 99 is not supported (this gpt2trace reads "
-                                          "version 1)"),
+                                          "versions 1, 2)"),
     ("empty", lambda p: pq.write_table(_hand_made().slice(0, 0), p), "the trace is empty"),
     ("bad type", lambda p: pq.write_table(_hand_made(**{RANK: ["a", "b", "c"]}), p),
      "column 'rank' has type string, which does not cast to int32"),

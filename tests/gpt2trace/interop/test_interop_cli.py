@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 import chrome_checker
 import prv_checker
 import gpt2trace
+from gpt2trace.format.schema import SCHEMA_VERSION
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +63,7 @@ def test_load_reads_every_format(tmp_path, synthetic_path):
     a, b = gpt2trace.load(synthetic_path), gpt2trace.load(tmp_path / "p.prv.gz")
     assert a.num_rows == b.num_rows
     assert list(b.to_pandas().columns) == list(a.to_pandas().columns)
-    assert b.table.schema.metadata[b"gpt2trace.schema_version"] == b"1"
+    assert b.table.schema.metadata[b"gpt2trace.schema_version"] == str(SCHEMA_VERSION).encode()
 
 
 def test_import_gpt2trace_stays_light():
