@@ -3,11 +3,11 @@
 pid = rank, one process per rank. Each kind has its own tracks, so durations on a track always nest:
   tid = thread                 states       X events named after the Paraver state
   tid = 100000 + thread        kernels      X events (args: step, layer, microstep)
-  tid = 200000 + thread        MPI calls    X events (args: bytes, peer, seq, step)
+  tid = 200000 + thread        MPI calls    X events (args: bytes, peer, seq, communicator, step)
   tid = 300000 + thread        phases       X events (args: step, microstep)
 `M` events name the processes and tracks; `C` events carry the counters (loss, lr, ...); flow events (`s`, `f`)
 link a point-to-point send to its receive, and the last rank to enter a blocking collective to every other
-rank's call of it (what they waited for). Times are microseconds with three decimals (exact nanoseconds).
+rank's call of it on that communicator (what they waited for); otherData lists the communicators. Times are microseconds with three decimals (exact nanoseconds).
 Events stream out batch by batch (the format does not need them sorted), so memory stays bounded.
 
 Names are JSON strings (any text); a name longer than `labels.LONG_NAME` characters is shortened in the events
@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpt2trace.format import schema
+from gpt2trace.format import communicators, schema
 from gpt2trace.format.mpi_calls import COLL, classify
 from gpt2trace.format.outputs import atomic_output, check_output
 from gpt2trace.interop import paraver_format as F
@@ -36,13 +36,14 @@ from gpt2trace.interop.layout import Layout, messages, scan
 from gpt2trace.interop.linesort import write_lines
 from gpt2trace.interop.source import input_files, open_source
 from gpt2trace.interop.textcols import as_text as _s, join as _join
-from gpt2trace.format.schema import (BYTES, END_NS, KIND, LAYER, MICROSTEP, NAME, PEER, RANK, SEQ, START_NS, STATE, STEP,
-                              THREAD, VALUE, Kind)
+from gpt2trace.format.schema import (BYTES, COMMUNICATOR, END_NS, KIND, LAYER, MICROSTEP, NAME, PEER, RANK, SEQ,
+                                     START_NS, STATE, STEP, THREAD, VALUE, Kind)
 
 STATE_TID, KERNEL_TID, MPI_TID, PHASE_TID = 0, 100_000, 200_000, 300_000
 TRACKS = {Kind.STATE: (STATE_TID, "thread {t}"), Kind.KERNEL: (KERNEL_TID, "thread {t} kernels"),
           Kind.COMM: (MPI_TID, "thread {t} MPI"), Kind.PHASE: (PHASE_TID, "thread {t} phases")}
-ARGS = {Kind.KERNEL: (STEP, LAYER, MICROSTEP), Kind.COMM: (BYTES, PEER, SEQ, STEP), Kind.PHASE: (STEP, MICROSTEP)}
+ARGS = {Kind.KERNEL: (STEP, LAYER, MICROSTEP), Kind.COMM: (BYTES, PEER, SEQ, COMMUNICATOR, STEP),
+        Kind.PHASE: (STEP, MICROSTEP)}
 
 
 @dataclass(frozen=True)
@@ -157,11 +158,15 @@ def _flows(lay: Layout) -> pa.Array:
     src, dst = messages(lay)
     cat = np.full(len(src), "message", dtype=object)
     seq = pc.fill_null(c.column(SEQ), -1).to_numpy()
+    comm = communicators.ids(pc.fill_null(c.column(COMMUNICATOR), -1).to_numpy()).astype(np.int64)
     blocking = np.array([classify(n)[0] == COLL for n in names], dtype=bool) & (seq >= 0)
     if blocking.any():
         idx = np.flatnonzero(blocking)
         code = np.unique(names[idx], return_inverse=True)[1].ravel().astype(np.int64)
-        _, inst = np.unique(code * (int(seq[idx].max()) + 1) + seq[idx], return_inverse=True)
+        cid = np.unique(comm[idx], return_inverse=True)[1].ravel().astype(np.int64)
+        width = int(seq[idx].max()) + 1
+        # an instance is (communicator, call, seq): seq counts the collectives of one communicator
+        _, inst = np.unique((cid * (int(code.max()) + 1) + code) * width + seq[idx], return_inverse=True)
         order = np.lexsort((start[idx], inst))
         last_of = np.full(inst.max() + 1, -1)
         last_of[inst[order]] = idx[order]                 # the latest enter of each instance wins
@@ -203,7 +208,7 @@ def _us(ns: np.ndarray) -> pa.Array:
 
 def _other_data(meta: dict, name: str, lay: Layout) -> dict:
     out = {"source": name, "gpt2trace.schema_version": schema.SCHEMA_VERSION}
-    for key in (schema.META_RUN, schema.META_MACHINE):
+    for key in (schema.META_RUN, schema.META_MACHINE, schema.META_COMMUNICATORS):
         raw = meta.get(key)
         if raw:
             try:

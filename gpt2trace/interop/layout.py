@@ -19,10 +19,10 @@ from gpt2trace.format.matching import match_messages
 from gpt2trace.format.mpi_calls import LOCAL, operation
 from gpt2trace.interop.source import Source
 from gpt2trace.interop.validate import COLUMNS as CHECKED, RecordCheck
-from gpt2trace.format.schema import (BYTES, END_NS, FIELDS, KIND, NAME, PEER, RANK, SEQ, START_NS, STEP, THREAD,
-                              Kind)
+from gpt2trace.format.schema import (BYTES, COMMUNICATOR, END_NS, FIELDS, KIND, NAME, PEER, RANK, SEQ, START_NS,
+                                     STEP, THREAD, Kind)
 
-COMM_COLUMNS = (RANK, THREAD, START_NS, END_NS, NAME, BYTES, PEER, SEQ, STEP)
+COMM_COLUMNS = (RANK, THREAD, START_NS, END_NS, NAME, BYTES, PEER, SEQ, STEP, COMMUNICATOR)
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def scan(source: Source, rows: int = 1 << 18) -> Layout:
     kind_threads: dict[str, set] = {k: set() for k in Kind.ALL}
     names: dict[str, dict[str, None]] = {k: {} for k in Kind.ALL}
     comms, lo, hi, n = [], None, None, 0
-    cols = (KIND, RANK, THREAD, START_NS, END_NS, NAME, BYTES, PEER, SEQ, STEP)
+    cols = (KIND, RANK, THREAD, START_NS, END_NS, NAME, BYTES, PEER, SEQ, STEP, COMMUNICATOR)
     check = RecordCheck(source.name)
     for batch in source.batches(cols, rows=rows):
         if not batch.num_rows:

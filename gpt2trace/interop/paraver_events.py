@@ -23,7 +23,8 @@ from gpt2trace.interop import paraver_format as F
 from gpt2trace.interop.paraver_parse import Body, Header
 from gpt2trace.interop.paraver_pcf import Pcf
 from gpt2trace.interop.paraver_records import Lanes, kind_table, require, to_ns
-from gpt2trace.format.schema import BYTES, FIELDS, LAYER, MICROSTEP, PEER, SEQ, STEP, VALUE, Kind
+from gpt2trace.format import communicators
+from gpt2trace.format.schema import BYTES, COMMUNICATOR, FIELDS, LAYER, MICROSTEP, PEER, SEQ, STEP, VALUE, Kind
 
 MPI_ATTRS = (F.MPI_SEND_SIZE, F.MPI_RECV_SIZE, F.MPI_ROOT, F.MPI_COMM)
 FUNCTIONS = tuple(F.FUNCTION_LABELS)
@@ -32,8 +33,9 @@ FUNCTIONS = tuple(F.FUNCTION_LABELS)
 class Events:
     """The event pairs with their place and time, classified, paired and joined with their attributes."""
 
-    def __init__(self, path: Path, header: Header, body: Body, lanes: Lanes):
+    def __init__(self, path: Path, header: Header, body: Body, lanes: Lanes, comm_ids: dict[int, int] | None = None):
         self.path, self.header, self.lanes, self.body = path, header, lanes, body
+        self.comm_ids = comm_ids or {}       # Paraver communicator id -> ours (`header_communicators`)
         ev_lane = lanes.lane(path, body.events, body.event_line, "event record")
         ev_time = to_ns(path, header, body.event_line, body.events[:, 4], "event time")
         self.row = body.pair_rec                          # the pair's line (row in body.events)
@@ -148,7 +150,7 @@ class Events:
                             prefer_builtin=True)
         lane, start = self.lane[opens], self.time[opens]
         rank = self.lanes.rank[lane]
-        cols = _columns(attrs, (STEP, LAYER, MICROSTEP, SEQ, PEER, BYTES))
+        cols = _columns(attrs, (STEP, LAYER, MICROSTEP, SEQ, PEER, BYTES, COMMUNICATOR))
         nbytes, has_bytes = (a.copy() for a in cols[BYTES])
         send, recv = attrs[F.MPI_SEND_SIZE], attrs[F.MPI_RECV_SIZE]
         sizes = np.maximum(np.where(send[1], send[0], -1), np.where(recv[1], recv[0], -1))
@@ -159,8 +161,22 @@ class Events:
         peer = _roots(rank, coll, attrs[F.MPI_COMM], attrs[F.MPI_ROOT], seq, cols[PEER])
         p2p = self.type[opens] == F.MPI_P2P
         nbytes, has_bytes, peer = self._messages(lane, start, ends, p2p, (nbytes, has_bytes), peer, notes)
-        cols.update({BYTES: (nbytes, has_bytes), SEQ: seq, PEER: peer})
+        cols.update({BYTES: (nbytes, has_bytes), SEQ: seq, PEER: peer,
+                     COMMUNICATOR: self._communicator(cols[COMMUNICATOR], attrs[F.MPI_COMM])})
         return kind_table(Kind.COMM, self.lanes, lane, start, ends, cols, names)
+
+    def _communicator(self, ours, extrae):
+        """Our attribute where the trace has it (our exports); else Extrae's communicator id of a collective, as
+        the id `header_communicators` gave it; else null (the world)."""
+        value, ok = ours[0].copy(), ours[1].copy()
+        if not self.comm_ids:
+            return value, ok
+        known = np.array(sorted(self.comm_ids), dtype=np.int64)
+        mapped = np.array([self.comm_ids[k] for k in known], dtype=np.int64)
+        i = np.minimum(np.searchsorted(known, extrae[0]), len(known) - 1)
+        use = ~ok & extrae[1] & (known[i] == extrae[0])
+        value[use], ok[use] = mapped[i[use]], True
+        return value, ok
 
     def _messages(self, lane, start, end, p2p, nbytes, peer, notes):
         """Fills bytes and peer of point-to-point calls from the 3: records they send or receive."""
@@ -237,6 +253,24 @@ class Events:
             name = builtin if (prefer_builtin and int(v) in F.MPI_NAMES) or label is None else label
             code_of_pair[k] = dictionary.setdefault(name, len(dictionary))
         return code_of_pair[inverse], list(dictionary)
+
+
+def header_communicators(header: Header, lanes: Lanes) -> tuple[dict[int, int], list]:
+    """The .prv header's `c:` lines as our communicators: (Paraver id -> our id, [Communicator]). The first one
+    holding every task of its application is the world (id 0); the others get ids 1, 2, ... in the header's order
+    and the name `comm<Paraver id>`. Members are world ranks (the task's global order)."""
+    groups = {}
+    for (appl, cid), tasks in header.communicators.items():
+        groups.setdefault(cid, (appl, tasks))       # the same id in another application: the first one names it
+    world = next((cid for cid, (appl, tasks) in groups.items() if len(tasks) == lanes.ntasks[appl - 1]), None)
+    others = iter(range(1, len(groups) + 1))
+    ids, table = {}, []
+    for cid, (appl, tasks) in groups.items():
+        ids[cid] = communicators.WORLD_ID if cid == world else next(others)
+        name = communicators.WORLD_NAME if cid == world else f"comm{cid}"
+        table.append(communicators.Communicator(ids[cid], name,
+                                                tuple(int(lanes.task_base[appl - 1] + t - 1) for t in tasks)))
+    return ids, table
 
 
 def _unsigned(value: int) -> int:

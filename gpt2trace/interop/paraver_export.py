@@ -4,13 +4,15 @@ Mapping (ids 1-based: appl 1, task = rank + 1, thread = thread + 1, one virtual 
   state    1:cpu:1:task:thread:begin:end:state
   kernel   2:...:start:60000019:<kernel id>[:attributes]   and   2:...:end:60000019:0   (Extrae's user function)
   phase    2:...:start:71000010:<phase id>[:attributes]    and   2:...:end:71000010:0
-  comm     2:...:start:5000000x:<Extrae's call id>[:50100001:bytes:50100002:bytes:50100004:1[:50100003:1 on the
-           root]][:attributes]  and  2:...:end:5000000x:0; and 3: records for point-to-point messages, the k-th
-           send from a to b matched with the k-th receive on b from a
+  comm     2:...:start:5000000x:<Extrae's call id>[:50100001:bytes:50100002:bytes:50100004:<communicator id + 1>
+           [:50100003:1 on the root]][:attributes]  and  2:...:end:5000000x:0; and 3: records for point-to-point
+           messages, the k-th send from a to b matched with the k-th receive on b from a. The header lists every
+           communicator of the trace as a `c:1:<id + 1>:<n>:<task>...` line (tasks = world rank + 1), as Extrae
+           does; their names are in NAME.gpt2trace.json
   counter  2:...:t:<type>:<value>[:attributes]: PAPI_TOT_INS/PAPI_TOT_CYC as Extrae's 42000050/42000059, others
            as 71001001.. with value x 1e9 (the .pcf label says so), raw for PAPI_* names
-Attributes (71000001.. layer, step, microstep, seq, peer, bytes) carry the record's optional columns as they
-are, in the line that starts the record, so an import rebuilds the trace exactly.
+Attributes (71000001.. layer, step, microstep, seq, peer, bytes, communicator) carry the record's optional columns
+as they are, in the line that starts the record, so an import rebuilds the trace exactly.
 
 Paraver wants the records sorted by time: lines are generated batch by batch and written through an external
 merge sort (`linesort`), so memory stays bounded whatever the trace's size. At one instant on one thread, ends
@@ -34,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpt2trace.format import schema
+from gpt2trace.format import communicators, schema
 from gpt2trace.format.errors import TraceError
 from gpt2trace.format.mpi_calls import ROOTED
 from gpt2trace.format.outputs import atomic_outputs, check_output
@@ -45,8 +47,8 @@ from gpt2trace.interop.linesort import LineSorter
 from gpt2trace.interop.paraver_pcf import EventType, write_pcf, write_row
 from gpt2trace.interop.source import input_files, open_source
 from gpt2trace.interop.textcols import as_text as _s, join as _join
-from gpt2trace.format.schema import (BYTES, END_NS, KIND, LAYER, MICROSTEP, NAME, PEER, RANK, SEQ, START_NS, STATE, STEP,
-                              THREAD, VALUE, Kind)
+from gpt2trace.format.schema import (BYTES, COMMUNICATOR, END_NS, KIND, LAYER, MICROSTEP, NAME, PEER, RANK, SEQ,
+                                     START_NS, STATE, STEP, THREAD, VALUE, Kind)
 
 INT64_LIMIT = 9.2e18
 
@@ -143,7 +145,8 @@ def export_paraver(source, name: str | Path, date: datetime | None = None, tmpdi
         messages = _messages(sorter, lay, enc)
         collectives = any(t == F.MPI_COLLECTIVE for t, _ in enc.mpi.values())
         with opener(t_prv, "wb") as fh:
-            fh.write(header(lay, date or datetime.now(), collectives).encode())
+            comms = _communicators(src.meta, lay) if collectives else []
+            fh.write(header(lay, date or datetime.now(), comms).encode())
             lines = sorter.write(fh)
         write_pcf(t_pcf, enc.event_types())
         write_row(t_row, _row_levels(lay, src.meta))
@@ -151,15 +154,26 @@ def export_paraver(source, name: str | Path, date: datetime | None = None, tmpdi
     return ParaverExport(prv, pcf, row, meta, lay.records, lines, messages, dropped)
 
 
-def header(lay: Layout, date: datetime, world: bool) -> str:
+def header(lay: Layout, date: datetime, comms: list) -> str:
     """`#Paraver (dd/mm/yyyy at hh:mm):<end>_ns:1(<cpus>):1:<ranks>(<threads>:1,...),<comms>` and a `c:` line
-    for MPI_COMM_WORLD when collectives need it."""
+    per communicator the collectives use (none without collectives)."""
     tasks = ",".join(f"{t}:1" for t in lay.threads)
     text = (f"#Paraver ({date:%d/%m/%Y at %H:%M}):{lay.end_ns}_ns:1({lay.total_threads}):1:"
-            f"{lay.ranks}({tasks}),{1 if world else 0}\n")
-    if world:
-        text += f"c:1:{F.WORLD}:{lay.ranks}:" + ":".join(str(r + 1) for r in range(lay.ranks)) + "\n"
+            f"{lay.ranks}({tasks}),{len(comms)}\n")
+    for c in comms:
+        text += (f"c:1:{c.id + F.PARAVER_COMM_OFFSET}:{len(c.ranks)}:" + ":".join(str(r + 1) for r in c.ranks)
+                 + "\n")
     return text
+
+
+def _communicators(meta: dict, lay: Layout) -> list:
+    """The trace's communicators (the world of its ranks when it names none), by id."""
+    try:
+        table = communicators.from_metadata(meta)
+    except (ValueError, KeyError, TypeError):
+        table = None
+    table = table or {communicators.WORLD_ID: communicators.world(range(lay.ranks))}
+    return [table[i] for i in sorted(table)]
 
 
 # --- lines of each kind -------------------------------------------------------------------------------------
@@ -189,10 +203,11 @@ def _comm_lines(sorter: LineSorter, part: pa.Table, enc: _Encoding) -> None:
     nbytes = pc.if_else(pa.array(coll), part.column(BYTES), pa.scalar(None, pa.int64()))
     peer = part.column(PEER)
     is_root = coll & rooted & pc.fill_null(pc.equal(peer, part.column(RANK)), False).to_numpy(zero_copy_only=False)
+    comm = communicators.ids(pc.fill_null(part.column(COMMUNICATOR), -1).to_numpy(zero_copy_only=False))
     extrae = [_attr(F.MPI_SEND_SIZE, nbytes), _attr(F.MPI_RECV_SIZE, nbytes),
-              _attr(F.MPI_COMM, pa.array(np.full(len(coll), F.WORLD), mask=~coll)),
+              _attr(F.MPI_COMM, pa.array(comm.astype(np.int64) + F.PARAVER_COMM_OFFSET, mask=~coll)),
               _attr(F.MPI_ROOT, pa.array(np.ones(len(coll), np.int64), mask=~is_root))]
-    ours = _attrs(part, (SEQ, PEER, BYTES, STEP, LAYER, MICROSTEP))
+    ours = _attrs(part, (SEQ, PEER, BYTES, STEP, LAYER, MICROSTEP, COMMUNICATOR))
     _intervals(sorter, part, enc, types, values, extrae + ours)
 
 

@@ -8,7 +8,7 @@ its end; the others are attributes of the record that starts in the same line, o
 from __future__ import annotations
 
 from gpt2trace.format import schema
-from gpt2trace.format.schema import BYTES, CYCLES, INSTRUCTIONS, LAYER, MICROSTEP, PEER, SEQ, STEP
+from gpt2trace.format.schema import BYTES, COMMUNICATOR, CYCLES, INSTRUCTIONS, LAYER, MICROSTEP, PEER, SEQ, STEP
 
 # --- Extrae's MPI types: value = the call's id below, 0 when the call returns.
 MPI_P2P, MPI_COLLECTIVE, MPI_OTHER, MPI_RMA, MPI_IO = 50000001, 50000002, 50000003, 50000004, 50000005
@@ -18,7 +18,9 @@ MPI_TYPE_LABELS = {MPI_P2P: "MPI Point-to-point", MPI_COLLECTIVE: "MPI Collectiv
 MPI_SEND_SIZE, MPI_RECV_SIZE, MPI_ROOT, MPI_COMM = 50100001, 50100002, 50100003, 50100004
 MPI_ATTR_LABELS = {MPI_SEND_SIZE: "Send Size in MPI Global OP", MPI_RECV_SIZE: "Recv Size in MPI Global OP",
                    MPI_ROOT: "Root in MPI Global OP", MPI_COMM: "Communicator in MPI Global OP"}
-WORLD = 1                      # the communicator id our exports give MPI_COMM_WORLD
+# Our exports give a communicator of id i the Paraver id i + 1 (Paraver's ids start at 1): MPI_COMM_WORLD is 1.
+PARAVER_COMM_OFFSET = 1
+WORLD = PARAVER_COMM_OFFSET
 
 _CALLS = {
     MPI_P2P: "Send 1 Recv 2 Isend 3 Irecv 4 Wait 5 Waitall 6 Bsend 33 Ssend 34 Rsend 35 Ibsend 36 Issend 37 "
@@ -84,11 +86,11 @@ KERNEL = USER_FUNCTION
 PHASE = 71000010                # value = phase id named in the .pcf, 0 at its end
 # Attributes, written in the line that starts the record they describe; the value is the column's, as is.
 ATTRIBUTES = {71000001: LAYER, 71000002: STEP, 71000003: MICROSTEP, 71000004: SEQ, 71000005: PEER,
-              71000006: BYTES}
+              71000006: BYTES, 71000007: COMMUNICATOR}
 ATTRIBUTE_TYPES = {col: typ for typ, col in ATTRIBUTES.items()}
 ATTRIBUTE_LABELS = {LAYER: "gpt2trace layer", STEP: "gpt2trace step", MICROSTEP: "gpt2trace microstep",
                     SEQ: "gpt2trace collective sequence number", PEER: "gpt2trace MPI peer or root rank",
-                    BYTES: "gpt2trace MPI bytes"}
+                    BYTES: "gpt2trace MPI bytes", COMMUNICATOR: "gpt2trace communicator id"}
 # Counters other than hardware ones: one type each, value = round(value x 1e9); the label says so.
 COUNTER_FIRST, COUNTER_LAST = 71001001, 71001999
 COUNTER_SCALE = 1e9

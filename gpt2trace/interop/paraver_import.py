@@ -7,7 +7,10 @@
                       attribute, else Extrae's collective sizes (50100001/2), else the `3:` record the call sends or
                       receives; peer from our attribute, else the root of the collective (50100003 on the root),
                       else the `3:` record's partner; seq from our attribute, else the call's order among the
-                      collectives of its communicator (50100004) on its rank
+                      collectives of its communicator (50100004) on its rank; communicator from our attribute,
+                      else Extrae's (50100004) through the header's `c:` lines (`header_communicators`: the one of
+                      all tasks is the world, id 0), named in the metadata as our export's .gpt2trace.json names
+                      them, else world and comm<Paraver id>
   kernel              user function / OpenMP function events (60000018/19/20/23), named from the .pcf
   phase               our phase events (71000010), named from the .pcf
   counter             hardware counters (42xxxxxx, e.g. 42000050 PAPI_TOT_INS, 42000059 PAPI_TOT_CYC: the count
@@ -28,12 +31,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gpt2trace.format import schema
+from gpt2trace.format import communicators, schema
 from gpt2trace.format.errors import TraceError
 from gpt2trace.format.outputs import atomic_output, check_output
 from gpt2trace.interop import paraver_format as F
 from gpt2trace.interop.labels import ESCAPED, LABELS_KEY
-from gpt2trace.interop.paraver_events import Events
+from gpt2trace.interop.paraver_events import Events, header_communicators
 from gpt2trace.interop.paraver_parse import Body, Header, read
 from gpt2trace.interop.paraver_pcf import Pcf, read_pcf, read_row
 from gpt2trace.interop.paraver_records import Lanes, kind_table, require, to_ns
@@ -76,12 +79,15 @@ def import_paraver(path: str | Path) -> ParaverImport:
             notes.append(f"{row_name.name} names {len(threads)} threads; the header declares {total}")
     lanes = Lanes(header)
     tables = [_states(path, header, body, lanes, notes)]
-    events = Events(path, header, body, lanes)
+    comm_ids, comm_table = header_communicators(header, lanes)
+    events = Events(path, header, body, lanes, comm_ids)
     tables += events.records(pcf, notes)
     table = pa.concat_tables([t for t in tables if t.num_rows]) if any(t.num_rows for t in tables) else None
     if table is None:
         raise TraceError(f"{path}: the trace has no records of our schema (states, MPI calls, functions, counters)")
     metadata = _metadata(meta)
+    if schema.META_COMMUNICATORS not in metadata and comm_table:
+        metadata.update(communicators.to_metadata(comm_table))
     table = table.unify_dictionaries().replace_schema_metadata(schema.arrow_schema(metadata).metadata)
     return ParaverImport(table, header, tuple(notes), inputs)
 
@@ -149,7 +155,8 @@ def _sidecar(path: Path) -> dict:
 def _metadata(meta: dict) -> dict[bytes, bytes]:
     """Our trace's metadata from NAME.gpt2trace.json when our export wrote one (an Extrae trace has none)."""
     out = {}
-    for key in (schema.META_RUN, schema.META_MACHINE, schema.META_PEAK, schema.META_CLOCK):
+    for key in (schema.META_RUN, schema.META_MACHINE, schema.META_PEAK, schema.META_CLOCK,
+                schema.META_COMMUNICATORS):
         if key.decode() in meta:
             out[key] = json.dumps(meta[key.decode()]).encode()
     return out
