@@ -168,7 +168,10 @@ def _corrected(table: pa.Table, drift: dict[int, tuple[float, int]] | None) -> p
         return table
     for col in (S.START_NS, S.END_NS):
         t = table.column(col).to_numpy()
-        fixed = t - np.rint(slope * (t - t_ref)).astype(np.int64)
+        # t_ref (the start estimate) precedes the origin, so a rank whose clock runs fast would get its first
+        # nanoseconds before 0, which the trace (and Paraver) cannot hold: they stay at 0, far inside the clock's
+        # error bound. Clamping is monotonic, so the states still partition the span.
+        fixed = np.maximum(t - np.rint(slope * (t - t_ref)).astype(np.int64), 0)
         table = table.set_column(table.schema.get_field_index(col), col, pa.array(fixed, type=pa.int64()))
     return table
 

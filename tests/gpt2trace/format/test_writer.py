@@ -87,3 +87,29 @@ def test_recover_from_the_trace_or_its_parts_directory(tmp_path):
         recover(tmp_path / "a.parquet")
     with pytest.raises(TraceError, match="check the path"):
         recover(tmp_path / "never.parquet")
+
+
+def test_drift_correction_keeps_times_at_or_after_the_origin(tmp_path):
+    # rank 1's clock runs fast: slope 1e-3 from t_ref = -10 000 ns (its start estimate, before the origin). Its
+    # states [0, 5) and [5, 10) map to t - round(1e-3 * (t + 10 000)): 0 -> -10 (kept at 0), 5 -> -5 (kept at 0),
+    # 10 -> 0. Clamped at the origin, the two states still tile the span without a gap or an overlap.
+    trace = tmp_path / "trace.parquet"
+    PartWriter(trace, 0, SCHEMA).write(_table([], [], start=0, rank=0))
+    PartWriter(trace, 1, SCHEMA).write(_table([], [], start=0, rank=1))
+    merge_parts(trace, drift={1: (1e-3, -10_000)})
+    states = load(trace).records(S.Kind.STATE).to_pandas()
+    rank1 = states[states[S.RANK] == 1].sort_values(S.START_NS)
+    assert rank1[[S.START_NS, S.END_NS]].values.tolist() == [[0, 0], [0, 0]]
+    assert (states[S.START_NS] >= 0).all()
+
+
+def test_merge_lists_every_ranks_communicators(tmp_path):
+    # each rank's parts list the communicators it belongs to; the merged trace lists them all
+    from gpt2trace.format import communicators as comms
+    trace = tmp_path / "trace.parquet"
+    world = comms.world([0, 1, 2, 3])
+    for rank, group in ((0, comms.Communicator(4, "sp", (0, 1))), (2, comms.Communicator(6, "sp", (2, 3)))):
+        schema = SCHEMA.with_metadata({**SCHEMA.metadata, **comms.to_metadata([world, group])})
+        PartWriter(trace, rank, schema).write(_table(["a"], [0], rank=rank))
+    merge_parts(trace)
+    assert sorted(load(trace).communicators) == [0, 4, 6]
