@@ -1,10 +1,11 @@
 """Regenerate the sample traces: small real traces from the trainer, written through the runner API.
 
-    python sample_traces/make_samples.py
+    python sample_traces/make_samples.py                 # all of them
+    python sample_traces/make_samples.py NAME.parquet    # only those named
 
 Each is a `gpt2trace run` on the built-in synthetic corpus (seed 1337); timings differ from run to run and
 machine to machine, the structure (records per step, threads, steps, counters) does not. Tests check them
-with the same invariants as fresh traces (tests/gpt2trace/test_sample_traces.py).
+with the same invariants as fresh traces (tests/gpt2trace/format/test_sample_traces.py).
 """
 from __future__ import annotations
 
@@ -29,6 +30,14 @@ MPI_SAMPLES = {
     "tiny_2ranks_overlap.parquet": ["--dp-sync", "overlap", "--data-loading", "scatter"],
 }
 MPI_COMMON = ["--model", "tiny", "-B", "4", "-T", "32", "--steps", "6", "--ranks", "2", "--threads", "1"]
+# sequence-parallel samples (`--sp 2` on 2 ranks): a model whose attention dominates the step (T=1024 on C=64), so
+# the contiguous split's imbalance is the trace's largest effect, as in the GPT-2 porting study
+SP_COMMON = ["--model", "small", "--n-embd", "64", "--n-head", "2", "--max-seq-len", "1024", "-T", "1024", "-B", "1",
+             "--steps", "12", "--ranks", "2", "--sp", "2", "--threads", "1"]
+SP_SAMPLES = {
+    "small_2ranks_sp_contiguous.parquet": SP_COMMON + ["--sp-split", "contiguous"],
+    "small_2ranks_sp_interleaved.parquet": SP_COMMON + ["--sp-split", "interleaved"],
+}
 
 
 def make(name: str, model: str, threads: int, steps: int, batch_size: int, seq_len: int, grad_accum: int) -> int:
@@ -47,21 +56,28 @@ def make(name: str, model: str, threads: int, steps: int, batch_size: int, seq_l
 
 
 def make_mpi(name: str, options: list[str]) -> None:
-    subprocess.run([sys.executable, "-m", "gpt2trace", "run", *MPI_COMMON, *options, "--trace", name], check=True,
+    subprocess.run([sys.executable, "-m", "gpt2trace", "run", *options, "--trace", name], check=True,
                    stdout=subprocess.DEVNULL)
     if Path(name).stat().st_size > MAX_BYTES:
         raise SystemExit(f"{name} is over the {MAX_BYTES:,}-byte budget of a sample trace")
 
 
-def main() -> None:
+def main(names: list[str]) -> None:
     os.chdir(HERE)   # relative paths: the run metadata records "tiny_1thread.parquet", not this machine's path
+    mpi = {**{n: MPI_COMMON + o for n, o in MPI_SAMPLES.items()}, **SP_SAMPLES}
+    unknown = set(names) - set(SAMPLES) - set(mpi)
+    if unknown:
+        raise SystemExit(f"no sample named {', '.join(sorted(unknown))}; the samples are "
+                         f"{', '.join([*SAMPLES, *mpi])}")
     for name, spec in SAMPLES.items():
-        records = make(name, *spec)
-        print(f"{name}: {records:,} records, {Path(name).stat().st_size / 1e3:.0f} kB")
-    for name, options in MPI_SAMPLES.items():
-        make_mpi(name, options)
-        print(f"{name}: {Path(name).stat().st_size / 1e3:.0f} kB")
+        if not names or name in names:
+            records = make(name, *spec)
+            print(f"{name}: {records:,} records, {Path(name).stat().st_size / 1e3:.0f} kB")
+    for name, options in mpi.items():
+        if not names or name in names:
+            make_mpi(name, options)
+            print(f"{name}: {Path(name).stat().st_size / 1e3:.0f} kB")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

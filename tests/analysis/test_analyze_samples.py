@@ -22,6 +22,8 @@ CASES = {  # file: (ranks, threads per rank)
     "small_2threads.parquet": (1, 2),
     "tiny_2ranks_allreduce.parquet": (2, 1),
     "tiny_2ranks_overlap.parquet": (2, 1),
+    "small_2ranks_sp_contiguous.parquet": (2, 1),
+    "small_2ranks_sp_interleaved.parquet": (2, 1),
 }
 
 
