@@ -59,8 +59,6 @@ def run_config(args, ranks: int, split: str, workdir: Path) -> dict:
 def from_trace(path: Path, ranks: int) -> dict:
     """Attention max/mean across ranks, waits in the sequence group per step, rank 0's wait after each attention
     backward; timed steps only (step 0 is warm-up)."""
-    import numpy as np
-
     from analysis import mpi, waits
     from analysis.window import select
     from gpt2trace.format.reader import load

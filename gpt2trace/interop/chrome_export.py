@@ -7,7 +7,8 @@ pid = rank, one process per rank. Each kind has its own tracks, so durations on 
   tid = 300000 + thread        phases       X events (args: step, microstep)
 `M` events name the processes and tracks; `C` events carry the counters (loss, lr, ...); flow events (`s`, `f`)
 link a point-to-point send to its receive, and the last rank to enter a blocking collective to every other
-rank's call of it on that communicator (what they waited for); otherData lists the communicators. Times are microseconds with three decimals (exact nanoseconds).
+rank's call of it on that communicator (what they waited for); otherData lists the communicators. Times are
+microseconds with three decimals (exact nanoseconds).
 Events stream out batch by batch (the format does not need them sorted), so memory stays bounded.
 
 Names are JSON strings (any text); a name longer than `labels.LONG_NAME` characters is shortened in the events
