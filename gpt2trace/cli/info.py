@@ -56,6 +56,9 @@ def _trace_table(d: dict) -> Table:
             ("time span", f"{d['duration_s']:.6f} s ({d['start_ns']:,} .. {d['end_ns']:,} ns)")]
     if d["extra_columns"]:
         rows.append(("extra columns", ", ".join(d["extra_columns"])))
+    if d["communicators"]:
+        rows.append(("communicators", "; ".join(f"{c['name']} (id {c['id']}): ranks {' '.join(map(str, c['ranks']))}"
+                                                for c in d["communicators"])))
     return _kv("Trace", rows)
 
 
@@ -67,7 +70,9 @@ def _run_table(run: dict | None) -> Table | None:
                        f"max T={m.get('max_seq_len')}, {m.get('num_parameters', 0):,} parameters")),
             ("training", (f"B={t.get('batch_size')} T={t.get('seq_len')} steps={t.get('steps')} "
                           f"grad_accum={t.get('grad_accum')} lr={t.get('lr')} seed={t.get('seed')}")),
-            ("parallel", f"{p.get('ranks')} rank(s) x {p.get('threads')} thread(s)"),
+            ("parallel", f"{p.get('ranks')} rank(s) x {p.get('threads')} thread(s)"
+                         + (f", sequence groups of {p['sp']} ({p.get('sp_split')} split, {p.get('sp_reduce')})"
+                            if p.get("sp", 1) > 1 else "")),
             ("data", run.get("data")), ("init from", run.get("init_from"))]
     return _kv("Run", rows)
 

@@ -9,7 +9,8 @@ from gpt2trace.format.schema import END_NS, RANK, START_NS, STEP, THREAD, Kind
 
 
 def trace_info(trace: Trace) -> dict:
-    """Schema version, ranks, threads per rank, steps, time span, records per kind, run and machine."""
+    """Schema version, ranks, threads per rank, steps, time span, records per kind, communicators (of a trace with
+    MPI calls), run and machine."""
     lanes, steps = set(), set()
     t0, t1 = None, None
     for part in trace.parts.values():
@@ -39,4 +40,6 @@ def trace_info(trace: Trace) -> dict:
         "sgemm_peak": trace.peak,
         "clock": trace.clock,
         "extra_columns": list(trace.extra_columns),
+        "communicators": ([c.as_json() for c in sorted(trace.communicators.values(), key=lambda c: c.id)]
+                          if trace.records(Kind.COMM).num_rows else []),
     }

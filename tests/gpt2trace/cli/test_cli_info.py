@@ -79,3 +79,16 @@ def test_json_errors_are_one_line_on_stderr_and_nothing_on_stdout(tmp_path, case
 def test_help_names_the_paraver_formats():
     r = CliRunner().invoke(app, ["info", "--help"], terminal_width=200)
     assert r.exit_code == 0 and ".prv/.prv.gz" in r.stdout
+
+
+def test_communicators_of_a_sequence_parallel_trace():
+    # sample_traces/small_2ranks_sp_contiguous.parquet: 2 ranks, --sp 2: the world and the sequence group (the
+    # 1st Split of the run: id 1 x 2 ranks + lowest rank 0 = 2), both over ranks 0 and 1
+    from pathlib import Path
+    sample = Path(__file__).resolve().parents[3] / "sample_traces" / "small_2ranks_sp_contiguous.parquet"
+    r = _info(sample, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["communicators"] == [{"id": 0, "name": "world", "ranks": [0, 1]},
+                                                     {"id": 2, "name": "sp", "ranks": [0, 1]}]
+    r = _info(sample)
+    assert "sp (id 2): ranks 0 1" in r.stdout and "sequence groups of 2 (contiguous split" in r.stdout
