@@ -1,7 +1,9 @@
 """Data-parallel strategies: what happens between backward and the next step (`--dp-sync`).
 
 Every rank holds a full model replica and computes gradients of its share of the global batch, scaled by
-1/(B*T*grad_accum*ranks) so that a SUM over ranks is the gradient of the global mean loss. The strategies
+1/(B*T*grad_accum*ranks) so that a SUM over ranks is the gradient of the global mean loss (under sequence
+parallelism a rank's share is T/S positions of its group's B sequences, and T is that T/S). They run on the rank
+grid's gradient communicator: every rank that holds the same parameters (trainer.parallel.grid). The strategies
 differ in how that sum reaches the optimizer:
 
     local         one process: nothing to sync
