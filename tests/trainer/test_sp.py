@@ -34,7 +34,8 @@ def test_sequence_parallel_matches_one_rank_on_the_global_batch(ranks, threads):
     out = subprocess.run(["mpiexec", "-n", str(ranks), sys.executable, str(SCRIPT), str(threads)],
                          capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
-    cases = json.loads(out.stdout.strip().splitlines()[-1])["cases"]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    cases = result["cases"]
     # S=2 (and S=4 on 4 ranks, and S=2 x 2 data-parallel groups) x both splits x three reduces, plus every other
     # --dp-sync, grad_accum 2 and the scatter loader once
     assert len(cases) == (6 if ranks == 2 else 12) + 5
@@ -44,6 +45,13 @@ def test_sequence_parallel_matches_one_rank_on_the_global_batch(ranks, threads):
         assert r["max_param_diff_across_ranks"] == 0.0, name      # every rank holds the same parameters
         assert r["max_rel_loss_err"] <= RTOL, (name, r["losses"], r["reference"])
         assert r["max_rel_norm_err"] <= RTOL, name
+    # an overflowing step: every rank re-runs it alone and names the first kernel with NaN/inf (the final
+    # layernorm, whose weight is 3e38), rather than hanging in an exchange the others do not join
+    overflow = result["overflow"]
+    assert len(overflow) == ranks
+    for message in overflow:
+        assert message.startswith("step 0: the loss is not finite; NaN/inf first appears in kernel "
+                                  "layernorm_forward (outside the layers)"), message
 
 
 def test_the_grid_lays_sequence_groups_out_on_adjacent_ranks():

@@ -5,7 +5,9 @@ N/S data-parallel groups of S-rank sequence groups and train the tiny model for 
 B sequences of T tokens, each rank on T/S positions of them. Rank 0 also trains the same model alone on the
 global batch (N/S * B whole sequences: TokenLoader's shards concatenated). Checked on every step: the loss and
 the gradient norm equal the 1-rank ones within RTOL (see test_sp.py), and every rank's parameters are
-bit-identical to rank 0's. Prints one JSON line on rank 0.
+bit-identical to rank 0's. Last, a step that overflows (a huge final layernorm weight): every rank must name the
+kernel where NaN/inf first appears, re-running the step alone (no exchange with ranks that are not re-running).
+Prints one JSON line on rank 0.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from mpi4py import MPI
 
 from trainer.config import DataLoading, DPSync, ParallelConfig, SPReduce, SPSplit, TrainConfig, model_config
 from trainer.data import TokenLoader, synthetic_corpus
+from trainer.errors import NonFiniteError
 from trainer.dp import Local, ScatterLoader, make_strategy
 from trainer.launcher import Launcher
 from trainer.model import GPT2
@@ -71,6 +74,27 @@ def sequence_parallel(par: ParallelConfig, grad_accum: int, comm) -> tuple[list,
     return [h.loss for h in hist], [h.grad_norm for h in hist], max(param_err)
 
 
+def overflow_blame(comm, threads: int) -> str:
+    """The error a sequence-parallel step that overflows gives on this rank."""
+    cfg = model_config("tiny")
+    par = ParallelConfig(threads=threads, ranks=comm.Get_size(), rank=comm.Get_rank(), sp=2,
+                         sp_split=SPSplit.interleaved)
+    launcher = Launcher(threads)
+    grid = RankGrid.build(par, comm)
+    split = SequenceSplit(T, 2, par.sp_split)
+    model = GPT2(cfg, init_params(cfg, 7), B, T, launcher,
+                 seq=make_sequence(split, grid, B, cfg.n_embd, launcher, par.sp_reduce))
+    model.p["lnfw"][...] = 3e38          # near float32's max: the final layernorm overflows on every rank
+    whole = TokenLoader(synthetic_corpus(cfg.vocab_size, TOKENS, 7), B, T, rank=grid.coords["dp"],
+                        world=grid.degree("dp"))
+    data = SequenceShard(whole, split.positions(grid.coords["sp"]))
+    try:
+        train(model, data, tcfg(1), make_strategy(par.dp_sync, model, tcfg(1), launcher, grid.grad_comm))
+    except NonFiniteError as e:
+        return str(e)
+    return "no error"
+
+
 def cases(world: int) -> list[dict]:
     out = []
     for sp in (2, 4):
@@ -112,6 +136,7 @@ def main() -> None:
             out["cases"][name(dict(case, grad_accum=grad_accum))] = {
                 "losses": losses, "reference": ref_loss, "max_rel_loss_err": rel, "max_rel_norm_err": rel_norm,
                 "max_param_diff_across_ranks": worst_param}
+    out["overflow"] = comm.gather(overflow_blame(comm, threads), root=0)
     if rank == 0:
         print(json.dumps(out))
     sys.stdout.flush()
