@@ -15,10 +15,11 @@ from analysis.findings import findings
 from analysis.imbalance import imbalance
 from analysis.kernel_threads import kernel_threads
 from analysis.occupancy import occupancy
+from analysis.records import records, threads
 from analysis.state_profile import state_profile
 from analysis.step_phases import step_phases
 from analysis.summary import summary
-from analysis.window import records, select, threads
+from analysis.window import select
 from gpt2trace.format.reader import Trace, check_states
 from gpt2trace.format.schema import RANK, STATE, THREAD, Kind
 

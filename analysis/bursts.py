@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.window import NS, Records
-from gpt2trace.format.reader import thread_order
+from analysis.records import NS, Records
+from gpt2trace.format.lanes import lane_index, lane_order
 from gpt2trace.format.schema import END_NS, RANK, START_NS, STATE, THREAD, State
 
 CELL_COLUMNS = [RANK, THREAD, "bin", "count", "seconds", "share"]
@@ -30,15 +30,14 @@ def histogram(states: Records, bins_per_decade: int = 10) -> dict:
     edges = 10 ** np.arange(lo, hi + 0.5 / bins_per_decade, 1 / bins_per_decade)       # ns
     nbins = len(edges) - 1
     col = np.clip(np.searchsorted(edges, dur, side="right") - 1, 0, nbins - 1)
-    width = int(thread.max()) + 1
-    lanes, lane = np.unique(rank.astype(np.int64) * width + thread, return_inverse=True)
+    lane_rank, lane_thread, lane = lane_index(rank, thread)
     cell = lane * nbins + col
-    time = np.bincount(cell, weights=dur, minlength=len(lanes) * nbins)
-    count = np.bincount(cell, minlength=len(lanes) * nbins)
-    per_lane = time.reshape(len(lanes), nbins).sum(axis=1)
+    time = np.bincount(cell, weights=dur, minlength=len(lane_rank) * nbins)
+    count = np.bincount(cell, minlength=len(lane_rank) * nbins)
+    per_lane = time.reshape(len(lane_rank), nbins).sum(axis=1)
     used = np.flatnonzero(count)
     lane_of = used // nbins
-    cells = pd.DataFrame({RANK: (lanes[lane_of] // width).astype(int), THREAD: (lanes[lane_of] % width).astype(int),
+    cells = pd.DataFrame({RANK: lane_rank[lane_of], THREAD: lane_thread[lane_of],
                           "bin": used % nbins, "count": count[used], "seconds": time[used] / NS,
                           "share": time[used] / per_lane[lane_of]})
     return {"edges_s": edges / NS, "cells": cells}
@@ -50,7 +49,7 @@ def _bursts(states: Records) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     r, th, s, e = states[RANK][run], states[THREAD][run], states[START_NS][run], states[END_NS][run]
     if not len(s):
         return r, th, s, e
-    order = thread_order(r, th, s)
+    order = lane_order(r, th, s)
     r, th, s, e = r[order], th[order], s[order], e[order]
     joins = np.r_[False, (r[1:] == r[:-1]) & (th[1:] == th[:-1]) & (s[1:] <= e[:-1])]
     head = np.flatnonzero(~joins)

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.window import NS, Records, Window, records
+from analysis.records import NS, Records, records
+from analysis.window import Window
+from gpt2trace.format.lanes import lane_key, time_key, time_key_fits
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import CYCLES, END_NS, INSTRUCTIONS, NAME, RANK, START_NS, STATE, THREAD, VALUE, Kind, State
 
@@ -53,11 +55,11 @@ def _closes_running(st: Records, rank: np.ndarray, thread: np.ndarray, t: np.nda
     lo = int(min(st[START_NS].min(), t.min()))
     span = int(max(st[END_NS].max(), t.max())) - lo + 1
     lanes = int(max(st[RANK].max(), rank.max())) + 1
-    if lanes * width * span >= 2**62:
+    if not time_key_fits(lanes * width, span):
         raise ValueError("trace span too long for composite keys")
-    key = (st[RANK].astype(np.int64) * width + st[THREAD]) * span + (st[START_NS] - lo)
+    key = time_key(lane_key(st[RANK], st[THREAD], width), st[START_NS], lo, span)
     order = np.argsort(key, kind="stable")
-    q = (rank.astype(np.int64) * width + thread) * span + (t - lo)
+    q = time_key(lane_key(rank, thread, width), t, lo, span)
     j = np.searchsorted(key[order], q, side="left") - 1         # the last state starting before t
     jj = order[np.maximum(j, 0)]
     same = (st[RANK][jj] == rank) & (st[THREAD][jj] == thread)

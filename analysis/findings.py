@@ -8,10 +8,10 @@ Warnings about the analysis itself come first; notes (lost_fraction None) last.
 """
 from __future__ import annotations
 
-from gpt2trace.format.schema import LAYER, NAME, RANK
+from gpt2trace.format.mpi_calls import COMPLETIONS
+from gpt2trace.format.schema import LAYER, NAME, RANK, Phase
 
-_TRAINING_PHASES = ("forward", "backward", "grad_sync", "optimizer")
-_COMPLETIONS = ("MPI_Wait", "MPI_Waitall", "MPI_Waitany", "MPI_Waitsome")
+_TRAINING_PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.GRAD_SYNC, Phase.OPTIMIZER)
 _MPI_LOSSES = ("mpi_load_balance", "serialization", "transfer")
 _SHOWN = 1e-4            # losses below 0.01 % of thread time are not findings
 
@@ -115,7 +115,7 @@ def _notes(result: dict) -> list[dict]:
                                 f"({row['mean_s']:.4g} s each time, {row['count']} times)."))
     for row in result["waits"]["calls"]:
         if row.get("hidden_fraction") is not None:
-            waited = sum(c["total_s"] for c in result["waits"]["calls"] if c[NAME] in _COMPLETIONS)
+            waited = sum(c["total_s"] for c in result["waits"]["calls"] if c[NAME] in COMPLETIONS)
             out.append(_finding("waits.calls.hidden_fraction", None,
                                 f"{row[NAME]} was in flight {row['inflight_s']:.4g} s, {row['hidden_fraction']:.0%} "
                                 f"of it while the rank computed; the waits that complete it still took "

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.window import NS, Records
+from analysis.records import NS, Records
+from gpt2trace.format.lanes import lane_index
 from gpt2trace.format.schema import END_NS, NAME, RANK, START_NS, THREAD
 
 COLUMNS = ["kernel", RANK, THREAD, "seconds", "ratio"]
@@ -21,18 +22,17 @@ def kernel_threads(kern: Records) -> pd.DataFrame:
     ties by name), threads by (rank, thread)."""
     if not len(kern):
         return pd.DataFrame(columns=COLUMNS)
-    width = int(kern[THREAD].max()) + 1
-    lanes, lane = np.unique(kern[RANK].astype(np.int64) * width + kern[THREAD], return_inverse=True)
+    rank, thread, lane = lane_index(kern[RANK], kern[THREAD])
     label = list(kern.names) + ["(no name)"]                          # code -1: a kernel record without a name
     codes, name = np.unique(np.where(kern[NAME] < 0, len(kern.names), kern[NAME]), return_inverse=True)
-    cell = name * len(lanes) + lane
-    t = np.bincount(cell, weights=kern[END_NS] - kern[START_NS], minlength=len(codes) * len(lanes))
+    cell = name * len(rank) + lane
+    t = np.bincount(cell, weights=kern[END_NS] - kern[START_NS], minlength=len(codes) * len(rank))
     runs = np.bincount(cell, minlength=t.size) > 0
-    t, runs = t.reshape(len(codes), len(lanes)) / NS, runs.reshape(len(codes), len(lanes))
+    t, runs = t.reshape(len(codes), len(rank)) / NS, runs.reshape(len(codes), len(rank))
     mean = t.sum(axis=1) / runs.sum(axis=1)
     order = sorted(range(len(codes)), key=lambda i: (-t[i].sum(), label[codes[i]]))
     k, j = np.nonzero(runs[order])
     k = np.asarray(order)[k]
-    return pd.DataFrame({"kernel": np.array(label, dtype=object)[codes[k]], RANK: (lanes[j] // width).astype(int),
-                         THREAD: (lanes[j] % width).astype(int), "seconds": t[k, j],
+    return pd.DataFrame({"kernel": np.array(label, dtype=object)[codes[k]], RANK: rank[j], THREAD: thread[j],
+                         "seconds": t[k, j],
                          "ratio": t[k, j] / np.maximum(mean[k], 1e-300)}, columns=COLUMNS)

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.segments import composite
-from analysis.window import NS, Records
+from analysis.records import NS, Records
+from gpt2trace.format.lanes import key_width, lane_key, split_key, time_key, time_key_fits
 from gpt2trace.format.schema import END_NS, RANK, START_NS, STATE, THREAD, State
 
 _FORK_JOIN = (State.SCHEDULING_FORK_JOIN, State.SYNCHRONIZATION)
@@ -55,14 +55,15 @@ def split(states: Records, kern: Records) -> Split:
     rank, thread = states[RANK].astype(np.int64), states[THREAD].astype(np.int64)
     ranks = np.unique(rank)
     ri = np.searchsorted(ranks, rank)
-    width_t = int(thread.max()) + 1 if len(thread) else 1
-    lanes = np.unique(ri * width_t + thread)
-    nthreads = np.bincount(lanes // width_t, minlength=len(ranks))
+    width_t = key_width(thread)
+    lanes = np.unique(lane_key(ri, thread, width_t))
+    lane_ri, lane_thread = split_key(lanes, width_t)
+    nthreads = np.bincount(lane_ri, minlength=len(ranks))
     master = np.full(len(ranks), width_t, dtype=np.int64)
-    np.minimum.at(master, lanes // width_t, lanes % width_t)
+    np.minimum.at(master, lane_ri, lane_thread)
     # A thread's position among its rank's threads: the column of its useful time per region.
-    first = np.searchsorted(lanes, np.arange(len(ranks)) * width_t)
-    local = np.searchsorted(lanes, ri * width_t + thread) - first[ri]
+    first = np.searchsorted(lanes, lane_key(np.arange(len(ranks)), 0, width_t))
+    local = np.searchsorted(lanes, lane_key(ri, thread, width_t)) - first[ri]
     dur = states[END_NS] - states[START_NS]
     running = (states[STATE] == State.RUNNING) & (dur > 0)
     is_master = thread == master[ri]
@@ -81,12 +82,12 @@ def split(states: Records, kern: Records) -> Split:
     lo = int(min(states[START_NS].min(), kern[START_NS].min() if len(kern) else states[START_NS].min()))
     hi = int(max(states[END_NS].max(), kern[END_NS].max() if len(kern) else states[END_NS].max()))
     width = hi - lo + 1
-    if len(ranks) * width >= 2**62:
+    if not time_key_fits(len(ranks), width):
         raise ValueError("trace span too long for composite keys")
-    cs = np.concatenate([composite(ri[sin], states[START_NS][sin], lo, width),
-                         composite(kr[kin], kern[START_NS][kin], lo, width)])
-    ce = np.concatenate([composite(ri[sin], states[END_NS][sin], lo, width),
-                         composite(kr[kin], kern[END_NS][kin], lo, width)])
+    cs = np.concatenate([time_key(ri[sin], states[START_NS][sin], lo, width),
+                         time_key(kr[kin], kern[START_NS][kin], lo, width)])
+    ce = np.concatenate([time_key(ri[sin], states[END_NS][sin], lo, width),
+                         time_key(kr[kin], kern[END_NS][kin], lo, width)])
     order = np.argsort(cs, kind="stable")
     cs, ce = cs[order], ce[order]
     reach = np.maximum.accumulate(ce)
@@ -98,8 +99,8 @@ def split(states: Records, kern: Records) -> Split:
 
     # Useful time of each thread in each region: a Running record can overlap several regions.
     run = np.flatnonzero(running & multi)
-    s = composite(ri[run], states[START_NS][run], lo, width)
-    e = composite(ri[run], states[END_NS][run], lo, width)
+    s = time_key(ri[run], states[START_NS][run], lo, width)
+    e = time_key(ri[run], states[END_NS][run], lo, width)
     i0 = np.searchsorted(c_end, s, side="right")
     i1 = np.searchsorted(c_start, e, side="left")
     count = np.maximum(i1 - i0, 0)

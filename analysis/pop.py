@@ -21,7 +21,9 @@ import numpy as np
 import pandas as pd
 
 from analysis import lost, mpi, openmp, replay, segments
-from analysis.window import NS, Records, Window, records
+from analysis.records import NS, Records, records
+from analysis.window import Window
+from gpt2trace.format.lanes import lane_index
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, RANK, START_NS, STATE, THREAD, Kind, State
 
@@ -31,14 +33,10 @@ COMM_KEYS = ("serialization_efficiency", "transfer_efficiency")
 
 def thread_times(states: Records) -> dict[str, np.ndarray]:
     """Per thread (rank, thread) present in the window's state records: Running nanoseconds."""
-    rank, thread = states[RANK].astype(np.int64), states[THREAD].astype(np.int64)
+    rank, thread, lane = lane_index(states[RANK], states[THREAD])       # threads with state records
     dur = states[END_NS] - states[START_NS]
-    width = int(thread.max()) + 1 if len(thread) else 1
-    key = rank * width + thread
-    size = int(key.max()) + 1 if len(key) else 0
-    lane = np.flatnonzero(np.bincount(key, minlength=size))           # threads with state records
-    running = np.bincount(key, weights=dur * (states[STATE] == State.RUNNING), minlength=size)[lane]
-    return {RANK: lane // width, THREAD: lane % width, "useful_ns": running}
+    running = np.bincount(lane, weights=dur * (states[STATE] == State.RUNNING), minlength=len(rank))
+    return {RANK: rank, THREAD: thread, "useful_ns": running}
 
 
 def efficiencies(useful: np.ndarray, outside_mpi: np.ndarray, runtime: float, ideal: float | None = None,

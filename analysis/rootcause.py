@@ -14,8 +14,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.segments import Segments, composite
-from analysis.window import NS, Window
+from analysis.records import NS
+from analysis.segments import Segments
+from analysis.window import Window
+from gpt2trace.format.lanes import time_key
 from gpt2trace.format.schema import END_NS, LAYER, NAME, RANK, START_NS
 
 OUTSIDE, UNATTRIBUTED = "(outside kernels)", "(unattributed)"
@@ -35,9 +37,9 @@ def interval_times(calls: pd.DataFrame, segs: Segments, window: Window, rows: np
     if len(segs) and len(rows):
         lo = min(segs.lo, window.t0_ns, int(start.min()))
         width = max(segs.lo + segs.width, window.t1_ns, int(end.max())) - lo + 1
-        skey = composite(segs.rank, segs.start_ns, lo, width)       # sorted: segments are in (rank, start) order
-        first = np.searchsorted(skey, composite(rank[rows], begin[rows], lo, width), side="left")
-        stop = np.searchsorted(skey, composite(rank[rows], start[rows], lo, width), side="left")
+        skey = time_key(segs.rank, segs.start_ns, lo, width)       # sorted: segments are in (rank, start) order
+        first = np.searchsorted(skey, time_key(rank[rows], begin[rows], lo, width), side="left")
+        stop = np.searchsorted(skey, time_key(rank[rows], start[rows], lo, width), side="left")
         count = np.maximum(stop - first, 0)
         # Intervals of one rank can overlap (a posting's and the wait's after it), so each (row, segment) pair
         # is listed rather than each segment given to one call.

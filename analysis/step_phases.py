@@ -1,7 +1,7 @@
 """Where each step's time goes: per step, the mean time per rank in each phase, and the rest of the step.
 
 Every step of the trace, not only the analyzed window (the report shades the steps left out). A phase counts in
-the step whose time holds its start (`window.steps_table`: steps tile the run), so step-less phases such as the
+the step whose time holds its start (`steps.steps_table`: steps tile the run), so step-less phases such as the
 tracer's flush count too; its time is the sum over ranks divided by the ranks that have phase records.
 """
 from __future__ import annotations
@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.window import NS, records, steps_table
+from analysis.records import NS, records
+from analysis.steps import steps_table
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, NAME, RANK, START_NS, STEP, Kind
 

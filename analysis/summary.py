@@ -4,7 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.window import NS, Window, outliers, records, steps_table, threads
+from analysis.records import NS, records, threads
+from analysis.steps import outliers, steps_table
+from analysis.window import Window
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, NAME, RANK, START_NS, STEP, VALUE, Counter, Kind
 

@@ -115,7 +115,8 @@ def test_the_checker_sees_imports():
     assert _layer("gpt2trace.format.reader") == "gpt2trace.format" and _layer("gpt2trace") == "gpt2trace"
 
 
-@pytest.mark.parametrize("module", ["gpt2trace", "analysis", "gpt2trace.format.reader", "gpt2trace.interop.loader"])
+@pytest.mark.parametrize("module", ["gpt2trace", "analysis", "analysis.analyze", "gpt2trace.format.reader",
+                                    "gpt2trace.interop.loader"])
 def test_reading_traces_does_not_import_the_trainer_or_numba(module):
     code = f"import sys, {module}; print(sorted(m for m in ('trainer', 'numba') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
@@ -153,3 +154,12 @@ def test_every_runtime_import_is_declared():
         if not owners & declared:
             missing.append(f"{module} (imported by {where}; from {sorted(owners) or 'no installed distribution'})")
     assert not missing, "not declared in pyproject.toml dependencies: " + ", ".join(missing)
+
+
+@pytest.mark.parametrize("sample,jits", [("tiny_2threads", False), ("tiny_2ranks_overlap", True)])
+def test_analyze_imports_numba_only_for_a_replay(sample, jits):
+    """One rank has no MPI calls to replay, so analyzing it never loads Numba; two ranks do."""
+    code = ("import sys, gpt2trace; from analysis.analyze import analyze; "
+            f"analyze(gpt2trace.load('sample_traces/{sample}.parquet')); print('numba' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == str(jits)

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from gpt2trace.format import schema
 from gpt2trace.format.errors import TraceError
+from gpt2trace.format.lanes import lane_order
 from gpt2trace.format.schema import END_NS, FIELDS, KIND, RANK, REQUIRED, START_NS, STATE, THREAD, Kind
 
 BATCH_ROWS = 1 << 20
@@ -264,25 +265,6 @@ def _first_line(exc: Exception) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def thread_order(rank: np.ndarray, thread: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """The permutation sorting records by (rank, thread, start).
-
-    Cheap when each thread's records are already in time order (as a per-thread buffer writes them): a radix
-    sort on the thread's lane, then a check; otherwise one full sort.
-    """
-    lane = rank.astype(np.int64) * (int(thread.max()) + 1 if len(thread) else 1) + thread
-    small = lane.astype(np.int16) if len(lane) and lane.max() < 2**15 else lane
-    order = np.argsort(small, kind="stable")
-    s, ln = start[order], lane[order]
-    if len(s) < 2 or not ((s[1:] < s[:-1]) & (ln[1:] == ln[:-1])).any():
-        return order
-    lo = int(start.min())
-    span = int(start.max()) - lo + 1
-    if (int(lane.max()) + 1) * span < 2**62:
-        return np.argsort(lane * span + (start - lo), kind="stable")
-    return np.lexsort((start, lane))
-
-
 def check_states(trace: Trace) -> list[str]:
     """Checks that each thread's state records do not overlap; returns warnings for gaps.
 
@@ -294,7 +276,7 @@ def check_states(trace: Trace) -> list[str]:
         return [f"{trace.name}: no state records; POP efficiencies and occupancy are not available"]
     rank, thread = states.column(RANK).to_numpy(), states.column(THREAD).to_numpy()
     start, end = states.column(START_NS).to_numpy(), states.column(END_NS).to_numpy()
-    order = thread_order(rank, thread, start)
+    order = lane_order(rank, thread, start)
     rank, thread, start, end = rank[order], thread[order], start[order], end[order]
     same = (rank[1:] == rank[:-1]) & (thread[1:] == thread[:-1])
     overlap = same & (start[1:] < end[:-1])

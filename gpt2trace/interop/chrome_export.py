@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpt2trace.format import schema
+from gpt2trace.format.mpi_calls import COLL, classify
 from gpt2trace.format.outputs import atomic_output, check_output
 from gpt2trace.interop import paraver_format as F
 from gpt2trace.interop.labels import LONG_NAME, shorten
@@ -156,8 +157,7 @@ def _flows(lay: Layout) -> pa.Array:
     src, dst = messages(lay)
     cat = np.full(len(src), "message", dtype=object)
     seq = pc.fill_null(c.column(SEQ), -1).to_numpy()
-    blocking = np.array([F.MPI_CALLS.get(n, (0, 0))[0] == F.MPI_COLLECTIVE and not n.startswith("MPI_I")
-                         for n in names]) & (seq >= 0)
+    blocking = np.array([classify(n)[0] == COLL for n in names], dtype=bool) & (seq >= 0)
     if blocking.any():
         idx = np.flatnonzero(blocking)
         code = np.unique(names[idx], return_inverse=True)[1].ravel().astype(np.int64)

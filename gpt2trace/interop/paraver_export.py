@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 
 from gpt2trace.format import schema
 from gpt2trace.format.errors import TraceError
+from gpt2trace.format.mpi_calls import ROOTED
 from gpt2trace.format.outputs import atomic_outputs, check_output
 from gpt2trace.interop import paraver_format as F
 from gpt2trace.interop.labels import ESCAPED, LABELS_KEY
@@ -48,8 +49,6 @@ from gpt2trace.format.schema import (BYTES, END_NS, KIND, LAYER, MICROSTEP, NAME
                               THREAD, VALUE, Kind)
 
 INT64_LIMIT = 9.2e18
-ROOTED = {"MPI_Bcast", "MPI_Reduce", "MPI_Scatter", "MPI_Scatterv", "MPI_Gather", "MPI_Gatherv", "MPI_Ibcast",
-          "MPI_Ireduce", "MPI_Iscatter", "MPI_Iscatterv", "MPI_Igather", "MPI_Igatherv"}
 
 
 @dataclass(frozen=True)

@@ -64,9 +64,6 @@ def _table() -> dict[str, tuple[int, int]]:
 MPI_CALLS: dict[str, tuple[int, int]] = _table()           # "MPI_Allreduce" -> (50000002, 10)
 MPI_NAMES: dict[int, str] = {v: n for n, (_, v) in MPI_CALLS.items()}   # Extrae's values are unique across types
 OTHER_MPI_FIRST = 1000          # our value for an MPI call Extrae has no id for (type MPI Other, named in the .pcf)
-SENDS = ("MPI_Send", "MPI_Ssend", "MPI_Rsend", "MPI_Bsend", "MPI_Isend", "MPI_Issend", "MPI_Irsend", "MPI_Ibsend",
-         "MPI_Sendrecv", "MPI_Sendrecv_replace")
-RECVS = ("MPI_Recv", "MPI_Irecv", "MPI_Sendrecv", "MPI_Sendrecv_replace")
 
 # --- Extrae's function types: value = a function id named in the .pcf, 0 when it returns.
 OMP_FUNCTION, USER_FUNCTION, PTHREAD_FUNCTION, TASK_FUNCTION = 60000018, 60000019, 60000020, 60000023

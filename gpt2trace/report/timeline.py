@@ -13,8 +13,10 @@ import numpy as np
 import pandas as pd
 
 from analysis import mpi
-from analysis.window import records, steps_table, threads
-from gpt2trace.format.reader import Trace, thread_order
+from analysis.records import records, threads
+from analysis.steps import steps_table
+from gpt2trace.format.lanes import key_width, lane_key, lane_order
+from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import (BYTES, END_NS, LAYER, NAME, PEER, RANK, SEQ, START_NS, STATE, STEP, THREAD, Kind,
                                      State)
 from gpt2trace.report import colors
@@ -111,10 +113,10 @@ def _extent(trace: Trace) -> tuple[int, int]:
 
 
 def _lane_index(pairs: pd.DataFrame) -> np.ndarray:
-    """A lookup (rank * width + thread) -> lane row, -1 where no such thread."""
-    width = int(pairs[THREAD].max()) + 1
+    """A lookup [rank, thread] -> lane row, -1 where no such thread."""
+    width = key_width(pairs[THREAD].to_numpy())
     table = np.full((int(pairs[RANK].max()) + 1) * width, -1, dtype=np.int64)
-    table[pairs[RANK].to_numpy() * width + pairs[THREAD].to_numpy()] = np.arange(len(pairs))
+    table[lane_key(pairs[RANK].to_numpy(), pairs[THREAD].to_numpy(), width)] = np.arange(len(pairs))
     return table.reshape(-1, width)
 
 
@@ -225,7 +227,7 @@ def _mpi_view(trace, lane_of, labels, t0, t1, detail, run_budget) -> View | None
 
 def _sorted(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Records by (lane, start): the order the binning and the page expect."""
-    order = thread_order(cols["lane"], np.zeros_like(cols["lane"]), cols[START_NS])
+    order = lane_order(cols["lane"], np.zeros_like(cols["lane"]), cols[START_NS])
     return {k: v[order] for k, v in cols.items()}
 
 

@@ -13,6 +13,7 @@ bucketed     2 ranks x 1 thread, as `--dp-sync overlap` runs: after a barrier, b
 fork_join    1 rank x 4 threads, 12 s: serial Python, a region in which thread 3 gets no block, I/O on the main
              thread, more Python, a region of all four threads, Python to the end.
 io_rank      2 ranks x 1 thread (pure MPI): rank 0 reads input (I/O) for 2 s before computing; one MPI_Allreduce.
+three_steps  1 rank: steps 0, 1, 2 as forward phases [0,5], [5,6], [6,7.5]: step times 5, 1, 1.5 (they tile [0, 7.5]).
 """
 from __future__ import annotations
 
@@ -137,4 +138,12 @@ def io_rank() -> Trace:
             syn.state(0, 0, 6, 8, RUN), syn.comm(0, 5, 6, "MPI_Allreduce", seq=0),
             syn.state(1, 0, 0, 4, RUN), syn.state(1, 0, 4, 6, GROUP), syn.state(1, 0, 6, 8, RUN),
             syn.comm(1, 4, 6, "MPI_Allreduce", seq=0)]
+    return Trace.from_table(syn.from_records(recs))
+
+
+@pytest.fixture
+def three_steps() -> Trace:
+    recs = [syn.state(0, 0, 0, 7.5, RUN)]
+    for step, (a, b) in enumerate(((0, 5), (5, 6), (6, 7.5))):
+        recs.append(syn.phase(0, a, b, "forward", step))
     return Trace.from_table(syn.from_records(recs))

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from analysis import bursts
 from analysis.analyze import analyze
-from analysis.window import records, select
+from analysis.records import records
+from analysis.window import select
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import RANK, STATE, THREAD, Kind, State
 from gpt2trace.testing import synthetic as syn

@@ -5,22 +5,6 @@ from analysis.window import select
 from gpt2trace.testing import synthetic as syn
 from gpt2trace.format.reader import Trace
 
-CLASSES = [
-    ("MPI_Allreduce", (mpi.COLL, mpi.NXN, "MPI_Allreduce")),
-    ("MPI_Iallreduce", (mpi.COLL_POST, mpi.NXN, "MPI_Allreduce")),
-    ("MPI_Ireduce_scatter", (mpi.COLL_POST, mpi.NXN, "MPI_Reduce_scatter")),
-    ("MPI_Bcast", (mpi.COLL, mpi.ONE_TO_ALL, "MPI_Bcast")),
-    ("MPI_Reduce", (mpi.COLL, mpi.ALL_TO_ONE, "MPI_Reduce")),
-    ("MPI_Waitall", (mpi.WAIT, -1, "MPI_Waitall")),
-    ("MPI_Isend", (mpi.ISEND, -1, "MPI_Isend")),
-    ("MPI_Comm_rank", (mpi.LOCAL, -1, "MPI_Comm_rank")),
-]
-
-
-@pytest.mark.parametrize("name,expected", CLASSES)
-def test_classify(name, expected):
-    assert mpi.classify(name) == expected
-
 
 def test_instances_and_matches():
     trace = Trace.from_table(syn.from_records([

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from report_traces import FILE_EVIL, KERNEL_EVIL, META_EVIL, MPI_EVIL, PHASE_EVIL
 
-from analysis.window import steps_table
+from analysis.steps import steps_table
 from gpt2trace.format.reader import load
 from gpt2trace.format.schema import END_NS, START_NS, Kind
 from gpt2trace.report import write
