@@ -8,7 +8,8 @@ library's own writer.
                    `gpt2trace kernels`) and MPI calls (paradigm MPI, with Score-P's region roles), as Enter/Leave;
                    step, layer, microstep (and seq, peer, bytes of MPI calls) as attributes of the Enter
   MPI records      inside each MPI call's region, as Score-P writes them: MpiCollectiveBegin/End (operation, root,
-                   bytes sent and received), MpiSend at a send's start, MpiRecv at a receive's end, MpiIsend /
+                   bytes sent and received), MpiSend at a send's start, MpiRecv at a receive's end (a Sendrecv's
+                   from the sender `format.matching` pairs it with: the trace keeps one peer), MpiIsend /
                    MpiIrecvRequest and NonBlockingCollectiveRequest at a posting, completed (MpiIsendComplete,
                    MpiIrecv, NonBlockingCollectiveComplete) inside the next MPI_Wait* of the thread (the request its
                    seq names, else every one still open); all on MPI_COMM_WORLD (`_communicator` is the one place
@@ -39,6 +40,7 @@ import numpy as np
 
 from gpt2trace.format import mpi_calls, schema
 from gpt2trace.format.errors import OutputError, TraceError
+from gpt2trace.format.matching import match_messages
 from gpt2trace.format.outputs import check_output, same_file, temp_name
 from gpt2trace.format.reader import Trace, check_states
 from gpt2trace.format.schema import (BYTES, END_NS, LAYER, MICROSTEP, NAME, PEER, RANK, SEQ, START_NS, STATE, STEP,
@@ -157,6 +159,7 @@ def _check(trace: Trace) -> None:
 
 def _write(trace: Trace, folder: Path) -> tuple[int, int]:
     import otf2
+    F.quiet_library()
     lanes = _lanes(trace)
     with otf2.writer.open(str(folder), archive_name=F.ARCHIVE_NAME,
                           timer_resolution=F.TICKS_PER_SECOND) as writer:
@@ -189,7 +192,26 @@ def _lanes(trace: Trace) -> dict[tuple[int, int], dict[str, list[dict]]]:
         for row in zip(*cols.values()):
             rec = dict(zip(names, row))
             out.setdefault((rec[RANK], rec[THREAD]), {}).setdefault(kind, []).append(rec)
+    _receive_sources(out)
     return dict(sorted(out.items()))
+
+
+SOURCE = "source"          # a Sendrecv's other partner, found by message matching (the trace keeps one peer)
+
+
+def _receive_sources(lanes) -> None:
+    """Sets SOURCE on each Sendrecv whose receive half `format.matching` pairs with a send."""
+    calls = [rec for kinds in lanes.values() for rec in kinds.get(Kind.COMM, [])]
+    if not any(mpi_calls.operation(r[NAME]) == mpi_calls.SENDRECV for r in calls):
+        return
+    rank = np.array([r[RANK] for r in calls])
+    peer = np.array([-1 if r[PEER] is None else r[PEER] for r in calls])
+    op = np.array([mpi_calls.operation(r[NAME]) for r in calls])
+    start, end = np.array([r[START_NS] for r in calls]), np.array([r[END_NS] for r in calls])
+    sends, recvs = match_messages(rank, peer, op, start, end)
+    for s, r in zip(sends, recvs):
+        if op[r] == mpi_calls.SENDRECV:
+            calls[r][SOURCE] = int(rank[s])
 
 
 class _Definitions:
@@ -372,8 +394,10 @@ class _Mpi:
         t, comm, nbytes, peer = rec[END_NS], self._comm(rec), int(rec[BYTES] or 0), rec[PEER]
         if op == mpi_calls.COLL:
             yield t, "mpi_collective_end", (F.collective_op(rec[NAME]), comm, _root(rec), nbytes, nbytes), {}
-        elif op in (mpi_calls.RECV, mpi_calls.SENDRECV) and peer is not None:
+        elif op == mpi_calls.RECV and peer is not None:
             yield t, "mpi_recv", (int(peer), comm, 0, nbytes), {}
+        elif op == mpi_calls.SENDRECV and rec.get(SOURCE) is not None:
+            yield t, "mpi_recv", (rec[SOURCE], comm, 0, nbytes), {}
         elif op == mpi_calls.WAIT:
             yield from self._complete(rec)
 

@@ -6,6 +6,8 @@ wheel); it is imported inside the functions that need it, so `import gpt2trace` 
 """
 from __future__ import annotations
 
+import ctypes
+import functools
 import re
 from pathlib import Path
 
@@ -65,6 +67,24 @@ def collective_op(name: str):
 def collective_name(op) -> str:
     """MPI_Allreduce from OTF2's CollectiveOp.ALLREDUCE (for archives whose regions are not named after MPI)."""
     return mpi_calls.PREFIX + str(op).rsplit(".", 1)[-1].capitalize()      # "CollectiveOp.ALLREDUCE"
+
+
+# --- the library ------------------------------------------------------------------------------------------------
+
+@functools.cache
+def quiet_library():
+    """Keeps the OTF2 C library from printing its own error lines on stderr (a truncated archive prints a dozen):
+    the error still reaches Python as an exception, which we turn into one line. The bindings do not wrap
+    OTF2_Error_RegisterCallback, so it is called through ctypes; the cache keeps the callback alive."""
+    import _otf2.Config
+    callback_type = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64,
+                                     ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+    callback = callback_type(lambda data, file, line, function, code, fmt, args: code)
+    register = _otf2.Config.conf.lib.OTF2_Error_RegisterCallback
+    register.argtypes = (callback_type, ctypes.c_void_p)
+    register.restype = ctypes.c_void_p
+    register(callback, None)
+    return callback
 
 
 # --- the archive on disk ----------------------------------------------------------------------------------------

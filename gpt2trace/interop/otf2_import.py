@@ -33,7 +33,7 @@ from gpt2trace.format.schema import (BYTES, END_NS, FIELDS, KIND, LAYER, MICROST
 from gpt2trace.interop import otf2_format as F
 
 # The MPI state of a thread inside a call, by the call's operation type (Extrae's states for the same calls).
-_MPI_STATE = {mpi_calls.COLL: State.GROUP_COMMUNICATION, mpi_calls.COLL_POST: State.GROUP_COMMUNICATION,
+MPI_STATE = {mpi_calls.COLL: State.GROUP_COMMUNICATION, mpi_calls.COLL_POST: State.GROUP_COMMUNICATION,
               mpi_calls.SEND: State.BLOCKING_SEND, mpi_calls.ISEND: State.IMMEDIATE_SEND,
               mpi_calls.RECV: State.WAITING_A_MESSAGE, mpi_calls.IRECV: State.IMMEDIATE_RECEIVE,
               mpi_calls.SENDRECV: State.SEND_RECEIVE, mpi_calls.WAIT: State.WAIT_WAITALL,
@@ -57,11 +57,13 @@ def import_otf2(path: str | Path) -> Otf2Import:
     import _otf2
     import otf2
     anchor = F.anchor_of(path)
+    F.quiet_library()
     try:
         with otf2.reader.open(str(anchor)) as reader:
             return _Reader(anchor, reader).run()
     except (_otf2.Error, otf2.error.Error) as exc:
-        raise TraceError(f"{anchor}: not a readable OTF2 archive ({_first_line(exc)})") from None
+        raise TraceError(f"{anchor}: not a readable OTF2 archive ({_first_line(exc)}); is it complete? An archive "
+                         "is its anchor file, the .def beside it and the folder of .evt files") from None
 
 
 def _first_line(exc: Exception) -> str:
@@ -247,7 +249,7 @@ class _Reader:
         """A thread's state inside `region` (innermost), for archives without our state metric."""
         otf2 = self.otf2
         if self._kind(region) == Kind.COMM:
-            return int(_MPI_STATE[mpi_calls.operation(region.name)])
+            return int(MPI_STATE[mpi_calls.operation(region.name)])
         if region.region_role in (otf2.RegionRole.BARRIER, otf2.RegionRole.IMPLICIT_BARRIER):
             return int(State.SYNCHRONIZATION)
         if region.region_role in (otf2.RegionRole.FILE_IO, otf2.RegionRole.FILE_IO_METADATA):
