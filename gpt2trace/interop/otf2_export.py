@@ -22,11 +22,12 @@ library's own writer.
   metadata         run, machine, sgemm peak and clock as JSON archive properties (GPT2TRACE::RUN, ...)
 Timestamps are our nanoseconds since the trace's start (1e9 ticks per second). A thread's kernel, phase and MPI
 records must nest (one call stack per location, as OTF2 requires): the export refuses a trace where two cross,
-naming them, before anything is written. The archive is written into a hidden folder beside DIR and renamed
+naming them, and writes nothing under DIR. The archive is written into a hidden folder beside DIR and renamed
 onto DIR when complete; an existing archive there is replaced, any other folder is refused.
 """
 from __future__ import annotations
 
+import contextlib
 import heapq
 import json
 import math
@@ -161,8 +162,8 @@ def _write(trace: Trace, folder: Path) -> tuple[int, int]:
     import otf2
     F.quiet_library()
     lanes = _lanes(trace)
-    with otf2.writer.open(str(folder), archive_name=F.ARCHIVE_NAME,
-                          timer_resolution=F.TICKS_PER_SECOND) as writer:
+    writer = otf2.writer.Writer(str(folder), archive_name=F.ARCHIVE_NAME, timer_resolution=F.TICKS_PER_SECOND)
+    try:
         writer.creator = "gpt2trace"
         defs = _Definitions(writer, trace, lanes)
         events = 0
@@ -172,6 +173,15 @@ def _write(trace: Trace, folder: Path) -> tuple[int, int]:
                 getattr(out, method)(time, *args, attributes=attrs or None)
                 events += 1
         defs.finish()
+        writer.close()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            writer.close()                      # frees the library's files; the folder is removed anyway
+        raise
+    finally:
+        # The bindings' Writer.__del__ closes again when a close failed (a full disk): the error would then come
+        # out of the garbage collector. Forget the handle: the caller removes the half-written folder.
+        writer._handle = None
     return events, len(lanes)
 
 
