@@ -6,7 +6,9 @@ file per rank, or a folder of them.
   thread           each thread with CPU events: thread 0 is the one that runs `ProfilerStep#k` (else the process's
                    main thread), the others follow in tid order (autograd, gloo and data-loader threads). Intra-op
                    worker threads (OpenMP inside ATen) are not recorded by the profiler, so they are not here
-  kernel           every CPU op (`cpu_op`: aten::mm, autograd nodes, c10d::allreduce_, ...), nested as recorded
+  kernel           every CPU op (`cpu_op`: aten::mm, autograd nodes, c10d::allreduce_, ...), nested as recorded,
+                   except an op that is the only child of an op of its name (a redispatch: one op recorded twice,
+                   which the profiler's key_averages also drops)
   phase            `ProfilerStep#k` as phase `ProfilerStep` of step k, and every other `record_function`
                    annotation (`user_annotation`) as a phase of that name; every record gets the step whose
                    ProfilerStep it starts in
@@ -175,7 +177,7 @@ class _Rank:
         if not spans:
             raise TraceError(f"{path}: no CPU events to import")
         spans.sort(key=lambda s: (s[0], -s[1]))
-        self.spans = spans
+        self.spans = _without_redispatches(spans, self.skipped)
         self.first_ns = spans[0][0]
         self.last_ns = max(s[1] for s in spans)
         self.threads = _thread_order(spans)
@@ -226,6 +228,27 @@ class _Rank:
                 out.append({RANK: self.rank, THREAD: thread, START_NS: t0, END_NS: t1, KIND: Kind.STATE,
                             STATE: state})
         return out
+
+
+def _without_redispatches(spans: list[tuple], skipped: dict[str, int]) -> list[tuple]:
+    """Drops a CPU op that is the only child of an op of the same name on its thread (aten::mean dispatching to
+    aten::mean): one op, recorded twice. The profiler's own tables (key_averages) drop these too."""
+    parent = [-1] * len(spans)
+    children = [0] * len(spans)
+    stacks: dict = {}
+    for i, (start, end, _, _, tid, _, _) in enumerate(spans):          # in (start, -end) order
+        stack = stacks.setdefault(tid, [])
+        while stack and spans[stack[-1]][1] <= start and not (spans[stack[-1]][0] == start == end):
+            stack.pop()
+        if stack and end <= spans[stack[-1]][1]:
+            parent[i] = stack[-1]
+            children[stack[-1]] += 1
+        stack.append(i)
+    drop = {i for i, p in enumerate(parent) if p >= 0 and spans[i][3] == CPU_OP and spans[p][2] == spans[i][2]
+            and children[p] == 1}
+    if drop:
+        skipped["CPU ops that are their parent's only child of the same name (one op recorded twice)"] = len(drop)
+    return [s for i, s in enumerate(spans) if i not in drop]
 
 
 def _thread_order(spans) -> dict:
