@@ -68,6 +68,7 @@ def export_otf2(source, out_dir: str | Path) -> Otf2Export:
     from gpt2trace.interop.loader import load
     from gpt2trace.interop.source import input_files
     out_dir = Path(out_dir)
+    F.library()                             # before any work: the bindings are there, or one line says why not
     check_archive_output(out_dir, input_files(source))
     trace = source if isinstance(source, Trace) else load(source)
     _check(trace)
@@ -159,8 +160,7 @@ def _check(trace: Trace) -> None:
 # --- writing ----------------------------------------------------------------------------------------------------
 
 def _write(trace: Trace, folder: Path) -> tuple[int, int]:
-    import otf2
-    F.quiet_library()
+    otf2 = F.library()
     lanes = _lanes(trace)
     writer = otf2.writer.Writer(str(folder), archive_name=F.ARCHIVE_NAME, timer_resolution=F.TICKS_PER_SECOND)
     try:

@@ -71,8 +71,21 @@ def collective_name(op) -> str:
 
 # --- the library ------------------------------------------------------------------------------------------------
 
+def library():
+    """The `otf2` bindings, ready to use (their C library quiet); a TraceError saying how to install them when
+    they are missing (PyPI has wheels for CPython 3.10 and 3.11 on Linux x86_64 only)."""
+    try:
+        import otf2
+    except ImportError:
+        raise TraceError("OTF2 export and import need the otf2 package (the OTF2 library's Python bindings): "
+                         "pip install otf2, on CPython 3.10 or 3.11 on Linux x86_64; elsewhere build OTF2 3.x "
+                         "with its Python bindings") from None
+    _quiet()
+    return otf2
+
+
 @functools.cache
-def quiet_library():
+def _quiet():
     """Keeps the OTF2 C library from printing its own error lines on stderr (a truncated archive prints a dozen):
     the error still reaches Python as an exception, which we turn into one line. The bindings do not wrap
     OTF2_Error_RegisterCallback, so it is called through ctypes; the cache keeps the callback alive."""

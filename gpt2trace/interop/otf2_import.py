@@ -54,10 +54,9 @@ def load_otf2(path: str | Path) -> Trace:
 
 
 def import_otf2(path: str | Path) -> Otf2Import:
+    otf2 = F.library()
     import _otf2
-    import otf2
     anchor = F.anchor_of(path)
-    F.quiet_library()
     try:
         with otf2.reader.open(str(anchor)) as reader:
             return _Reader(anchor, reader).run()

@@ -120,3 +120,14 @@ def test_full_disk_keeps_the_previous_archive(small_fs):
     assert f"cannot write {fs / 'arch'}" in r.output and "nothing was written under that name" in r.output
     assert {p.relative_to(fs): p.read_bytes() for p in (fs / "arch").rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in fs.iterdir()) == ["arch"]                  # no temporary folder left
+
+
+def test_without_the_bindings_the_commands_say_what_to_install(tmp_path, archive):
+    """On a Python the otf2 wheels do not cover, the package is not installed: one line says what to do."""
+    code = ("import sys; sys.modules['otf2'] = None; sys.argv[0] = 'gpt2trace'; "
+            "from gpt2trace.cli.main import app; app()")
+    for args in (["export", str(TINY), "-f", "otf2", "-o", str(tmp_path / "a")],
+                 ["import", str(archive), "-o", str(tmp_path / "b.parquet")]):
+        r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+        _one_error_line(r, "need the otf2 package", "pip install otf2")
+    assert list(tmp_path.iterdir()) == []
