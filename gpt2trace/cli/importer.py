@@ -63,12 +63,22 @@ def _detect(path: Path) -> Source:
 def _importer(kind: Source):
     if kind is Source.paraver:
         from gpt2trace.interop.paraver_import import import_paraver
-        return import_paraver
+        return _file_only(import_paraver)
     if kind is Source.otf2:
         from gpt2trace.interop.otf2_import import import_otf2
         return import_otf2
     from gpt2trace.interop.kineto_import import import_kineto
     return import_kineto
+
+
+def _file_only(read):
+    """A reader of single files: a folder gets the reader's words for it ("is a directory, not a trace file")."""
+    from gpt2trace.format.reader import check_file
+
+    def checked(path: Path):
+        check_file(path)
+        return read(path)
+    return checked
 
 
 def _inputs(kind: Source, path: Path) -> list[Path]:
