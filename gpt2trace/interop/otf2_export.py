@@ -126,10 +126,18 @@ class atomic_directory:
         return False
 
     def _replace(self) -> None:
+        """Two renames (a folder cannot replace another in one): the previous archive steps aside, the new one
+        takes its name, the previous one goes; if the second rename fails the previous archive steps back."""
         old = self.final.with_name(f".{self.final.name}.old-{os.getpid()}")
-        if self.final.exists():
+        had = self.final.exists()
+        if had:
             os.rename(self.final, old)
-        os.rename(self.tmp, self.final)
+        try:
+            os.rename(self.tmp, self.final)
+        except OSError:
+            if had:
+                os.rename(old, self.final)
+            raise
         shutil.rmtree(old, ignore_errors=True)
 
 

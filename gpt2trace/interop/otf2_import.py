@@ -178,7 +178,8 @@ class _Reader:
             rec[col] = _int(attrs.get(col))
         if kind == Kind.COMM:
             for col in (SEQ, PEER, BYTES):
-                rec[col] = _int(attrs[col]) if col in attrs else mpi.get(col)
+                ours = _int(attrs.get(col))
+                rec[col] = ours if ours is not None else mpi.get(col)
             for rid in mpi.get("requests", ()):
                 lane.requests[rid] = rec
         self._add(kind, rec)
@@ -319,7 +320,9 @@ def _thread_time(rec: dict) -> tuple[int, int, int, int]:
 
 
 def _int(value) -> int | None:
-    return None if value is None else int(value)
+    """An attribute's value as an integer column value; None when absent or not an integer (another tool's
+    attribute of the same name)."""
+    return int(value) if isinstance(value, int) else None
 
 
 def _collapse(samples: list[tuple[int, int]]) -> list[tuple[int, int]]:

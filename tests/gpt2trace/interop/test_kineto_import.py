@@ -11,7 +11,6 @@ from typer.testing import CliRunner
 
 from analysis.analyze import analyze
 from gpt2trace.format.reader import Trace, check_states
-from gpt2trace.format.schema import Kind
 from gpt2trace.interop.kineto_import import MPI_TWINS, STEP_PHASE, import_kineto
 
 # Run by each rank in its own process: 4 steps (the first a warm-up, so 3 recorded), record_shapes for the bytes

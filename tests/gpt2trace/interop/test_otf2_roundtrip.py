@@ -64,7 +64,7 @@ def test_mpi_zoo_round_trips(tmp_path, zoo_path):
 
 def _otf2_print(anchor: Path) -> Counter:
     """Event counts by record name, from Debian's otf2-print (an independent reader, OTF2 3.0's C tools)."""
-    r = subprocess.run(["otf2-print", "-Werror", str(anchor)], capture_output=True, text=True)
+    r = subprocess.run(["otf2-print", "-Werror", str(anchor)], capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
     counts = Counter()
     events = r.stdout.split("=== Events ===")[1].splitlines()[3:]          # after the title, header and rule
