@@ -13,7 +13,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from analysis.analyze import analyze_many
 from analysis.window import WindowError, parse_steps
 from gpt2trace.cli.common import console, err_console, fail
 from gpt2trace.format.errors import TraceError
@@ -37,6 +36,7 @@ def analyze(
     """Where the time went: POP efficiencies, load imbalance, MPI waits and their cause, thread occupancy."""
     if html_out is not None and len(traces) > 1:
         fail("--html takes one trace; run gpt2trace report on each trace")
+    from analysis.analyze import analyze_many   # here, not at start-up: it loads Numba (analysis.replay)
     try:
         if steps is not None:
             parse_steps(steps)

@@ -1,6 +1,7 @@
 """What every command shares: the consoles and the one-line failure that exits with code 2."""
 from __future__ import annotations
 
+import re
 import sys
 from typing import NoReturn
 
@@ -18,5 +19,21 @@ EXIT_USAGE = 2
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     """Print one line on stderr and exit: no traceback for errors the user can act on."""
-    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(plain(message))}", soft_wrap=True)
     raise typer.Exit(code=code)
+
+
+# C0/C1 controls, DEL, Unicode line/paragraph separators, and lone surrogates (undecodable bytes of a file name).
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def plain(value: object) -> str:
+    """`value` as one printable line: control characters as `\\xNN` escapes, undecodable bytes as U+FFFD."""
+    return _UNPRINTABLE.sub(_escape, str(value))
+
+
+def _escape(match: re.Match) -> str:
+    code = ord(match.group())
+    if 0xD800 <= code <= 0xDFFF:
+        return "\ufffd"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"

@@ -13,8 +13,6 @@ from analysis.window import WindowError, parse_steps
 from gpt2trace.cli.common import console, fail
 from gpt2trace.format.errors import TraceError
 from gpt2trace.interop.loader import load
-from gpt2trace.report import write
-from gpt2trace.report.timeline import EXACT_BUDGET
 
 
 def parse_window(spec: str) -> tuple[float, float]:
@@ -39,17 +37,20 @@ def report(
                                                  "but the first (warm-up).")] = None,
     window: Annotated[Optional[str], typer.Option("--window", help="A:B seconds since the trace start where a "
                                                   "big trace's records are drawn exactly.")] = None,
-    exact_records: Annotated[int, typer.Option("--exact-records", min=1000, help="At most this many state and "
-                                               "kernel records drawn exactly (a bigger page).")] = EXACT_BUDGET,
+    exact_records: Annotated[Optional[int], typer.Option("--exact-records", min=1000, help="At most this many state "
+                                                         "and kernel records drawn exactly (a bigger page; "
+                                                         "default: 300,000).")] = None,
     top: Annotated[int, typer.Option("--top", min=1, help="Rows per table and findings shown.")] = 15,
 ) -> None:
     """An interactive HTML report: Paraver-like timeline (states, kernels, MPI), charts and the analysis."""
     out = output or trace.with_suffix(".html")
+    from gpt2trace.report import write   # here, not at start-up: it loads Numba (analysis.replay)
+    budget = {} if exact_records is None else {"exact_budget": exact_records}
     try:
         if steps is not None:
             parse_steps(steps)
         window_s = parse_window(window) if window else None
-        made = write(load(trace), out, steps=steps, window_s=window_s, top=top, exact_budget=exact_records)
+        made = write(load(trace), out, steps=steps, window_s=window_s, top=top, **budget)
     except (TraceError, WindowError) as exc:
         fail(str(exc))
     except OSError as exc:
