@@ -6,8 +6,8 @@ PIP := $(PYTHON) -m pip install --quiet --disable-pip-version-check
 
 # Train the demo GPT-2 on the built-in corpus, trace every thread, analyze the trace, write the HTML report.
 demo: install
-	gpt2trace run
-	gpt2trace analyze trace.parquet --html report.html
+	$(PYTHON) -m gpt2trace run
+	$(PYTHON) -m gpt2trace analyze trace.parquet --html report.html
 
 # The whole test suite, expensive checks included (CI runs exactly this).
 test: install-test

@@ -9,22 +9,25 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis import mpi, pop, rootcause, scaling, segments, waits
+from analysis import bursts, mpi, pop, rootcause, scaling, segments, waits
 from analysis import counters
 from analysis.findings import findings
 from analysis.imbalance import imbalance
+from analysis.kernel_threads import kernel_threads
 from analysis.occupancy import occupancy
+from analysis.records import records, threads
 from analysis.state_profile import state_profile
+from analysis.step_phases import step_phases
 from analysis.summary import summary
-from analysis.window import records, select, threads
+from analysis.window import select
 from gpt2trace.format.reader import Trace, check_states
 from gpt2trace.format.schema import RANK, STATE, THREAD, Kind
 
 
 def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: float | None = None,
             bins: int = 100) -> dict:
-    """Everything about one trace: summary, pop, imbalance, waits, root_causes, states, occupancy, findings,
-    warnings.
+    """Everything about one trace: summary, pop, counters, imbalance, waits, root_causes, states, occupancy,
+    step_phases, kernel_threads, bursts, findings, warnings (problems with the trace or with the replay's numbers).
 
     `steps` is '--steps A:B' (B excluded); `top` limits the findings and serial sections, not the tables.
     Raises TraceError for an invalid trace and WindowError for a `steps` that does not fit it.
@@ -45,12 +48,15 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
     by_state["share"] = by_state["wait_s"] / total_wait if total_wait > 0 else 0.0
     occ = occupancy(trace, window, segs, top=top, bins=bins, states=states)
     per_rank = occ["per_rank"]
+    factors = pop.pop(trace, window, calls, states, kern)
+    warnings += pop.warnings(factors)
+    burst_hist = bursts.histogram(states)
     result = {
         "trace": trace.name,
         "window": {"t0_s": window.t0_ns / 1e9, "t1_s": window.t1_ns / 1e9, "steps": list(window.steps)},
         "summary": {k: (rows(v) if isinstance(v, pd.DataFrame) else v)
                     for k, v in summary(trace, window, peak_gflops).items()},
-        "pop": pop.pop(trace, window, calls, states),
+        "pop": factors,
         "counters": counters.counters(trace, window, states),       # useful IPC and frequency (hardware counters)
         "imbalance": rows(imbalance(kern, segs, ranks)),
         "waits": {"total_wait_s": total_wait, "calls": rows(waits.per_call(calls, wait_rows)),
@@ -60,6 +66,9 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
         "occupancy": {"mean_occupancy": float(per_rank["mean_occupancy"].mean()) if len(per_rank) else None,
                       "serial_s": float(per_rank["serial_s"].sum()),
                       **{k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in occ.items()}},
+        "step_phases": {k: rows(v) for k, v in step_phases(trace).items()},      # every step, not only the window
+        "kernel_threads": rows(kernel_threads(kern)),
+        "bursts": {"edges_s": burst_hist["edges_s"], "cells": rows(burst_hist["cells"])},
         "warnings": warnings,
     }
     result = jsonable(result)

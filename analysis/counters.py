@@ -4,14 +4,17 @@ Extrae reads a thread's counters at each of its events and writes the count sinc
 written at time t belongs to the burst that t closes: the thread's state record in effect just before t
 (start < t <= end). Useful instructions and cycles sum the values whose burst is Running:
     IPC = useful instructions / useful cycles      frequency = useful cycles / useful time (GHz)
-with the useful time all the Running time of the window (BasicAnalysis' definitions). Traces without the
-counters (ours, today) give None for all four.
+with the useful time all the Running time of the window (BasicAnalysis' definitions). A second read of a counter
+at the same instant on the same thread (common after a zero-duration MPI call) closes an empty burst (t, t]:
+Paraver drops it, and so do we. Traces without the counters (ours, today) give None for all four.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from analysis.window import NS, Records, Window, records
+from analysis.records import NS, Records, records
+from analysis.window import Window
+from gpt2trace.format.lanes import lane_key, time_key, time_key_fits
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import CYCLES, END_NS, INSTRUCTIONS, NAME, RANK, START_NS, STATE, THREAD, VALUE, Kind, State
 
@@ -26,7 +29,7 @@ def counters(trace: Trace, window: Window, states: Records | None = None) -> dic
         return out
     st = states if states is not None else records(trace, Kind.STATE, (RANK, THREAD, STATE), window)
     t = rec[START_NS]
-    inside = (t > window.t0_ns) & (t <= window.t1_ns)          # a value closes the burst (t_prev, t]
+    inside = (t > window.t0_ns) & (t <= window.t1_ns) & ~_repeated(rec)   # a value closes the burst (t_prev, t]
     running = _closes_running(st, rec[RANK][inside], rec[THREAD][inside], t[inside])
     value, name = rec[VALUE][inside], rec[NAME][inside]
     totals = {}
@@ -52,12 +55,21 @@ def _closes_running(st: Records, rank: np.ndarray, thread: np.ndarray, t: np.nda
     lo = int(min(st[START_NS].min(), t.min()))
     span = int(max(st[END_NS].max(), t.max())) - lo + 1
     lanes = int(max(st[RANK].max(), rank.max())) + 1
-    if lanes * width * span >= 2**62:
+    if not time_key_fits(lanes * width, span):
         raise ValueError("trace span too long for composite keys")
-    key = (st[RANK].astype(np.int64) * width + st[THREAD]) * span + (st[START_NS] - lo)
+    key = time_key(lane_key(st[RANK], st[THREAD], width), st[START_NS], lo, span)
     order = np.argsort(key, kind="stable")
-    q = (rank.astype(np.int64) * width + thread) * span + (t - lo)
+    q = time_key(lane_key(rank, thread, width), t, lo, span)
     j = np.searchsorted(key[order], q, side="left") - 1         # the last state starting before t
     jj = order[np.maximum(j, 0)]
     same = (st[RANK][jj] == rank) & (st[THREAD][jj] == thread)
     return (j >= 0) & same & (st[END_NS][jj] >= t) & (st[STATE][jj] == State.RUNNING)
+
+
+def _repeated(rec: Records) -> np.ndarray:
+    """Values read at the same instant as the thread's previous read of that counter (in the file's order)."""
+    order = np.lexsort((rec[START_NS], rec[NAME], rec[THREAD], rec[RANK]))     # stable: file order at one instant
+    same = np.zeros(len(rec), dtype=bool)
+    cols = [rec[c][order] for c in (RANK, THREAD, NAME, START_NS)]
+    same[order[1:]] = np.logical_and.reduce([c[1:] == c[:-1] for c in cols])
+    return same

@@ -1,93 +1,121 @@
 """Findings: the biggest losses of an analysis, in plain words with numbers, each naming the metric behind it.
 
-Losses are put on one scale, the fraction of all thread time (P threads x runtime), so they can be ordered:
-1 - PE splits exactly into load imbalance (max(U) - avg(U)) / T, serialization (T_ideal - max(U)) / T and transfer
-(T - T_ideal) / T. Rank-level losses (a rank's kernel wall time, a wait) idle all threads of the rank.
+The losses are `pop.lost` (`analysis.lost`): shares of all thread time (P threads x runtime) that partition the
+time lost, 1 - PE, so they can be ordered and never count a loss twice; their lost_fraction add up to at most
+1 - PE. Each may be followed by details that explain it (the kernels behind an imbalance, the kernels that made
+ranks wait): a detail names its loss in `part_of`, says so in its text, and has no lost_fraction of its own.
+Warnings about the analysis itself come first; notes (lost_fraction None) last.
 """
 from __future__ import annotations
 
-from gpt2trace.format.schema import LAYER, NAME, RANK, State
+from gpt2trace.format.mpi_calls import COMPLETIONS
+from gpt2trace.format.schema import LAYER, NAME, RANK, Phase
+
+_TRAINING_PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.GRAD_SYNC, Phase.OPTIMIZER)
+_MPI_LOSSES = ("mpi_load_balance", "serialization", "transfer")
+_SHOWN = 1e-4            # losses below 0.01 % of thread time are not findings
 
 
-_TRAINING_PHASES = ("forward", "backward", "grad_sync", "optimizer")
-_COMPLETIONS = ("MPI_Wait", "MPI_Waitall", "MPI_Waitany", "MPI_Waitsome")
-# Thread states worth a finding of their own (MPI states are covered by the waits and root causes).
-_NOT_RUNNING = (State.IDLE, State.SYNCHRONIZATION, State.SCHEDULING_FORK_JOIN, State.IO)
-
-
-def _finding(metric: str, lost: float | None, text: str) -> dict:
-    return {"metric": metric, "lost_fraction": lost, "text": text}
+def _finding(metric: str, lost: float | None, text: str, part_of: str | None = None) -> dict:
+    out = {"metric": metric, "lost_fraction": lost, "text": text}
+    if part_of is not None:
+        out["part_of"] = part_of
+    return out
 
 
 def findings(result: dict, top: int = 10) -> list[dict]:
-    """An ordered list of {metric, lost_fraction, text}: the losses largest first, then notes (lost None)."""
-    s, p, occ = result["summary"], result["pop"], result["occupancy"]
+    """An ordered list of {metric, lost_fraction, text[, part_of]}: warnings, the losses largest first (each with
+    its details), then notes."""
+    p = result["pop"]
+    lost = p.get("lost") or {}
+    warnings = [_finding("warnings", None, f"Warning: {w}") for w in result.get("warnings", [])
+                if w.startswith("the ideal-network replay")]
+    losses = sorted((k for k in lost if k != "total" and lost[k] is not None and lost[k] > _SHOWN),
+                    key=lambda k: -lost[k])
+    details = _details(result, [k for k in losses if k in _MPI_LOSSES])
     out: list[dict] = []
-    T = p.get("runtime_s") or 0.0
-    cpus = p.get("cpus") or 0
-    thread_time = T * cpus
-    threads = max(s.get("threads_per_rank") or 1, 1)
-    if p.get("load_balance") is not None and T > 0:
-        lb = p["useful_max_s"] - p["useful_avg_s"]
-        out.append(_finding("pop.load_balance", lb / T,
-                            f"Load imbalance costs {lb / T:.1%} of thread time: threads are Running "
-                            f"{p['load_balance']:.0%} as long as the busiest one on average "
-                            f"(load balance {p['load_balance']:.3f}; MPI level "
-                            f"{_fmt(p['mpi']['load_balance'])}, thread level {_fmt(p['threads']['load_balance'])})."))
-        ser = p["ideal_runtime_s"] - p["useful_max_s"]
-        if result["waits"]["calls"]:
-            text = (f"Serialization costs {ser / T:.1%}: even with an ideal network the run would take "
-                    f"{p['ideal_runtime_s']:.4g} s against {p['useful_max_s']:.4g} s of the busiest thread's "
-                    f"useful time (serialization efficiency {p['serialization_efficiency']:.3f}).")
-        else:  # no MPI: what keeps even the busiest thread from useful work is in the thread states
-            text = (f"Even the busiest thread is Running only {p['useful_max_s'] / T:.0%} of the runtime "
-                    f"({ser / T:.1%} of thread time lost; no MPI, so this is fork/join, synchronization and "
-                    f"serial work: see the state profile).")
-        out.append(_finding("pop.serialization_efficiency", ser / T, text))
-        tr = T - p["ideal_runtime_s"]
-        out.append(_finding("pop.transfer_efficiency", tr / T,
-                            f"Data transfer costs {tr / T:.1%}: {tr:.4g} s of the {T:.4g} s runtime go to moving "
-                            f"data (transfer efficiency {p['transfer_efficiency']:.3f})."))
-    if thread_time > 0:
-        for i, row in enumerate(result["imbalance"][:3]):
-            scale = threads if row["scope"] == "ranks" else 1
-            where = f"layer {row[LAYER]}" if row[LAYER] is not None else "all layers"
-            across = "ranks" if row["scope"] == "ranks" else f"the threads of rank {row[RANK]}"
-            out.append(_finding(f"imbalance[{i}]", row["lost_s"] * scale / thread_time,
-                                f"{row['kernel']} ({where}) is imbalanced across {across}: max/mean "
-                                f"{row['imbalance']:.2f}, {row['lost_s']:.4g} s lost, slowest {row['slowest']}."))
+    for key in losses:
+        out.append(_finding(f"pop.lost.{key}", lost[key], _loss_text(key, lost[key], result)))
+        out += details.get(key, [])
+    return warnings + out[:top] + _notes(result)
+
+
+def _loss_text(key: str, share: float, result: dict) -> str:
+    p, s = result["pop"], result["summary"]
+    T, m, omp = p["runtime_s"], p["mpi"], p.get("openmp") or {}
+    if key == "mpi_load_balance":
+        return (f"Load imbalance across ranks costs {share:.1%} of thread time: on average a rank computes (in "
+                f"parallel regions or serially) {m['load_balance']:.0%} as long as the longest one "
+                f"(MPI load balance {_fmt(m['load_balance'])}).")
+    if key == "outside_computation":
+        where = "neither computing nor in MPI" if p.get("ideal_runtime_s") is not None else "not computing"
+        return (f"The main thread is {where} for {share:.1%} of thread time (I/O, Others: see the state profile), "
+                f"idling its rank's threads.")
+    if key == "serialization":
+        return (f"Serialization costs {share:.1%}: even with an ideal network the run would take "
+                f"{p['ideal_runtime_s']:.4g} s, against {p['useful_ideal_max_s']:.4g} s that the busiest rank "
+                f"computes (serialization efficiency {_fmt(m['serialization_efficiency'])}).")
+    if key == "transfer":
+        return (f"Data transfer costs {share:.1%}: {T - p['ideal_runtime_s']:.4g} s of the {T:.4g} s runtime "
+                f"go to moving data (transfer efficiency {_fmt(m['transfer_efficiency'])}).")
+    if key == "serial_regions":
+        longest = (result["occupancy"].get("serial_sections") or [None])[0]
+        where = (f"; the longest serial section lasts {longest['seconds']:.4g} s, at {longest['start_s']:.4g} s "
+                 f"on rank {longest[RANK]}" if longest else "")
+        return (f"Serial code between parallel regions costs {share:.1%} of thread time: the main thread computes "
+                f"alone for {omp['serial_useful_s']:.4g} s while the other "
+                f"{'threads of its rank wait' if s['threads_per_rank'] > 2 else 'thread waits'} (serial region "
+                f"efficiency {_fmt(omp['serial_region_efficiency'])}{where}).")
+    if key == "region_load_balance":
+        return (f"Load imbalance inside parallel regions costs {share:.1%} of thread time: threads compute less "
+                f"than the busiest thread of the same region (region load balance "
+                f"{_fmt(omp['region_load_balance'])}, over {omp['regions']} region executions).")
+    return (f"Fork/join, scheduling and waiting inside parallel regions beyond the busiest thread's work cost "
+            f"{share:.1%} of thread time (region scheduling efficiency {_fmt(omp['region_scheduling_efficiency'])}).")
+
+
+def _details(result: dict, mpi_losses: list[str]) -> dict[str, list[dict]]:
+    """Details per loss key: imbalanced kernels, the kernels that made ranks wait, kernels ending in waits."""
+    out: dict[str, list[dict]] = {}
+    threads = (result["summary"].get("threads_per_rank") or 1) > 1
+    for i, row in enumerate(result["imbalance"][:3]):
+        key = "mpi_load_balance" if row["scope"] == "ranks" else "region_load_balance"
+        where = f"layer {row[LAYER]}" if row[LAYER] is not None else "all layers"
+        across = "ranks" if row["scope"] == "ranks" else f"the threads of rank {row[RANK]}"
+        slowest = (f"rank {row['slowest']}" if row["scope"] == "ranks"
+                   else "rank {} thread {}".format(*str(row["slowest"]).split(".")))
+        out.setdefault(key, []).append(_finding(
+            f"imbalance[{i}]", None, f"Part of the loss above: {row['kernel']} ({where}) is imbalanced across "
+            f"{across}: max/mean {row['imbalance']:.2f}, {row['lost_s']:.4g} s lost, slowest {slowest}.",
+            f"pop.lost.{key}"))
+    if mpi_losses:
+        key = mpi_losses[0]                              # waits feed every MPI-level loss: the largest holds them
         for i, row in enumerate(result["root_causes"][:3]):
-            out.append(_finding(f"root_causes[{i}]", row["wait_s"] * threads / thread_time,
-                                f"{row['text']} ({row['share']:.0%} of all MPI wait time)."))
-        serial = sum(r["serial_s"] * (r["threads"] - 1) for r in occ["per_rank"])
-        if serial > 0:
-            longest = sum(r["serial_s"] for r in occ["per_rank"])
-            out.append(_finding("occupancy.per_rank.serial_s", serial / thread_time,
-                                f"Serial sections (only the main thread Running) last {longest:.4g} s over all "
-                                f"ranks and leave the other threads idle: {serial / thread_time:.1%} of thread "
-                                f"time."))
-        if occ["per_kernel"] and occ["per_kernel"][0]["sync_s"] > 0:
-            k = occ["per_kernel"][0]
-            where = f" (layer {k[LAYER]})" if k[LAYER] is not None else ""
-            out.append(_finding("occupancy.per_kernel[0].sync_s", k["sync_s"] / thread_time,
-                                f"Threads wait {k['sync_s']:.4g} s in Synchronization at the end of "
-                                f"{k['kernel']}{where}, the most of any kernel (mean occupancy "
-                                f"{k['mean_occupancy']:.2f} threads)."))
-    for i, row in enumerate(result.get("states", {}).get("totals", [])):
-        if row["state"] in _NOT_RUNNING and row["share"] and row["share"] > 0.01:
-            out.append(_finding(f"states.totals[{i}]", row["share"],
-                                f"Threads spend {row['share']:.1%} of their time in {row['name']} "
-                                f"({row['seconds']:.4g} s over all threads)."))
+            out.setdefault(key, []).append(_finding(
+                f"root_causes[{i}]", None, f"Behind the MPI-level losses: {row['text']} "
+                f"({row['share']:.0%} of all MPI wait time).", f"pop.lost.{key}"))
+    per_kernel = result["occupancy"]["per_kernel"]
+    if threads and per_kernel and per_kernel[0]["sync_s"] > 0:
+        k = per_kernel[0]
+        where = f" (layer {k[LAYER]})" if k[LAYER] is not None else ""
+        out.setdefault("region_load_balance", []).append(_finding(
+            "occupancy.per_kernel[0].sync_s", None, f"Part of the losses inside regions: threads wait "
+            f"{k['sync_s']:.4g} s in Synchronization at the end of {k['kernel']}{where}, the most of any kernel "
+            f"(mean occupancy {k['mean_occupancy']:.2f} threads).", "pop.lost.region_load_balance"))
+    return out
+
+
+def _notes(result: dict) -> list[dict]:
+    s = result["summary"]
+    out = []
     for row in s.get("phases", []):
         if row["phase"] not in _TRAINING_PHASES and row["share"] and row["share"] > 0.02:
-            out.append(_finding("summary.phases", row["share"],
+            out.append(_finding("summary.phases", None,
                                 f"Phase {row['phase']} takes {row['share']:.1%} of the runtime "
                                 f"({row['mean_s']:.4g} s each time, {row['count']} times)."))
-    out = sorted((f for f in out if f["lost_fraction"] and f["lost_fraction"] > 1e-4),
-                 key=lambda f: -f["lost_fraction"])[:top]
     for row in result["waits"]["calls"]:
         if row.get("hidden_fraction") is not None:
-            waited = sum(c["total_s"] for c in result["waits"]["calls"] if c[NAME] in _COMPLETIONS)
+            waited = sum(c["total_s"] for c in result["waits"]["calls"] if c[NAME] in COMPLETIONS)
             out.append(_finding("waits.calls.hidden_fraction", None,
                                 f"{row[NAME]} was in flight {row['inflight_s']:.4g} s, {row['hidden_fraction']:.0%} "
                                 f"of it while the rank computed; the waits that complete it still took "

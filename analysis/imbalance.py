@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.records import NS, Records
 from analysis.segments import Segments
-from analysis.window import NS, Records
 from gpt2trace.format.schema import END_NS, LAYER, NAME, RANK, START_NS, THREAD
 
 COLUMNS = ["scope", "kernel", LAYER, RANK, "count", "mean_s", "max_s", "imbalance", "lost_s", "slowest"]

@@ -1,7 +1,7 @@
 """MPI calls of a trace as one table: what each call is, which collective instance it joins, its matched partner.
 
 Collective instances are matched across ranks by (collective, seq); without a seq by their order on each rank.
-Point-to-point calls are matched in order: the k-th send from a to b pairs with the k-th receive on b from a.
+Point-to-point calls are matched by `gpt2trace.format.matching` (in order per pair of ranks; Sendrecv by round).
 `peer` is the partner of a point-to-point call and the root of a rooted collective (rank 0 when null).
 """
 from __future__ import annotations
@@ -9,38 +9,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.window import Records, Window, decode, records
+from analysis.records import Records, decode, records
+from analysis.window import Window
+from gpt2trace.format.mpi_calls import (ALL_TO_ONE, COLL, COLL_POST, IRECV, NXN, ONE_TO_ALL,
+                                        SYNCHRONIZING, WAIT, classify)
+from gpt2trace.format.matching import match_messages
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import BYTES, END_NS, NAME, PEER, RANK, SEQ, START_NS, STEP, THREAD, Kind
 
-# Operation types (what the call does in the ideal replay).
-LOCAL, COLL, COLL_POST, WAIT, SEND, RECV, SENDRECV, ISEND, IRECV = range(9)
-# Collective classes, named after the Scalasca wait state each can show.
-NXN, ONE_TO_ALL, ALL_TO_ONE = 0, 1, 2
+# The Scalasca wait state each collective class can show.
 WAIT_STATE = {NXN: "Wait at NxN", ONE_TO_ALL: "Late Broadcast", ALL_TO_ONE: "Early Reduce"}
-
-_CLASS = {**{n: NXN for n in ("MPI_Allreduce", "MPI_Allgather", "MPI_Allgatherv", "MPI_Alltoall", "MPI_Alltoallv",
-                              "MPI_Alltoallw", "MPI_Reduce_scatter", "MPI_Reduce_scatter_block", "MPI_Barrier",
-                              "MPI_Scan", "MPI_Exscan")},
-          **{n: ONE_TO_ALL for n in ("MPI_Bcast", "MPI_Scatter", "MPI_Scatterv")},
-          **{n: ALL_TO_ONE for n in ("MPI_Reduce", "MPI_Gather", "MPI_Gatherv")}}
-_P2P = {**dict.fromkeys(("MPI_Send", "MPI_Ssend", "MPI_Rsend", "MPI_Bsend"), SEND),
-        **dict.fromkeys(("MPI_Isend", "MPI_Issend", "MPI_Irsend", "MPI_Ibsend"), ISEND),
-        "MPI_Recv": RECV, "MPI_Irecv": IRECV, "MPI_Sendrecv": SENDRECV, "MPI_Sendrecv_replace": SENDRECV,
-        **dict.fromkeys(("MPI_Wait", "MPI_Waitall", "MPI_Waitany", "MPI_Waitsome"), WAIT)}
-
-
-def classify(name: str) -> tuple[int, int, str]:
-    """(operation type, collective class or -1, the blocking collective's name) of an MPI call name."""
-    if name in _P2P:
-        return _P2P[name], -1, name
-    if name in _CLASS:
-        return COLL, _CLASS[name], name
-    if name.startswith("MPI_I") and len(name) > 5:
-        base = "MPI_" + name[5].upper() + name[6:]
-        if base in _CLASS:
-            return COLL_POST, _CLASS[base], base
-    return LOCAL, -1, name
 
 
 def calls(trace: Trace, window: Window | None = None) -> pd.DataFrame:
@@ -48,6 +26,8 @@ def calls(trace: Trace, window: Window | None = None) -> pd.DataFrame:
 
     Columns: the record's rank, thread, start_ns, end_ns, name, bytes, peer, seq, step, and
     prev_end (end of the rank's earlier calls, -1 for its first),
+    sync_end (end of the rank's earlier synchronizing calls, those that can wait for another rank: blocking
+    collectives and point-to-point calls and waits; -1 if none),
     op, cls, base (see `classify`), inst (collective instance id, -1 for others), is_root, parts (ranks in the
     instance), send_of (row of the send a receive is matched with, -1), recv_of (the reverse),
     wait_inst (the instance a wait names through its seq; -1 = every outstanding request).
@@ -66,6 +46,11 @@ def calls(trace: Trace, window: Window | None = None) -> pd.DataFrame:
     # The end of the rank's earlier calls (-1 for its first): the compute burst before a call starts there.
     reach = df.groupby(RANK)[END_NS].cummax()
     df["prev_end"] = reach.groupby(df[RANK]).shift(1).fillna(-1).astype(np.int64)
+    # A posting or a local call does not synchronize ranks, so it does not end the interval that root causes
+    # compare: only calls that can wait for another rank do.
+    sync = pd.Series(np.where(df["op"].isin(SYNCHRONIZING), df[END_NS], -1), index=df.index)
+    reach = sync.groupby(df[RANK]).cummax()
+    df["sync_end"] = reach.groupby(df[RANK]).shift(1).fillna(-1).astype(np.int64)
     _instances(df)
     _match_p2p(df)
     _wait_targets(df)
@@ -88,17 +73,10 @@ def _instances(df: pd.DataFrame) -> None:
 
 def _match_p2p(df: pd.DataFrame) -> None:
     df["send_of"], df["recv_of"] = -1, -1
-    sends = df[df["op"].isin((SEND, ISEND, SENDRECV)) & (df[PEER] >= 0)]
-    recvs = df[df["op"].isin((RECV, IRECV, SENDRECV)) & (df[PEER] >= 0)]
-    if sends.empty or recvs.empty:
-        return
-    s = pd.DataFrame({"src": sends[RANK], "dst": sends[PEER], "k": sends.groupby([RANK, PEER]).cumcount(),
-                      "s_row": sends.index})
-    r = pd.DataFrame({"src": recvs[PEER], "dst": recvs[RANK], "k": recvs.groupby([PEER, RANK]).cumcount(),
-                      "r_row": recvs.index})
-    m = s.merge(r, on=["src", "dst", "k"])
-    df.loc[m["r_row"].to_numpy(), "send_of"] = m["s_row"].to_numpy()
-    df.loc[m["s_row"].to_numpy(), "recv_of"] = m["r_row"].to_numpy()
+    s, r = match_messages(df[RANK].to_numpy(), df[PEER].to_numpy(), df["op"].to_numpy(), df[START_NS].to_numpy(),
+                          df[END_NS].to_numpy())
+    df.loc[r, "send_of"] = s
+    df.loc[s, "recv_of"] = r
 
 
 def _wait_targets(df: pd.DataFrame) -> None:

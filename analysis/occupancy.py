@@ -9,9 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.segments import Segments, composite
-from analysis.window import NS, Records, Window, records
-from gpt2trace.format.reader import Trace, thread_order
+from analysis.records import NS, Records, records
+from analysis.segments import Segments
+from analysis.window import Window
+from gpt2trace.format.lanes import lane_order, time_key
+from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, LAYER, RANK, START_NS, STATE, THREAD, Kind, State
 
 
@@ -24,14 +26,14 @@ def _events(st, ranks: np.ndarray):
     """
     run = np.flatnonzero((st[STATE] == State.RUNNING) & (st[END_NS] > st[START_NS]))
     r, th, s, e = st[RANK][run], st[THREAD][run], st[START_NS][run], st[END_NS][run]
-    order = thread_order(r, th, s)
+    order = lane_order(r, th, s)
     rank = np.repeat(np.searchsorted(ranks, r[order]).astype(np.int64), 2)
     main = np.repeat(th[order] == 0, 2)
     t = np.stack([s[order], e[order]], axis=1).ravel()
     is_start = np.tile(np.array([1, 0], dtype=np.int64), len(order))
     lo = int(t.min()) if len(t) else 0
     width = (int(t.max()) - lo + 1) if len(t) else 1
-    order = np.argsort(composite(rank, t, lo, width) * 2 + is_start, kind="stable")
+    order = np.argsort(time_key(rank, t, lo, width) * 2 + is_start, kind="stable")
     step = (2 * is_start - 1)[order]
     is_main = main[order]
     return rank[order], t[order], np.cumsum(np.where(is_main, step, 0)), np.cumsum(np.where(is_main, 0, step))

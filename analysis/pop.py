@@ -2,76 +2,115 @@
 
 Useful time U_i = time thread i spends Running; P = every thread of every rank; T = the window's runtime.
     LB = avg(U) / max(U)     CommE = max(U) / T     PE = LB x CommE = avg(U) / T
-    SerE = max(U) / T_ideal  TE = T_ideal / T       (so CommE = SerE x TE; T_ideal from `analysis.replay`)
-MPI level (BSC's multiplicative hybrid model): the same formulas on O_i, the time outside MPI of thread i's rank
-(T minus the MPI-state time of the rank's busiest MPI caller), averaged over the same P threads.
+MPI level (BSC's multiplicative hybrid model): the same formulas on O_i, the computing time of thread i's rank
+(in a parallel region or Running serially, `analysis.openmp`), averaged over the same P threads. BSC takes the
+time outside MPI calls; ours also leaves out the rank's I/O, Others and Not created time, which is neither MPI
+nor thread parallelism, so that a pure-MPI trace has O = U and a thread level of exactly 1.
 Thread level: the residual factors, PE / PE_mpi, LB / LB_mpi, CommE / CommE_mpi. The thread LB residual can
-exceed 1 when the rank that is longest outside MPI is not the one with the most useful time (a known property of
-the multiplicative model).
+exceed 1 when the rank that computes longest is not the one with the most useful time (a known property of the
+multiplicative model).
+Serialization and transfer (BSC): from the ideal-network replay (`analysis.replay`), T_ideal and max_ideal, the
+longest a rank computes in it (its compute bursts, the time between its MPI calls):
+    SerE = max_ideal / T_ideal     TE = CommE_mpi / SerE     (so CommE_mpi = SerE x TE)
+They are the MPI level's; on a pure-MPI trace the whole trace's too (CommE = CommE_mpi). A replay longer than the
+run is reported as is, with a warning (`warnings`): it means the trace's MPI calls do not match.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from analysis import mpi, replay
-from analysis.window import NS, Records, Window, records
+from analysis import lost, mpi, openmp, replay, segments
+from analysis.records import NS, Records, records
+from analysis.window import Window
+from gpt2trace.format.lanes import lane_index
 from gpt2trace.format.reader import Trace
-from gpt2trace.format.schema import END_NS, MPI_STATES, RANK, START_NS, STATE, THREAD, Kind, State
+from gpt2trace.format.schema import END_NS, RANK, START_NS, STATE, THREAD, Kind, State
+
+LEVEL_KEYS = ("parallel_efficiency", "load_balance", "communication_efficiency")
+COMM_KEYS = ("serialization_efficiency", "transfer_efficiency")
 
 
-def thread_times(trace: Trace, window: Window, states: Records | None = None) -> dict[str, np.ndarray]:
-    """Per thread (rank, thread) present in the window's state records: Running and in-MPI nanoseconds."""
-    st = states if states is not None else records(trace, Kind.STATE, (RANK, THREAD, STATE), window)
-    rank, thread = st[RANK].astype(np.int64), st[THREAD].astype(np.int64)
-    dur = st[END_NS] - st[START_NS]
-    width = int(thread.max()) + 1 if len(thread) else 1
-    key = rank * width + thread
-    size = int(key.max()) + 1 if len(key) else 0
-    lane = np.flatnonzero(np.bincount(key, minlength=size))           # threads with state records
-    running = np.bincount(key, weights=dur * (st[STATE] == State.RUNNING), minlength=size)[lane]
-    in_mpi = np.bincount(key, weights=dur * np.isin(st[STATE], np.array(MPI_STATES)), minlength=size)[lane]
-    return {RANK: lane // width, THREAD: lane % width, "useful_ns": running, "mpi_ns": in_mpi}
+def thread_times(states: Records) -> dict[str, np.ndarray]:
+    """Per thread (rank, thread) present in the window's state records: Running nanoseconds."""
+    rank, thread, lane = lane_index(states[RANK], states[THREAD])       # threads with state records
+    dur = states[END_NS] - states[START_NS]
+    running = np.bincount(lane, weights=dur * (states[STATE] == State.RUNNING), minlength=len(rank))
+    return {RANK: rank, THREAD: thread, "useful_ns": running}
 
 
-def efficiencies(useful: np.ndarray, outside_mpi: np.ndarray, runtime: float, ideal: float) -> dict:
-    """The POP factors from per-thread useful and outside-MPI times (any unit, the same for the runtimes)."""
+def efficiencies(useful: np.ndarray, outside_mpi: np.ndarray, runtime: float, ideal: float | None = None,
+                 ideal_busy_max: float | None = None, hybrid: bool = False) -> dict:
+    """The POP factors from per-thread useful and computing (outside-MPI) times and, with MPI, the replay's
+    T_ideal and max_ideal (any unit, the same for all). With threads (`hybrid`), serialization and transfer are
+    the MPI level's only: BSC gets the whole trace's from a replay that also simulates the threads."""
     if not len(useful) or runtime <= 0 or useful.max() <= 0:
         return _empty()
     lb, comm = useful.mean() / useful.max(), useful.max() / runtime
     lb_mpi, comm_mpi = outside_mpi.mean() / outside_mpi.max(), outside_mpi.max() / runtime
-    ideal = min(max(ideal, useful.max()), runtime)
-    out = {"parallel_efficiency": lb * comm, "load_balance": lb, "communication_efficiency": comm,
-           "serialization_efficiency": useful.max() / ideal, "transfer_efficiency": ideal / runtime,
-           "mpi": {"parallel_efficiency": lb_mpi * comm_mpi, "load_balance": lb_mpi,
-                   "communication_efficiency": comm_mpi},
-           "threads": {"parallel_efficiency": (lb * comm) / (lb_mpi * comm_mpi), "load_balance": lb / lb_mpi,
-                       "communication_efficiency": comm / comm_mpi}}
+    ser = tr = None
+    if ideal is not None and ideal > 0 and ideal_busy_max is not None:
+        ser = ideal_busy_max / ideal
+        tr = comm_mpi / ser if ser > 0 else None
+    return {"parallel_efficiency": lb * comm, "load_balance": lb, "communication_efficiency": comm,
+            "serialization_efficiency": None if hybrid else ser, "transfer_efficiency": None if hybrid else tr,
+            "mpi": {"parallel_efficiency": lb_mpi * comm_mpi, "load_balance": lb_mpi,
+                    "communication_efficiency": comm_mpi, "serialization_efficiency": ser,
+                    "transfer_efficiency": tr},
+            "threads": {"parallel_efficiency": (lb * comm) / (lb_mpi * comm_mpi), "load_balance": lb / lb_mpi,
+                        "communication_efficiency": comm / comm_mpi}}
+
+
+def pop(trace: Trace, window: Window, calls: pd.DataFrame | None = None, states: Records | None = None,
+        kern: Records | None = None) -> dict:
+    """The POP factors and the times behind them (seconds); `calls` (`mpi.calls`), `states` (the window's state
+    records) and `kern` (its kernel records) if the caller has them already."""
+    st = states if states is not None else records(trace, Kind.STATE, (RANK, THREAD, STATE), window)
+    tt = thread_times(st)
+    runtime = window.t1_ns - window.t0_ns
+    if not len(tt[RANK]):
+        return {**_empty(), "runtime_s": runtime / NS, "cpus": 0, "openmp": None, "lost": None,
+                "replay": None}
+    kern = kern if kern is not None else segments.kernel_records(trace, window)
+    sp = openmp.split(st, kern)
+    useful = tt["useful_ns"].astype(float)
+    at = np.searchsorted(sp.rank, tt[RANK])
+    # A one-thread rank computes exactly its useful time: the same numbers, so its thread level is exactly 1.
+    outside = np.where(sp.threads[at] >= 2, sp.computing_ns[at], useful)
+    calls = mpi.calls(trace, window) if calls is None else calls
+    rep = replay.replay(calls, sp.rank, window.t0_ns, window.t1_ns) if len(calls) else None
+    ideal = float(rep.ideal_ns) if rep is not None else None
+    busy_max = float(rep.busy_ns.max()) if rep is not None else None
+    out = efficiencies(useful, outside, float(runtime), ideal, busy_max, hybrid=bool(sp.threads.max() >= 2))
+    out.update(runtime_s=runtime / NS, cpus=len(useful), useful_avg_s=useful.mean() / NS,
+               useful_max_s=useful.max() / NS, useful_total_s=useful.sum() / NS,
+               outside_mpi_avg_s=outside.mean() / NS, outside_mpi_max_s=outside.max() / NS,
+               ideal_runtime_s=ideal / NS if ideal is not None else None,
+               useful_ideal_max_s=busy_max / NS if busy_max is not None else None,
+               replay={"forced_releases": dict(rep.forced)} if rep is not None else None,
+               openmp=openmp.factors(sp, runtime))
+    out["lost"] = lost.partition(out)
     return out
 
 
-def pop(trace: Trace, window: Window, calls: pd.DataFrame | None = None, states: Records | None = None) -> dict:
-    """The POP factors and the times behind them (seconds); `calls` (`mpi.calls`) and `states` (the window's
-    state records) if the caller has them already."""
-    tt = thread_times(trace, window, states)
-    runtime = window.t1_ns - window.t0_ns
-    if not len(tt[RANK]):
-        return {**_empty(), "runtime_s": runtime / NS, "cpus": 0}
-    ranks = np.unique(tt[RANK])
-    rank_mpi = np.zeros(int(ranks.max()) + 1)
-    np.maximum.at(rank_mpi, tt[RANK], tt["mpi_ns"])
-    outside = runtime - rank_mpi[tt[RANK]]
-    calls = mpi.calls(trace, window) if calls is None else calls
-    ideal = replay.ideal_runtime_ns(calls, ranks, window.t0_ns, window.t1_ns)
-    out = efficiencies(tt["useful_ns"].astype(float), outside.astype(float), float(runtime), float(ideal))
-    useful = tt["useful_ns"]
-    out.update(runtime_s=runtime / NS, ideal_runtime_s=min(max(ideal, useful.max()), runtime) / NS,
-               cpus=len(useful), useful_avg_s=useful.mean() / NS, useful_max_s=useful.max() / NS,
-               outside_mpi_avg_s=outside.mean() / NS, outside_mpi_max_s=outside.max() / NS)
+def warnings(p: dict) -> list[str]:
+    """What makes the replay's numbers unreliable, in words (`analysis.analyze` adds them to its warnings)."""
+    out = []
+    ideal, runtime = p.get("ideal_runtime_s"), p.get("runtime_s")
+    if ideal is not None and runtime and ideal > runtime:
+        out.append(f"the ideal-network replay takes {ideal:.6g} s, longer than the measured {runtime:.6g} s: a "
+                   f"replay never waits longer than the run did, so the trace's MPI calls do not match (a "
+                   f"missing or reordered call, clocks out of sync); serialization and transfer efficiency are "
+                   f"not reliable (reported as they are, not clipped)")
+    forced = (p.get("replay") or {}).get("forced_releases") or {}
+    if forced:
+        calls = ", ".join(f"{name} x{count}" for name, count in sorted(forced.items(), key=lambda kv: -kv[1]))
+        out.append(f"the ideal-network replay found no partner for {sum(forced.values())} blocked MPI call(s) and "
+                   f"released them at their entry ({calls}): the trace's MPI calls do not match, so "
+                   f"serialization and transfer efficiency are approximate")
     return out
 
 
 def _empty() -> dict:
-    keys = ("parallel_efficiency", "load_balance", "communication_efficiency")
-    return {**dict.fromkeys(keys + ("serialization_efficiency", "transfer_efficiency")),
-            "mpi": dict.fromkeys(keys), "threads": dict.fromkeys(keys)}
+    return {**dict.fromkeys(LEVEL_KEYS + COMM_KEYS), "mpi": dict.fromkeys(LEVEL_KEYS + COMM_KEYS),
+            "threads": dict.fromkeys(LEVEL_KEYS)}

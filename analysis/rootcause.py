@@ -1,18 +1,23 @@
 """Root cause of communication waits: which kernel on which rank made the others wait (Scalasca's delay idea).
 
-For a wait on rank w caused by rank c (the last to arrive), compare what each did since its previous MPI call,
-up to its own call of the operation: per kernel (name, layer), the wall time of that kernel's segments on the
-rank, plus "(outside kernels)" for the rest of the interval. The culprit's excess over the waiter,
-max(0, t_c - t_w) per kernel, is the delay; the wait is charged to the kernels in proportion to it.
-A wait where the culprit did no more than the waiter (the delay came from further back) stays "(unattributed)".
+For a wait on rank w caused by rank c (the last to arrive), compare what each did in its synchronization interval:
+from the end of its previous synchronizing MPI call (one that can wait for another rank: a blocking collective or
+point-to-point call, a wait) up to where it arrived (the waiter at its call, or at the wait completing its
+nonblocking collective; the culprit at its call or posting). Postings and local calls do not end the interval:
+they synchronize nothing, so the delay a late rank builds up before them still counts. Per kernel (name, layer),
+the wall time of that kernel's segments starting in the interval, plus "(outside kernels)" for the rest of it.
+The culprit's excess over the waiter, max(0, t_c - t_w) per kernel, is the delay; the wait is charged to the
+kernels in proportion to it. A wait where the culprit did no more than the waiter stays "(unattributed)".
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from analysis.segments import Segments, composite
-from analysis.window import NS, Window
+from analysis.records import NS
+from analysis.segments import Segments
+from analysis.window import Window
+from gpt2trace.format.lanes import time_key
 from gpt2trace.format.schema import END_NS, LAYER, NAME, RANK, START_NS
 
 OUTSIDE, UNATTRIBUTED = "(outside kernels)", "(unattributed)"
@@ -20,31 +25,32 @@ _OUTSIDE_CODE, _UNATTRIBUTED_CODE = -2, -3
 
 
 def interval_times(calls: pd.DataFrame, segs: Segments, window: Window, rows: np.ndarray) -> pd.DataFrame:
-    """Per comm row in `rows` and kernel (code, layer): nanoseconds of the rank's segments since its previous call."""
+    """Per comm row in `rows` and kernel (code, layer): nanoseconds of the rank's segments in the row's
+    synchronization interval [end of the previous synchronizing call, the row's start)."""
+    rows = np.asarray(rows, dtype=np.int64)
     rank = calls[RANK].to_numpy().astype(np.int64)
     start, end = calls[START_NS].to_numpy(), calls[END_NS].to_numpy()
-    begin = np.maximum(calls["prev_end"].to_numpy(), window.t0_ns)
-    length = np.maximum(start - begin, 0)
+    begin = np.minimum(np.maximum(calls["sync_end"].to_numpy(), window.t0_ns), start)
+    length = start - begin
     frames = []
-    if len(segs):
+    in_kernels = np.zeros(len(calls))
+    if len(segs) and len(rows):
         lo = min(segs.lo, window.t0_ns, int(start.min()))
         width = max(segs.lo + segs.width, window.t1_ns, int(end.max())) - lo + 1
-        ckey = composite(rank, start, lo, width)
-        skey = composite(segs.rank, segs.start_ns, lo, width)
-        row = np.searchsorted(ckey, skey, side="left")              # the first call at or after the segment
-        ok = row < len(calls)
-        row = np.minimum(row, len(calls) - 1)
-        ok &= (rank[row] == segs.rank) & (segs.start_ns >= begin[row])
-        wanted = np.zeros(len(calls), dtype=bool)
-        wanted[rows] = True
-        ok &= wanted[row]
-        seg = pd.DataFrame({"iv": row[ok], NAME: segs.name[ok], LAYER: segs.layer[ok],
-                            "ns": (np.minimum(segs.end_ns, start[row]) - segs.start_ns)[ok]})
-        seg = seg.groupby(["iv", NAME, LAYER], as_index=False)["ns"].sum()
-        frames.append(seg)
-        in_kernels = np.bincount(seg["iv"].to_numpy(), weights=seg["ns"].to_numpy(), minlength=len(calls))
-    else:
-        in_kernels = np.zeros(len(calls))
+        skey = time_key(segs.rank, segs.start_ns, lo, width)       # sorted: segments are in (rank, start) order
+        first = np.searchsorted(skey, time_key(rank[rows], begin[rows], lo, width), side="left")
+        stop = np.searchsorted(skey, time_key(rank[rows], start[rows], lo, width), side="left")
+        count = np.maximum(stop - first, 0)
+        # Intervals of one rank can overlap (a posting's and the wait's after it), so each (row, segment) pair
+        # is listed rather than each segment given to one call.
+        iv = np.repeat(rows, count)
+        offset = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+        seg = np.repeat(first, count) + offset
+        seg_df = pd.DataFrame({"iv": iv, NAME: segs.name[seg], LAYER: segs.layer[seg],
+                               "ns": np.minimum(segs.end_ns[seg], start[iv]) - segs.start_ns[seg]})
+        seg_df = seg_df.groupby(["iv", NAME, LAYER], as_index=False)["ns"].sum()
+        frames.append(seg_df)
+        in_kernels = np.bincount(seg_df["iv"].to_numpy(), weights=seg_df["ns"].to_numpy(), minlength=len(calls))
     rest = pd.DataFrame({"iv": rows, NAME: _OUTSIDE_CODE, LAYER: -1,
                          "ns": np.maximum(length[rows] - in_kernels[rows], 0)})
     frames.append(rest)

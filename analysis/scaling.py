@@ -6,7 +6,10 @@ lengths compare:  speedup = (T_ref / work_ref) / (T / work);  computation scalab
 scalability. With instruction and cycle counters in every run (`analysis.counters`), computation scalability
 splits as BasicAnalysis does: IPC scalability = IPC / IPC_ref, frequency scalability = f / f_ref, instruction
 scalability = (useful instructions of the reference / work_ref) / (useful instructions / work); their product is
-the computation scalability. Without counters those three are None.
+the computation scalability. Each row also carries the run's average useful IPC and frequency (None without
+counters), the OpenMP factors of `analysis.openmp` (None without threads), and as BasicAnalysis' statistics the
+runtime of the ideal-network replay, the total useful time and the longest a rank computes in the replay
+("useful duration (ideal, max)"). Serialization and transfer efficiency are the MPI level's on hybrid runs.
 """
 from __future__ import annotations
 
@@ -15,7 +18,9 @@ import pandas as pd
 COLUMNS = ["trace", "processes", "threads", "runtime_s", "speedup", "parallel_efficiency", "load_balance",
            "communication_efficiency", "serialization_efficiency", "transfer_efficiency",
            "computation_scalability", "global_efficiency"]
-COUNTER_COLUMNS = ["ipc_scalability", "instruction_scalability", "frequency_scalability"]
+COUNTER_COLUMNS = ["ipc_scalability", "instruction_scalability", "frequency_scalability", "ipc", "frequency_ghz"]
+OPENMP_COLUMNS = ["serial_region_efficiency", "region_efficiency"]
+STATISTICS = ["ideal_runtime_s", "useful_total_s", "useful_ideal_max_s"]
 
 
 def _work(result: dict, unit: str) -> float:
@@ -49,13 +54,20 @@ def modelfactors(results: list[dict]) -> pd.DataFrame:
                      "speedup": ref_t / t if t else None, "parallel_efficiency": pe,
                      "load_balance": p.get("load_balance"),
                      "communication_efficiency": p.get("communication_efficiency"),
-                     "serialization_efficiency": p.get("serialization_efficiency"),
-                     "transfer_efficiency": p.get("transfer_efficiency"), "computation_scalability": scal,
+                     "serialization_efficiency": _mpi_level(p, "serialization_efficiency"),
+                     "transfer_efficiency": _mpi_level(p, "transfer_efficiency"), "computation_scalability": scal,
                      "global_efficiency": pe * scal if pe is not None and scal is not None else None,
-                     **_counter_scalability(ref, r, unit)})
-    out = pd.DataFrame(rows, columns=COLUMNS + COUNTER_COLUMNS)
+                     **_counter_scalability(ref, r, unit),
+                     **{k: (p.get("openmp") or {}).get(k) for k in OPENMP_COLUMNS},
+                     **{k: p.get(k) for k in STATISTICS}})
+    out = pd.DataFrame(rows, columns=COLUMNS + COUNTER_COLUMNS + OPENMP_COLUMNS + STATISTICS)
     out.attrs["work_unit"] = unit
     return out
+
+
+def _mpi_level(p: dict, key: str) -> float | None:
+    value = p.get(key)
+    return value if value is not None else (p.get("mpi") or {}).get(key)
 
 
 def _useful(result: dict) -> float:
@@ -67,6 +79,7 @@ def _counter_scalability(ref: dict, result: dict, unit: str) -> dict:
     """IPC, instruction and frequency scalability against the reference (None unless both have the counters)."""
     a, b = ref.get("counters") or {}, result.get("counters") or {}
     out = dict.fromkeys(COUNTER_COLUMNS)
+    out["ipc"], out["frequency_ghz"] = b.get("ipc"), b.get("frequency_ghz")
     if a.get("ipc") and b.get("ipc"):
         out["ipc_scalability"] = b["ipc"] / a["ipc"]
     if a.get("frequency_ghz") and b.get("frequency_ghz"):

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.window import Records, Window, records
+from analysis.records import Records, records
+from analysis.window import Window
+from gpt2trace.format.lanes import time_key, time_key_fits
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, LAYER, NAME, RANK, START_NS, STEP, THREAD, Kind
 
@@ -25,7 +27,7 @@ class Segments:
     layer: np.ndarray         # -1: not a layer kernel
     busy_ns: np.ndarray
     names: tuple[str, ...]
-    lo: int                   # composite time: rank * width + (t - lo), sorted like the segments
+    lo: int                   # (rank, time) keys: `lanes.time_key(rank, t, lo, width)`, sorted like the segments
     width: int
 
     def __len__(self) -> int:
@@ -35,16 +37,11 @@ class Segments:
         """The segment holding each (rank, time) (start <= t < end), or -1."""
         if not len(self):
             return np.full(len(t_ns), -1, dtype=np.int64)
-        key = composite(rank, t_ns, self.lo, self.width)
-        seg_start = composite(self.rank, self.start_ns, self.lo, self.width)
+        key = time_key(rank, t_ns, self.lo, self.width)
+        seg_start = time_key(self.rank, self.start_ns, self.lo, self.width)
         i = np.searchsorted(seg_start, key, side="right") - 1
         ok = (i >= 0) & (self.rank[np.maximum(i, 0)] == rank) & (t_ns < self.end_ns[np.maximum(i, 0)])
         return np.where(ok, i, -1)
-
-
-def composite(rank: np.ndarray, t_ns: np.ndarray, lo: int, width: int) -> np.ndarray:
-    """(rank, time) as one sortable int64 (callers check that rank * width fits)."""
-    return rank.astype(np.int64) * width + (np.asarray(t_ns, dtype=np.int64) - lo)
 
 
 def kernel_records(trace: Trace, window: Window | None) -> Records:
@@ -59,9 +56,9 @@ def segments(kern: Records) -> Segments:
     rank, start, end = kern[RANK].astype(np.int64), kern[START_NS], kern[END_NS]
     lo = int(min(start.min(), end.min()))
     width = int(max(start.max(), end.max())) - lo + 1
-    if (int(rank.max()) + 1) * width >= 2**62:
+    if not time_key_fits(int(rank.max()) + 1, width):
         raise ValueError("trace span too long for composite keys")  # ~ 50 days at 1 ns with 1000 ranks
-    cs, ce = composite(rank, start, lo, width), composite(rank, end, lo, width)
+    cs, ce = time_key(rank, start, lo, width), time_key(rank, end, lo, width)
     order = np.argsort(cs, kind="stable")
     cs, ce = cs[order], ce[order]
     name, layer = kern[NAME][order], kern[LAYER][order].astype(np.int64)

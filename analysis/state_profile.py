@@ -9,7 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.window import NS, Records, Window
+from analysis.records import NS, Records
+from analysis.window import Window
+from gpt2trace.format.lanes import lane_index
 from gpt2trace.format.schema import END_NS, RANK, START_NS, STATE, STATE_NAMES, THREAD, State
 
 _STATE_SLOTS = 32   # Paraver ids are small; anything larger is folded into the last slot's name
@@ -19,17 +21,12 @@ def state_profile(states: Records, window: Window) -> dict[str, pd.DataFrame]:
     """`totals`: per state id: name, seconds over all threads, share of P x T (largest first);
     `per_thread`: per (rank, thread, state): seconds and the fraction of the window that thread spent in it."""
     dur = (states[END_NS] - states[START_NS]).astype(np.float64)
-    rank, thread = states[RANK].astype(np.int64), states[THREAD].astype(np.int64)
     state = np.clip(states[STATE].astype(np.int64), 0, _STATE_SLOTS - 1)
-    width = int(thread.max()) + 1 if len(thread) else 1
-    lane = rank * width + thread
-    ns = np.bincount(lane * _STATE_SLOTS + state, weights=dur,
-                     minlength=(int(lane.max()) + 1 if len(lane) else 0) * _STATE_SLOTS)
+    rank, thread, lane = lane_index(states[RANK], states[THREAD])      # threads with state records
+    ns = np.bincount(lane * _STATE_SLOTS + state, weights=dur, minlength=len(rank) * _STATE_SLOTS)
     ns = ns.reshape(-1, _STATE_SLOTS)
-    present = np.flatnonzero(np.bincount(lane, minlength=len(ns)) > 0) if len(lane) else np.array([], int)
-    ns = ns[present]
     span = window.t1_ns - window.t0_ns
-    thread_time = len(present) * span
+    thread_time = len(rank) * span
 
     total = ns.sum(axis=0)
     ids = np.flatnonzero(total > 0)
@@ -37,7 +34,7 @@ def state_profile(states: Records, window: Window) -> dict[str, pd.DataFrame]:
     totals = pd.DataFrame({STATE: ids, "name": [_name(s) for s in ids], "seconds": total[ids] / NS,
                            "share": total[ids] / thread_time if thread_time > 0 else np.nan})
     lanes, sts = np.nonzero(ns > 0)
-    per_thread = pd.DataFrame({RANK: present[lanes] // width, THREAD: present[lanes] % width, STATE: sts,
+    per_thread = pd.DataFrame({RANK: rank[lanes], THREAD: thread[lanes], STATE: sts,
                                "name": [_name(s) for s in sts], "seconds": ns[lanes, sts] / NS,
                                "fraction": ns[lanes, sts] / span if span > 0 else np.nan})
     return {"totals": totals, "per_thread": per_thread}

@@ -4,9 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.window import NS, Window, outliers, records, steps_table, threads
+from analysis.records import NS, records, threads
+from analysis.steps import outliers, steps_table
+from analysis.window import Window
 from gpt2trace.format.reader import Trace
-from gpt2trace.format.schema import END_NS, NAME, RANK, START_NS, STEP, VALUE, Kind
+from gpt2trace.format.schema import END_NS, NAME, RANK, START_NS, STEP, VALUE, Counter, Kind
 
 
 def layout(trace: Trace) -> tuple[int, int]:
@@ -37,8 +39,8 @@ def tokens_per_step(trace: Trace, window: Window, ranks: int) -> np.ndarray | No
     taken as the global count.
     """
     rec = records(trace, Kind.COUNTER, (RANK, NAME, STEP, VALUE), window)
-    if "tokens" in rec.names and len(rec):
-        sel = (rec[NAME] == rec.names.index("tokens")) & (rec[STEP] >= 0)
+    if Counter.TOKENS in rec.names and len(rec):
+        sel = (rec[NAME] == rec.names.index(Counter.TOKENS)) & (rec[STEP] >= 0)
         if sel.any():
             step, rank, value = rec[STEP][sel], rec[RANK][sel], rec[VALUE][sel]
             steps = np.unique(step)
@@ -50,12 +52,14 @@ def tokens_per_step(trace: Trace, window: Window, ranks: int) -> np.ndarray | No
             pairs = np.unique(idx.astype(np.int64) * width + rank)       # distinct (step, rank)
             reporting = np.bincount(pairs // width, minlength=len(steps))
             return np.where(reporting >= ranks, total, most)
+    if not len(window.steps):
+        return None          # no whole step in the window (a --steps 0 run): no tokens to count, none to make up
     try:
         train, par = trace.run["train"], trace.run.get("parallel", {})
         per = train["batch_size"] * train["seq_len"] * train.get("grad_accum", 1) * par.get("ranks", ranks)
     except (KeyError, TypeError, AttributeError):
         return None
-    return np.full(max(len(window.steps), 1), float(per))
+    return np.full(len(window.steps), float(per))
 
 
 def phases(trace: Trace, window: Window) -> pd.DataFrame:

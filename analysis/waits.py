@@ -16,15 +16,17 @@ import numpy as np
 import pandas as pd
 
 from analysis import mpi
-from analysis.window import NS
+from gpt2trace.format import mpi_calls as C
+from analysis.records import NS
 from gpt2trace.format.schema import BYTES, END_NS, NAME, RANK, START_NS
 
 LATE_SENDER, LATE_RECEIVER = "Late Sender", "Late Receiver"
 
 
 def wait_states(calls: pd.DataFrame) -> pd.DataFrame:
-    """One row per call that waited: row (where the time was lost), sync_row (the waiter's own call of the
-    operation, whose preceding compute is compared in root causes), culprit_row, culprit rank, wait_ns, state."""
+    """One row per call that waited: row (where the time was lost), sync_row (where the waiter arrived: its own
+    call of the operation, or for a nonblocking collective the wait that completes it; root causes compare what
+    led up to it with what led up to the culprit_row), culprit_row, culprit rank, wait_ns, state."""
     start, end = calls[START_NS].to_numpy(), calls[END_NS].to_numpy()
     dur = end - start
     op, cls, inst, root = (calls[c].to_numpy() for c in ("op", "cls", "inst", "is_root"))
@@ -34,35 +36,35 @@ def wait_states(calls: pd.DataFrame) -> pd.DataFrame:
         keep = wait > 0
         parts.append((rows[keep], sync_rows[keep], culprit_rows[keep], wait[keep], state))
 
-    blocking = np.flatnonzero(op == mpi.COLL)
+    blocking = np.flatnonzero(op == C.COLL)
     if len(blocking):
         g = pd.DataFrame({"row": blocking, "inst": inst[blocking], "cls": cls[blocking], "root": root[blocking],
                           "s": start[blocking]})
         last = g.loc[g.groupby("inst")["s"].idxmax()].set_index("inst")["row"]
-        nxn = g[g["cls"] == mpi.NXN]
+        nxn = g[g["cls"] == C.NXN]
         c = last.reindex(nxn["inst"]).to_numpy()
         add(nxn["row"].to_numpy(), nxn["row"].to_numpy(), c, np.minimum(start[c] - nxn["s"].to_numpy(),
                                                                         dur[nxn["row"].to_numpy()]),
-            mpi.WAIT_STATE[mpi.NXN])
-        bc = g[g["cls"] == mpi.ONE_TO_ALL]
+            mpi.WAIT_STATE[C.NXN])
+        bc = g[g["cls"] == C.ONE_TO_ALL]
         roots = bc[bc["root"]].drop_duplicates("inst").set_index("inst")["row"]
         nonroot = bc[~bc["root"] & bc["inst"].isin(roots.index)]
         c = roots.reindex(nonroot["inst"]).to_numpy()
         r = nonroot["row"].to_numpy()
-        add(r, r, c, np.minimum(start[c] - start[r], dur[r]), mpi.WAIT_STATE[mpi.ONE_TO_ALL])
-        red = g[g["cls"] == mpi.ALL_TO_ONE]
+        add(r, r, c, np.minimum(start[c] - start[r], dur[r]), mpi.WAIT_STATE[C.ONE_TO_ALL])
+        red = g[g["cls"] == C.ALL_TO_ONE]
         senders = red[~red["root"]]
         if len(senders):
             first = senders.loc[senders.groupby("inst")["s"].idxmin()].set_index("inst")["row"]
             rootrows = red[red["root"] & red["inst"].isin(first.index)]
             c = first.reindex(rootrows["inst"]).to_numpy()
             r = rootrows["row"].to_numpy()
-            add(r, r, c, np.minimum(start[c] - start[r], dur[r]), mpi.WAIT_STATE[mpi.ALL_TO_ONE])
+            add(r, r, c, np.minimum(start[c] - start[r], dur[r]), mpi.WAIT_STATE[C.ALL_TO_ONE])
     _nonblocking(calls, start, dur, add)
     recv_of, send_of = calls["recv_of"].to_numpy(), calls["send_of"].to_numpy()
-    r = np.flatnonzero(np.isin(op, (mpi.RECV, mpi.SENDRECV)) & (send_of >= 0))
+    r = np.flatnonzero(np.isin(op, (C.RECV, C.SENDRECV)) & (send_of >= 0))
     add(r, r, send_of[r], np.minimum(start[send_of[r]] - start[r], dur[r]), LATE_SENDER)
-    s = np.flatnonzero((op == mpi.SEND) & (recv_of >= 0))
+    s = np.flatnonzero((op == C.SEND) & (recv_of >= 0))
     add(s, s, recv_of[s], np.minimum(start[recv_of[s]] - start[s], dur[s]), LATE_RECEIVER)
     rank = calls[RANK].to_numpy()
     out = pd.DataFrame({
@@ -79,7 +81,7 @@ def wait_states(calls: pd.DataFrame) -> pd.DataFrame:
 def _nonblocking(calls, start, dur, add) -> None:
     """Wait at NxN of nonblocking collectives, seen in the wait that completes the posting."""
     op, inst = calls["op"].to_numpy(), calls["inst"].to_numpy()
-    posts = np.flatnonzero(op == mpi.COLL_POST)
+    posts = np.flatnonzero(op == C.COLL_POST)
     if not len(posts):
         return
     completer = mpi.post_waits(calls)[posts]
@@ -92,8 +94,10 @@ def _nonblocking(calls, start, dur, add) -> None:
         return
     worst = g.loc[g.groupby("wait")["late"].idxmax()]                 # the latest instance a wait covers
     w = worst["wait"].to_numpy()
-    add(w, worst["row"].to_numpy(), worst["culprit"].to_numpy(), np.minimum(worst["late"].to_numpy() - start[w],
-                                                                            dur[w]), mpi.WAIT_STATE[mpi.NXN])
+    # The waiter arrives at its wait, not at its posting: what it computed between the two is time it did not
+    # lose, so its side of the comparison runs up to the wait.
+    add(w, w, worst["culprit"].to_numpy(), np.minimum(worst["late"].to_numpy() - start[w], dur[w]),
+        mpi.WAIT_STATE[C.NXN])
 
 
 def per_call(calls: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:

@@ -95,7 +95,8 @@ def worker_torch(model: str, B: int, T: int, threads: int, steps: int) -> dict:
 
     from trainer.config import model_config
     from trainer.params import init_params
-    from trainer.torch_reference import GPT, load_flat
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "trainer" / "reference"))
+    from torch_reference import GPT, load_flat       # a test tool: it imports torch, which we do not depend on
 
     torch.set_num_threads(threads)
     cfg = model_config(model)

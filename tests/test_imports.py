@@ -115,8 +115,51 @@ def test_the_checker_sees_imports():
     assert _layer("gpt2trace.format.reader") == "gpt2trace.format" and _layer("gpt2trace") == "gpt2trace"
 
 
-@pytest.mark.parametrize("module", ["gpt2trace", "analysis", "gpt2trace.format.reader", "gpt2trace.interop.loader"])
+@pytest.mark.parametrize("module", ["gpt2trace", "analysis", "analysis.analyze", "gpt2trace.format.reader",
+                                    "gpt2trace.interop.loader"])
 def test_reading_traces_does_not_import_the_trainer_or_numba(module):
     code = f"import sys, {module}; print(sorted(m for m in ('trainer', 'numba') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]", f"import {module} loaded {out.stdout.strip()}"
+
+
+def _third_party_imports() -> dict[str, str]:
+    """Top-level third-party modules our packages import (module -> one file importing it)."""
+    stdlib = set(sys.stdlib_module_names)
+    out = {}
+    for path in _modules().values():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+            for n in names:
+                top = n.split(".")[0]
+                if top not in stdlib and top not in PACKAGES and top != "__future__":
+                    out.setdefault(top, str(path.relative_to(ROOT)))
+    return out
+
+
+def test_every_runtime_import_is_declared():
+    """A module our packages import must come from a distribution pyproject.toml declares as a dependency
+    (CI also runs the demo in a fresh virtual environment, which catches the same at run time)."""
+    import re
+    import tomllib
+    from importlib.metadata import packages_distributions
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    declared = {re.split(r"[<>=!;\[ ]", d, maxsplit=1)[0].lower().replace("_", "-") for d in deps}
+    dists = packages_distributions()
+    missing = []
+    for module, where in sorted(_third_party_imports().items()):
+        owners = {d.lower().replace("_", "-") for d in dists.get(module, [])}
+        if not owners & declared:
+            missing.append(f"{module} (imported by {where}; from {sorted(owners) or 'no installed distribution'})")
+    assert not missing, "not declared in pyproject.toml dependencies: " + ", ".join(missing)
+
+
+@pytest.mark.parametrize("sample,jits", [("tiny_2threads", False), ("tiny_2ranks_overlap", True)])
+def test_analyze_imports_numba_only_for_a_replay(sample, jits):
+    """One rank has no MPI calls to replay, so analyzing it never loads Numba; two ranks do."""
+    code = ("import sys, gpt2trace; from analysis.analyze import analyze; "
+            f"analyze(gpt2trace.load('sample_traces/{sample}.parquet')); print('numba' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == str(jits)

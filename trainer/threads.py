@@ -4,7 +4,7 @@ NUMBA_NUM_THREADS fixes the pool's size when Numba is first imported, so it is s
 allow --threads beyond the core count (oversubscribed runs are legal, and warned about by the CLI). The CLI
 must call this before anything imports Numba: `gpt2trace run` configures the pool before it imports the
 trainer, and the other commands import their Numba users (analysis.replay, the Paraver parser) only when they
-run (tests/gpt2trace/cli/test_cli_run.py holds that the CLI's start-up imports no Numba).
+run (tests/gpt2trace/cli/test_cli_startup.py holds that the CLI's start-up imports no Numba).
 """
 from __future__ import annotations
 

@@ -1,42 +1,62 @@
 """`gpt2trace analyze TRACE [TRACE...]`: POP efficiencies, imbalance, waits and their root cause, occupancy.
 
-A thin layer over `analysis.analyze`: parses the options, calls it, renders rich tables or writes JSON.
+A thin layer over `analysis.analyze`: parses the options, calls it, renders tables (gpt2trace.cli.tables) or
+writes JSON. The analyses load inside the command, so the CLI starts fast.
 """
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from analysis.window import WindowError, parse_steps
-from gpt2trace.cli.common import console, err_console, fail
-from gpt2trace.format.errors import TraceError
-from gpt2trace.interop.loader import load
-from gpt2trace.format.schema import BYTES, LAYER, NAME, RANK
+from gpt2trace.cli.common import console, err_console, fail, output, plain, trace_files
+from gpt2trace.cli.tables import Col, print_table
+from gpt2trace.format.errors import OutputError, TraceError
+from gpt2trace.format.outputs import atomic_output
+
+TRACES_HELP = ("Trace file(s): Parquet, or Paraver .prv/.prv.gz (with its .pcf and .row beside it); with several, "
+               "a model-factors table with the first as reference.")
 
 
 def analyze(
-    traces: Annotated[list[Path], typer.Argument(exists=True, dir_okay=False, help="Trace file(s) (Parquet); "
-                                                 "with several, a model-factors table with the first as reference.")],
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the results as JSON to PATH ('-' for "
-                                                     "stdout, which replaces the tables).", dir_okay=False)] = None,
-    steps: Annotated[Optional[str], typer.Option("--steps", help="Steps A:B to analyze (B excluded, as in Python). "
-                                                 "Default: all but the first (warm-up).")] = None,
-    top: Annotated[int, typer.Option("--top", min=1, help="Rows per table and findings to show.")] = 10,
-    peak_gflops: Annotated[Optional[float], typer.Option("--peak-gflops", min=0.0, help="sgemm GFLOP/s per core "
-                                                         "for MFU, instead of the peak stored in the trace.")] = None,
-    html_out: Annotated[Optional[Path], typer.Option("--html", dir_okay=False, help="Also write the interactive "
-                                                     "HTML report of the trace to PATH (one trace).")] = None,
+    traces: Annotated[list[Path], typer.Argument(
+        exists=True, dir_okay=False, metavar="TRACE", help=TRACES_HELP)],
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", metavar="PATH", help="Write the results as JSON to PATH ('-' for stdout, which replaces the "
+        "tables).")] = None,
+    steps: Annotated[str | None, typer.Option(
+        "--steps", metavar="A:B", help="Steps A:B to analyze (B excluded, as in Python). Default: all but the "
+        "first (warm-up).")] = None,
+    top: Annotated[int, typer.Option("--top", min=1, metavar="N", help="Rows per table and findings to show.")] = 10,
+    peak_gflops: Annotated[float | None, typer.Option(
+        "--peak-gflops", metavar="GFLOPS", help="sgemm GFLOP/s per core for MFU (a positive number), instead of "
+        "the peak stored in the trace.")] = None,
+    html_out: Annotated[Path | None, typer.Option(
+        "--html", metavar="PATH", help="Also write the interactive HTML report of the trace to PATH (one "
+        "trace).")] = None,
 ) -> None:
     """Where the time went: POP efficiencies, load imbalance, MPI waits and their cause, thread occupancy."""
     if html_out is not None and len(traces) > 1:
         fail("--html takes one trace; run gpt2trace report on each trace")
-    from analysis.analyze import analyze_many   # here, not at start-up: it loads Numba (analysis.replay)
+    if peak_gflops is not None and not (math.isfinite(peak_gflops) and peak_gflops > 0):
+        fail(f"--peak-gflops {peak_gflops}: give the sgemm GFLOP/s per core, a positive finite number")
+    to_stdout = json_out is not None and str(json_out) == "-"
+    inputs = trace_files(traces)
+    json_file = output(json_out, inputs, "--json") if json_out is not None and not to_stdout else None
+    html_file = output(html_out, inputs, "--html") if html_out is not None else None
+    if json_file and html_file and json_file.path.resolve() == html_file.path.resolve():
+        fail(f"--json and --html both name {html_out}; give each its own file")
+
+    from analysis.analyze import analyze_many
+    from analysis.window import WindowError, parse_steps
+    from gpt2trace.interop.loader import load
     try:
         if steps is not None:
             parse_steps(steps)
@@ -44,108 +64,190 @@ def analyze(
         result = analyze_many(loaded, steps=steps, top=top, peak_gflops=peak_gflops)
     except (TraceError, WindowError) as exc:
         fail(str(exc))
-    to_stdout = json_out is not None and str(json_out) == "-"
-    if json_out is not None:
-        text = json.dumps(result if len(traces) > 1 else result["traces"][0], indent=1)
-        if to_stdout:
-            sys.stdout.write(text + "\n")
-        else:
-            try:
-                json_out.write_text(text + "\n")
-            except OSError as exc:
-                fail(f"--json {json_out}: cannot write ({exc.strerror})")
-    if html_out is not None:
-        from gpt2trace.report import write as write_report
-        try:
-            write_report(loaded[0], html_out, result=result["traces"][0], steps=steps, top=top)
-        except OSError as exc:
-            fail(f"--html {html_out}: cannot write ({exc.strerror})")
-        (err_console if to_stdout else console).print(f"report: {html_out}", markup=False, soft_wrap=True)
+    said = err_console if to_stdout else console            # where "written to" lines go
+    try:
+        if json_out is not None:
+            text = json.dumps(result if len(traces) > 1 else result["traces"][0], indent=1) + "\n"
+            if to_stdout:
+                sys.stdout.write(text)
+            else:
+                with atomic_output(json_file.path) as tmp:
+                    tmp.write_text(text)
+                said.print(f"JSON: {json_file.shown()}", soft_wrap=True)
+        if html_file is not None:
+            from gpt2trace.report import write as write_report
+            write_report(loaded[0], html_file.path, result=result["traces"][0], steps=steps, top=top)
+            said.print(f"report: {html_file.shown()}", soft_wrap=True)
+    except OutputError as exc:
+        fail(str(exc))
     if not to_stdout:
-        out = console
         for res in result["traces"]:
-            render(out, res, top)
+            render(console, res, top)
         if "scaling" in result:
-            out.print(_table("Model factors (first trace = reference, work per " + result["scaling_work_unit"] + ")",
-                             result["scaling"], ["trace", "processes", "threads", "runtime_s", "speedup",
-                                                 "parallel_efficiency", "load_balance", "communication_efficiency",
-                                                 "computation_scalability", "global_efficiency"], top=None))
+            render_scaling(console, result["scaling"], result["scaling_work_unit"])
 
 
 def render(out: Console, res: dict, top: int) -> None:
     s, p = res["summary"], res["pop"]
-    out.rule(f"[bold]{res['trace']}")
+    out.rule(Text(plain(res["trace"]), style="bold"))
     for w in res["warnings"]:
-        out.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
-    rows = [("runtime", f"{s['runtime_s']:.4g} s"),
+        out.print(Text.assemble(("warning:", "yellow"), " ", plain(w)), overflow="fold")
+    rows = [("runtime", _num(s["runtime_s"], " s")),
             ("steps", f"{s['steps']} ({s['first_step']}..{s['last_step']})" if s["steps"] else "no step info"),
             ("ranks x threads", f"{s['ranks']} x {s['threads_per_rank']}"),
-            ("step time median", _num(s["step_s_median"], " s")), ("step time min / max",
-                                                                 f"{_num(s['step_s_min'])} / {_num(s['step_s_max'])} s"),
-            ("tokens/s", _num(s["tokens_per_s"])), ("model GFLOP/s (per core)",
-                                                    f"{_num(s['achieved_gflops'])} ({_num(s['achieved_gflops_per_core'])})"),
+            ("step time median", _num(s["step_s_median"], " s")),
+            ("step time min / max", f"{_num(s['step_s_min'])} / {_num(s['step_s_max'])} s"),
+            ("tokens/s", _num(s["tokens_per_s"])),
+            ("model GFLOP/s (per core)", f"{_num(s['achieved_gflops'])} ({_num(s['achieved_gflops_per_core'])})"),
             ("MFU", _pct(s["mfu"]))]
     c = res.get("counters") or {}
     if c.get("ipc") is not None:
-        rows += [("useful IPC", _num(c["ipc"])), ("useful frequency", f"{_num(c['frequency_ghz'])} GHz")]
-    out.print(_pairs("Summary", rows))
+        rows += [("useful IPC", _num(c["ipc"])), ("useful frequency", _num(c["frequency_ghz"], " GHz"))]
+    _pairs(out, "Summary", rows)
     if s["phases"]:
-        out.print(_table("Phases", s["phases"], ["phase", "count", "total_s", "mean_s", "share"], top))
-    pop = Table(title="POP efficiencies", title_justify="left")
-    for col in ("", "all threads", "MPI level", "thread level"):
-        pop.add_column(col, justify="right" if col else "left")
-    for key, label in (("parallel_efficiency", "Parallel efficiency"), ("load_balance", "  Load balance"),
-                       ("communication_efficiency", "  Communication efficiency")):
-        pop.add_row(label, _pct(p[key]), _pct(p["mpi"][key]), _pct(p["threads"][key]))
-    pop.add_row("    Serialization efficiency", _pct(p["serialization_efficiency"]), "", "")
-    pop.add_row("    Transfer efficiency", _pct(p["transfer_efficiency"]), "", "")
-    out.print(pop)
-    out.print(_table("Time per thread state (all threads)", res["states"]["totals"], ["name", "seconds", "share"],
-                     None))
-    out.print(_table("Load imbalance (by time lost)", res["imbalance"],
-                     ["scope", "kernel", LAYER, RANK, "mean_s", "max_s", "imbalance", "lost_s", "slowest"], top))
+        print_table(out, "Phases", [Col("phase", label=True, bare=True), Col("count"), Col("total s"),
+                                    Col("mean s"), Col("share")],
+                    [(r["phase"], _int(r["count"]), _num(r["total_s"]), _num(r["mean_s"]), _pct(r["share"]))
+                     for r in s["phases"][:top]])
+    levels = (p, p.get("mpi") or {}, p.get("threads") or {})
+    pop_rows = [(label, *(_pct(lv[key]) if lv.get(key) is not None else None for lv in levels))
+                for key, label in _POP_ROWS]
+    print_table(out, "POP efficiencies", [Col("", label=True), Col("all threads"), Col("MPI level"),
+                                          Col("thread level")],
+                [r for r in pop_rows if any(r[1:])])    # serialization and transfer exist only with MPI to replay
+    if p.get("openmp"):
+        omp = p["openmp"]
+        _pairs(out, f"POP's OpenMP model ({omp['regions']} parallel region executions)",
+               [(label, _pct(omp.get(key))) for key, label in _OPENMP_ROWS])
+    # the ideal-network times need MPI to replay: said rather than left out, so their absence is not a mystery
+    times = [(label, _num(p[key], " s") if p.get(key) is not None else "no MPI to replay")
+             for key, label in _POP_TIMES if p.get(key) is not None or key in _REPLAYED_TIMES]
+    if times:
+        _pairs(out, "POP times", times)
+    print_table(out, "Time per thread state (all threads)",
+                [Col("state", label=True, bare=True), Col("seconds"), Col("share")],
+                [(r["name"], _num(r["seconds"]), _pct(r["share"])) for r in res["states"]["totals"]])
+    print_table(out, "Load imbalance (by time lost)",
+                [Col("kernel", label=True, bare=True), Col("layer", label=True), Col("across", label=True),
+                 Col("mean s"), Col("max s"), Col("max/mean"), Col("lost s"), Col("slowest", label=True)],
+                [(r["kernel"], _layer(r["layer"], "all"), _across(r), _num(r["mean_s"]), _num(r["max_s"]),
+                  _num(r["imbalance"]), _num(r["lost_s"]), _slowest(r)) for r in res["imbalance"][:top]])
     if res["waits"]["calls"]:
-        out.print(_table("MPI calls", res["waits"]["calls"], [NAME, "wait_state", "count", BYTES, "total_s",
-                                                              "wait_s", "transfer_s", "bandwidth_gb_s",
-                                                              "hidden_fraction"], top))
-        out.print(_table("Root causes of waits", res["root_causes"], [RANK, "kernel", LAYER, "wait_s", "waits",
-                                                                      "share"], top))
+        print_table(out, "MPI calls",
+                    [Col("call", label=True, bare=True), Col("wait state", label=True), Col("count"), Col("bytes"),
+                     Col("total s"), Col("wait s"), Col("transfer s"), Col("GB/s"), Col("hidden share")],
+                    [(r["name"], r["wait_state"], _int(r["count"]), _int(r["bytes"]), _num(r["total_s"]),
+                      _num(r["wait_s"]), _num(r["transfer_s"]), _num(r["bandwidth_gb_s"]), _pct(r["hidden_fraction"]))
+                     for r in res["waits"]["calls"][:top]])
+        print_table(out, "Root causes of waits",
+                    [Col("rank", label=True), Col("kernel", label=True, bare=True), Col("layer", label=True),
+                     Col("wait s"), Col("waits"), Col("share")],
+                    [(r["rank"], r["kernel"], _layer(r["layer"], "none"), _num(r["wait_s"]), _int(r["waits"]),
+                      _pct(r["share"])) for r in res["root_causes"][:top]])
     occ = res["occupancy"]
-    out.print(_table("Thread occupancy per rank", occ["per_rank"],
-                     [RANK, "threads", "mean_occupancy", "serial_s", "serial_fraction"], top))
-    out.print(_table("Kernels by Synchronization time", occ["per_kernel"],
-                     ["kernel", LAYER, "wall_s", "mean_occupancy", "sync_s", "fork_s"], top))
-    out.print("[bold]Findings[/]")
-    for i, f in enumerate(res["findings"][:top], 1):
-        out.print(f"{i:2d}. {f['text']} [dim]({f['metric']})[/]", soft_wrap=True)
+    print_table(out, "Thread occupancy per rank",
+                [Col("rank", label=True), Col("threads"), Col("mean occupancy"), Col("serial s"),
+                 Col("serial share")],
+                [(r["rank"], _int(r["threads"]), _num(r["mean_occupancy"]), _num(r["serial_s"]),
+                  _pct(r["serial_fraction"])) for r in occ["per_rank"][:top]])
+    print_table(out, "Kernels by Synchronization time",
+                [Col("kernel", label=True, bare=True), Col("layer", label=True), Col("wall s"),
+                 Col("mean occupancy"), Col("sync s"), Col("fork s")],
+                [(r["kernel"], _layer(r["layer"], "none"), _num(r["wall_s"]), _num(r["mean_occupancy"]),
+                  _num(r["sync_s"]), _num(r["fork_s"])) for r in occ["per_kernel"][:top]])
+    if any(r["layer"] is None for r in res["root_causes"][:top] + occ["per_kernel"][:top]):
+        out.print("layer none: a kernel outside the transformer blocks (encoder, loss, AdamW) or no kernel at all",
+                  style="dim", overflow="fold")
+    _findings(out, res["findings"][:top])
 
 
-def _pairs(title: str, rows: list[tuple[str, str]]) -> Table:
-    t = Table(title=title, title_justify="left", show_header=False)
-    t.add_column()
-    t.add_column(justify="right")
-    for k, v in rows:
-        t.add_row(k, v)
-    return t
+# The rows of each POP table: (result key, label), indented as the factors multiply.
+_POP_ROWS = (("parallel_efficiency", "Parallel efficiency"), ("load_balance", "  Load balance"),
+             ("communication_efficiency", "  Communication efficiency"),
+             ("serialization_efficiency", "    Serialization efficiency"),
+             ("transfer_efficiency", "    Transfer efficiency"))
+_OPENMP_ROWS = (("thread_efficiency", "Thread efficiency"), ("serial_region_efficiency", "  Serial region efficiency"),
+                ("region_efficiency", "  Parallel region efficiency"),
+                ("region_load_balance", "    Load balance in regions"),
+                ("region_scheduling_efficiency", "    Scheduling efficiency in regions"))
+_POP_TIMES = (("runtime_s", "runtime"), ("ideal_runtime_s", "runtime, ideal network"),
+              ("useful_total_s", "useful duration, total over threads"), ("useful_avg_s", "useful duration, mean"),
+              ("useful_max_s", "useful duration, max"), ("useful_ideal_max_s", "useful duration (ideal, max)"))
+_REPLAYED_TIMES = ("ideal_runtime_s", "useful_ideal_max_s")
+# Model factors as BSC's modelfactors prints them: one row per factor, one column per trace.
+_SCALING_ROWS = (("speedup", "Speedup", "x"), ("global_efficiency", "Global efficiency", "%"),
+                 ("parallel_efficiency", "  Parallel efficiency", "%"), ("load_balance", "    Load balance", "%"),
+                 ("communication_efficiency", "    Communication efficiency", "%"),
+                 ("serialization_efficiency", "      Serialization efficiency", "%"),
+                 ("transfer_efficiency", "      Transfer efficiency", "%"),
+                 ("serial_region_efficiency", "    Serial region efficiency", "%"),
+                 ("region_efficiency", "    Parallel region efficiency", "%"),
+                 ("computation_scalability", "  Computation scalability", "%"),
+                 ("ipc_scalability", "    IPC scalability", "%"),
+                 ("instruction_scalability", "    Instruction scalability", "%"),
+                 ("frequency_scalability", "    Frequency scalability", "%"),
+                 ("processes", "Processes", "n"), ("threads", "Threads per process", "n"),
+                 ("runtime_s", "Runtime (s)", "n"), ("ideal_runtime_s", "Runtime, ideal network (s)", "n"),
+                 ("useful_total_s", "Useful duration, total (s)", "n"),
+                 ("useful_ideal_max_s", "Useful duration (ideal, max) (s)", "n"),
+                 ("ipc", "Average IPC", "n"), ("frequency_ghz", "Average frequency (GHz)", "n"))
 
 
-def _table(title: str, rows: list[dict], cols: list[str], top: int | None) -> Table:
-    t = Table(title=title, title_justify="left")
-    for c in cols:
-        text = c in ("scope", "kernel", NAME, "wait_state", "trace", "phase")
-        t.add_column(c, justify="left" if text else "right", min_width=12 if text else None)
-    for r in rows[:top] if top else rows:
-        t.add_row(*(_cell(c, r.get(c)) for c in cols))
-    return t
+def render_scaling(out: Console, rows: list[dict], unit: str) -> None:
+    """The model factors with traces as numbered columns, and under the table which file each number is (in
+    full: two traces may differ only at the end of their paths). A factor no trace has is left out."""
+    cols = [Col("", label=True)] + [Col(f"trace {i}") for i in range(1, len(rows) + 1)]
+    table = [(label, *(_factor(r.get(key), kind) for r in rows)) for key, label, kind in _SCALING_ROWS
+             if any(r.get(key) is not None for r in rows)]
+    print_table(out, f"Model factors (trace 1 = reference, work per {unit})", cols, table)
+    for i, r in enumerate(rows, 1):
+        out.print(f"trace {i}: {plain(r['trace'])}", soft_wrap=True)
+    if all(r.get("ipc") is None for r in rows):
+        out.print("IPC, instruction and frequency scalability need hardware counters (PAPI_TOT_INS, PAPI_TOT_CYC "
+                  "in an imported Extrae trace); these traces have none.", overflow="fold")
 
 
-def _cell(col: str, v) -> str:
+def _pairs(out: Console, title: str, rows: list[tuple[str, str]]) -> None:
+    print_table(out, title, [Col("", label=True), Col("")], rows, show_header=False)
+
+
+def _findings(out: Console, findings: list[dict]) -> None:
+    out.print(Text("Findings", style="bold"))
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(justify="right", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for i, f in enumerate(findings, 1):
+        grid.add_row(f"{i}.", Text.assemble(plain(f["text"]), " ", (f"({plain(f['metric'])})", "dim")))
+    out.print(grid)
+
+
+def _across(row: dict) -> str:
+    return "ranks" if row["scope"] == "ranks" else f"threads of rank {row['rank']}"
+
+
+def _slowest(row: dict) -> str:
+    """The slowest rank, or thread ('rank.thread' in the result), spelled out: 1.0 reads like a number."""
+    rank, _, thread = str(row["slowest"]).partition(".")
+    return f"rank {rank} thread {thread}" if thread else f"rank {rank}"
+
+
+def _layer(layer, none: str) -> str:
+    return none if layer is None else str(layer)
+
+
+def _factor(v, kind: str) -> str | None:
+    """A model-factor cell: a percentage (%), a ratio (x) or a plain number (n)."""
     if v is None:
-        return ""
-    if col in ("share", "serial_fraction", "hidden_fraction") or col.endswith("_efficiency") \
-            or col in ("load_balance", "computation_scalability"):
+        return None
+    if kind == "%":
         return _pct(v)
-    return _num(v) if isinstance(v, float) else str(v)
+    if kind == "x":
+        return f"{v:.3f}"
+    return _int(v) if isinstance(v, int) else _num(v)
+
+
+def _int(v) -> str:
+    return "n/a" if v is None else f"{v:,}"
 
 
 def _num(v, unit: str = "") -> str:

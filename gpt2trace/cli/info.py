@@ -8,18 +8,21 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
-from gpt2trace.cli.common import console, fail
+from gpt2trace.cli.common import console, fail, plain
 from gpt2trace.format.errors import TraceError
-from gpt2trace.format.info import trace_info
-from gpt2trace.interop.loader import load
 
 
 def info(
-    trace: Annotated[Path, typer.Argument(help="Trace file (Parquet).")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print the information as one JSON object.")] = False,
+    trace: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace file: Parquet, or Paraver .prv/.prv.gz (with "
+                                          "its .pcf and .row beside it).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the information as one JSON object. An error "
+                                          "prints nothing on stdout: one line on stderr, exit code 2.")] = False,
 ) -> None:
     """Schema version, ranks, threads, steps, time span, records per kind, run configuration and machine."""
+    from gpt2trace.format.info import trace_info
+    from gpt2trace.interop.loader import load
     try:
         data = trace_info(load(trace))
     except TraceError as exc:
@@ -33,11 +36,13 @@ def info(
 
 
 def _kv(title: str, rows: list[tuple[str, object]]) -> Table:
-    table = Table(title=title, show_header=False, title_justify="left")
-    table.add_column(style="bold")
-    table.add_column()
+    """Key and value; values (paths, CPU names, package lists) wrap at spaces, and fold only a word wider than the
+    terminal."""
+    table = Table(title=Text(title, style="bold"), show_header=False, title_justify="left")
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
     for key, value in rows:
-        table.add_row(key, "-" if value is None else str(value))
+        table.add_row(key, "-" if value is None else plain(value))
     return table
 
 

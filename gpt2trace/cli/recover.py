@@ -25,4 +25,4 @@ def recover(
     steps = steps_phrase(merged.steps)
     ranks = f" of {merged.ranks} ranks" if merged.ranks > 1 else ""
     console.print(plain(f"recovered {merged.path}: {steps}{ranks}, {merged.records:,} records; "
-                        f"{parts_dir(merged.path)} removed"), markup=False, highlight=False, soft_wrap=True)
+                        f"{parts_dir(merged.path)} removed"), soft_wrap=True)

@@ -1,9 +1,9 @@
 """What a trace holds, at a glance: the data behind `gpt2trace info` (a plain dict, JSON-ready)."""
 from __future__ import annotations
 
-import numpy as np
 import pyarrow.compute as pc
 
+from gpt2trace.format.lanes import distinct_lanes
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, RANK, START_NS, STEP, THREAD, Kind
 
@@ -13,8 +13,8 @@ def trace_info(trace: Trace) -> dict:
     lanes, steps = set(), set()
     t0, t1 = None, None
     for part in trace.parts.values():
-        lane = np.unique((part.column(RANK).to_numpy().astype(np.int64) << 32) | part.column(THREAD).to_numpy())
-        lanes.update(zip((lane >> 32).tolist(), (lane & 0xFFFFFFFF).tolist()))
+        rank, thread = distinct_lanes(part.column(RANK).to_numpy(), part.column(THREAD).to_numpy())
+        lanes.update(zip(rank.tolist(), thread.tolist()))
         lo, hi = pc.min(part.column(START_NS)).as_py(), pc.max(part.column(END_NS)).as_py()
         t0, t1 = (lo, hi) if t0 is None else (min(t0, lo), max(t1, hi))
         if STEP in part.column_names:

@@ -9,6 +9,8 @@ the cheap partition check that `analyze` runs.
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +22,7 @@ import pyarrow.parquet as pq
 
 from gpt2trace.format import schema
 from gpt2trace.format.errors import TraceError
+from gpt2trace.format.lanes import lane_order
 from gpt2trace.format.schema import END_NS, FIELDS, KIND, RANK, REQUIRED, START_NS, STATE, THREAD, Kind
 
 BATCH_ROWS = 1 << 20
@@ -79,28 +82,51 @@ class Trace:
 
     @property
     def name(self) -> str:
-        return str(self.path) if self.path else "<table>"
+        """The path for messages and reports: bytes of the file name that are not UTF-8 become U+FFFD."""
+        return _text(str(self.path)) if self.path else "<table>"
 
 
 def load(path: str | Path) -> Trace:
     """Reads and checks a Parquet trace file (`gpt2trace.load` reads the other formats too); every problem is a TraceError whose one-line message names the file."""
     path = Path(path)
-    if not path.is_file():
+    check_file(path)
+    try:
+        source = pa.OSFile(os.fsencode(path))       # bytes: any file name, UTF-8 or not
+    except (pa.ArrowException, OSError) as exc:
+        raise TraceError(f"{path}: cannot open ({_first_line(exc)})") from None
+    with source:
+        try:
+            pfile = pq.ParquetFile(source)
+            arrow_schema = pfile.schema_arrow
+        except (pa.ArrowException, OSError) as exc:
+            raise TraceError(f"{path}: not a Parquet file ({_first_line(exc)})") from None
+        meta = arrow_schema.metadata or {}
+        version = _check_version(path, meta)
+        _check_required(path, arrow_schema.names)
+        wanted = [n for n in FIELDS if n in arrow_schema.names]          # unknown extra columns are not read
+        try:
+            batches = pfile.iter_batches(batch_size=BATCH_ROWS, columns=wanted)
+            return _build(batches, arrow_schema.names, meta, path, version)
+        except (pa.ArrowException, OSError) as exc:
+            raise TraceError(f"{path}: cannot read the Parquet data ({_first_line(exc)})") from None
+
+
+def check_file(path: Path) -> None:
+    """A TraceError unless `path` is a regular file: says whether it is missing, a directory or something else."""
+    if path.is_file():
+        return
+    if path.is_dir():
+        raise TraceError(f"{path}: is a directory, not a trace file; give the trace's file (for example "
+                         "trace.parquet)")
+    if not path.exists():
         raise TraceError(f"{path}: no such trace file")
-    try:
-        pfile = pq.ParquetFile(path)
-        arrow_schema = pfile.schema_arrow
-    except (pa.ArrowException, OSError) as exc:
-        raise TraceError(f"{path}: not a Parquet file ({_first_line(exc)})") from None
-    meta = arrow_schema.metadata or {}
-    version = _check_version(path, meta)
-    _check_required(path, arrow_schema.names)
-    wanted = [n for n in FIELDS if n in arrow_schema.names]          # unknown extra columns are not read
-    try:
-        batches = pfile.iter_batches(batch_size=BATCH_ROWS, columns=wanted)
-        return _build(batches, arrow_schema.names, meta, path, version)
-    except (pa.ArrowException, OSError) as exc:
-        raise TraceError(f"{path}: cannot read the Parquet data ({_first_line(exc)})") from None
+    raise TraceError(f"{path}: not a regular file; give a trace file")
+
+
+def open_parquet(path: str | Path) -> pq.ParquetFile:
+    """The Parquet file at `path`, whatever bytes its name holds (pyarrow's own path handling wants UTF-8);
+    closed when the object is."""
+    return pq.ParquetFile(pa.OSFile(os.fsencode(path)))
 
 
 def _build(batches: Iterable[pa.RecordBatch], names: list[str], meta: dict, path: Path | None,
@@ -187,6 +213,11 @@ def _check_values(where, table: pa.Table) -> None:
     for name in (KIND, RANK, THREAD, START_NS, END_NS):
         if table.column(name).null_count:
             raise TraceError(f"{where}: column {name!r} has null values; every record needs one")
+    for name in (RANK, THREAD):
+        lowest = pc.min(table.column(name)).as_py()
+        if lowest is not None and lowest < 0:
+            raise TraceError(f"{where}: column {name!r} has negative values (down to {lowest}); {name} ids are "
+                             "0-based")
     unknown = set(pc.unique(table.column(KIND)).to_pylist()) - set(Kind.ALL)
     if unknown:
         raise TraceError(f"{where}: unknown record kind(s) {', '.join(sorted(unknown))} "
@@ -204,34 +235,34 @@ def _json(where, meta: dict, key: bytes) -> dict | None:
     if not raw:
         return None
     try:
-        value = json.loads(raw)
+        value = _clean(json.loads(raw))
     except ValueError:
         raise TraceError(f"{where}: metadata {key.decode()} is not valid JSON") from None
     return value if isinstance(value, dict) else None
 
 
+def _clean(value):
+    """JSON may escape lone surrogates (a file name that was not UTF-8 when the run recorded it): U+FFFD, so the
+    metadata prints and writes as any text."""
+    if isinstance(value, str):
+        return _text(value)
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    if isinstance(value, dict):
+        return {_text(k): _clean(v) for k, v in value.items()}
+    return value
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _text(s: str) -> str:
+    return _SURROGATE.sub("\ufffd", s)
+
+
 def _first_line(exc: Exception) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
-
-
-def thread_order(rank: np.ndarray, thread: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """The permutation sorting records by (rank, thread, start).
-
-    Cheap when each thread's records are already in time order (as a per-thread buffer writes them): a radix
-    sort on the thread's lane, then a check; otherwise one full sort.
-    """
-    lane = rank.astype(np.int64) * (int(thread.max()) + 1 if len(thread) else 1) + thread
-    small = lane.astype(np.int16) if len(lane) and lane.max() < 2**15 else lane
-    order = np.argsort(small, kind="stable")
-    s, ln = start[order], lane[order]
-    if len(s) < 2 or not ((s[1:] < s[:-1]) & (ln[1:] == ln[:-1])).any():
-        return order
-    lo = int(start.min())
-    span = int(start.max()) - lo + 1
-    if (int(lane.max()) + 1) * span < 2**62:
-        return np.argsort(lane * span + (start - lo), kind="stable")
-    return np.lexsort((start, lane))
 
 
 def check_states(trace: Trace) -> list[str]:
@@ -245,7 +276,7 @@ def check_states(trace: Trace) -> list[str]:
         return [f"{trace.name}: no state records; POP efficiencies and occupancy are not available"]
     rank, thread = states.column(RANK).to_numpy(), states.column(THREAD).to_numpy()
     start, end = states.column(START_NS).to_numpy(), states.column(END_NS).to_numpy()
-    order = thread_order(rank, thread, start)
+    order = lane_order(rank, thread, start)
     rank, thread, start, end = rank[order], thread[order], start[order], end[order]
     same = (rank[1:] == rank[:-1]) & (thread[1:] == thread[:-1])
     overlap = same & (start[1:] < end[:-1])

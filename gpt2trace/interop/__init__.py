@@ -5,6 +5,8 @@ Each direction sits behind one function: `paraver_export.export_paraver`, `parav
   paraver_format    Extrae's event types and MPI call ids, our own event types, state colors (both directions)
   paraver_pcf       the .pcf and .row companions, written and read
   source, layout    exporters' input, read batch by batch, and its one cheap pre-pass
+  validate          what the exports refuse, checked in that pre-pass before anything is written
+  labels            names in formats that cannot hold any text: .pcf/.row escapes, Chrome's shortened long names
   linesort          the bounded-memory external sort that puts .prv lines in time order
   paraver_parse     the .prv text, scanned in large chunks by compiled code
   paraver_records   where imported records live (rank, thread, ns) and their schema tables

@@ -9,6 +9,11 @@ pid = rank, one process per rank. Each kind has its own tracks, so durations on 
 link a point-to-point send to its receive, and the last rank to enter a blocking collective to every other
 rank's call of it (what they waited for). Times are microseconds with three decimals (exact nanoseconds).
 Events stream out batch by batch (the format does not need them sorted), so memory stays bounded.
+
+Names are JSON strings (any text); a name longer than `labels.LONG_NAME` characters is shortened in the events
+(`labels.shorten`: its start and a hash) and given in full once, in otherData's `long_names` (short -> full), so
+the file stays proportional to the records. Records the format cannot hold (`validate`) are refused before
+anything is written; the file is written under a temporary name and renamed when complete.
 """
 from __future__ import annotations
 
@@ -23,11 +28,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpt2trace.format import schema
-from gpt2trace.format.errors import TraceError
+from gpt2trace.format.mpi_calls import COLL, classify
+from gpt2trace.format.outputs import atomic_output, check_output
 from gpt2trace.interop import paraver_format as F
+from gpt2trace.interop.labels import LONG_NAME, shorten
 from gpt2trace.interop.layout import Layout, messages, scan
 from gpt2trace.interop.linesort import write_lines
-from gpt2trace.interop.source import open_source
+from gpt2trace.interop.source import input_files, open_source
 from gpt2trace.interop.textcols import as_text as _s, join as _join
 from gpt2trace.format.schema import (BYTES, END_NS, KIND, LAYER, MICROSTEP, NAME, PEER, RANK, SEQ, START_NS, STATE, STEP,
                               THREAD, VALUE, Kind)
@@ -47,41 +54,44 @@ class ChromeExport:
     dropped_counters: int       # NaN/inf counter values: JSON has no number for them
 
 
+def chrome_path(name: str | Path) -> Path:
+    """The file `export_chrome` writes for NAME: NAME as it is when it ends in .json or .json.gz, else NAME.json."""
+    return Path(str(name) if str(name).endswith((".json", ".json.gz")) else f"{name}.json")
+
+
 def export_chrome(source, name: str | Path, batch_rows: int = 1 << 19) -> ChromeExport:
     """Writes NAME.json (NAME.json.gz: gzipped) from a trace (a Parquet path, streamed; a `Trace`; or any file
-    `gpt2trace.load` reads). Raises TraceError for a trace it cannot export."""
+    `gpt2trace.load` reads). Raises TraceError for a trace it cannot export, OutputError for an output it may not
+    or could not write (one of the inputs, an unwritable folder, a full disk: nothing is left under the name)."""
+    path = check_output(chrome_path(name), inputs=input_files(source))
     src = open_source(source)
     lay = scan(src)
-    path = Path(str(name) if str(name).endswith((".json", ".json.gz")) else f"{name}.json")
     opener = partial(gzip.open, compresslevel=6) if path.name.endswith(".gz") else open
     events = flows = dropped = 0
-    try:
-        with opener(path, "wb") as fh:
-            head = {"displayTimeUnit": "ns", "otherData": _other_data(src.meta, src.name)}
-            fh.write((json.dumps(head)[:-1] + ',"traceEvents":[\n').encode())
-            meta = _metadata_events(lay)
-            fh.write(",\n".join(meta).encode())
-            events += len(meta)
-            for batch in src.batches(rows=batch_rows):
-                kinds = batch.column(KIND)
-                for kind in Kind.ALL:
-                    part = batch.filter(pc.equal(kinds, kind))
-                    if not part.num_rows:
-                        continue
-                    if kind == Kind.COUNTER:
-                        lines, lost = _counters(part)
-                        dropped += lost
-                    else:
-                        lines = _slices(kind, part)
-                    write_lines(fh, lines)
-                    events += len(lines)
-            lines = _flows(lay)
-            write_lines(fh, lines)
-            flows = len(lines) // 2
-            events += len(lines)
-            fh.write(b"\n]}\n")
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    with atomic_output(path) as tmp, opener(tmp, "wb") as fh:
+        head = {"displayTimeUnit": "ns", "otherData": _other_data(src.meta, src.name, lay)}
+        fh.write((json.dumps(head)[:-1] + ',"traceEvents":[\n').encode())
+        meta = _metadata_events(lay)
+        fh.write(",\n".join(meta).encode())
+        events += len(meta)
+        for batch in src.batches(rows=batch_rows):
+            kinds = batch.column(KIND)
+            for kind in Kind.ALL:
+                part = batch.filter(pc.equal(kinds, kind))
+                if not part.num_rows:
+                    continue
+                if kind == Kind.COUNTER:
+                    lines, lost = _counters(part)
+                    dropped += lost
+                else:
+                    lines = _slices(kind, part)
+                write_lines(fh, lines)
+                events += len(lines)
+        lines = _flows(lay)
+        write_lines(fh, lines)
+        flows = len(lines) // 2
+        events += len(lines)
+        fh.write(b"\n]}\n")
     return ChromeExport(path, lay.records, events, flows, dropped)
 
 
@@ -147,8 +157,7 @@ def _flows(lay: Layout) -> pa.Array:
     src, dst = messages(lay)
     cat = np.full(len(src), "message", dtype=object)
     seq = pc.fill_null(c.column(SEQ), -1).to_numpy()
-    blocking = np.array([F.MPI_CALLS.get(n, (0, 0))[0] == F.MPI_COLLECTIVE and not n.startswith("MPI_I")
-                         for n in names]) & (seq >= 0)
+    blocking = np.array([classify(n)[0] == COLL for n in names], dtype=bool) & (seq >= 0)
     if blocking.any():
         idx = np.flatnonzero(blocking)
         code = np.unique(names[idx], return_inverse=True)[1].ravel().astype(np.int64)
@@ -166,7 +175,7 @@ def _flows(lay: Layout) -> pa.Array:
     s_ts = start[src]
     f_ts = np.maximum(s_ts, np.maximum(end[dst] - 1, start[dst]))
     ids = np.arange(1, len(src) + 1)
-    label = np.array([json.dumps(n) for n in names[src]], dtype=object)
+    label = np.array([json.dumps(shorten(n)) for n in names[src]], dtype=object)
     out = []
     for ph, who, ts, extra in (("s", src, s_ts, ""), ("f", dst, f_ts, ',"bp":"e"')):
         out.append(_join(',\n{"ph":"', ph, '","cat":"', pa.array(cat.astype(str)), '","name":',
@@ -178,8 +187,9 @@ def _flows(lay: Layout) -> pa.Array:
 # --- helpers ------------------------------------------------------------------------------------------------
 
 def _json_names(part: pa.Table) -> pa.Array:
+    """Each record's name as a JSON string, long ones shortened (each distinct name converted once)."""
     col = part.column(NAME).combine_chunks()
-    quoted = pa.array([json.dumps(n) for n in col.dictionary.to_pylist()], pa.string())
+    quoted = pa.array([json.dumps(shorten(n)) for n in col.dictionary.to_pylist()], pa.string())
     return quoted.take(col.indices)
 
 
@@ -191,7 +201,7 @@ def _us(ns: np.ndarray) -> pa.Array:
 
 
 
-def _other_data(meta: dict, name: str) -> dict:
+def _other_data(meta: dict, name: str, lay: Layout) -> dict:
     out = {"source": name, "gpt2trace.schema_version": schema.SCHEMA_VERSION}
     for key in (schema.META_RUN, schema.META_MACHINE):
         raw = meta.get(key)
@@ -200,4 +210,7 @@ def _other_data(meta: dict, name: str) -> dict:
                 out[key.decode()] = json.loads(raw)
             except ValueError:
                 pass
+    long_names = {shorten(n): n for names in lay.names.values() for n in names if len(n) > LONG_NAME}
+    if long_names:
+        out["long_names"] = long_names
     return out

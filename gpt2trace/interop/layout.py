@@ -1,5 +1,6 @@
 """One cheap pass over a trace before exporting it: ranks and threads, time span, the names of each kind in order
-of first appearance, and the (few) MPI call records, which exporters match across ranks.
+of first appearance, and the (few) MPI call records, which exporters match across ranks; on the way, every record
+goes through the checks of `validate` (what the formats cannot hold is refused before anything is written).
 
 Only a handful of narrow columns are read, batch by batch, so the pass is fast and its memory is that of the
 comm records.
@@ -13,8 +14,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpt2trace.format.errors import TraceError
-from gpt2trace.interop.paraver_format import RECVS, SENDS
+from gpt2trace.format.lanes import distinct_lanes
+from gpt2trace.format.matching import match_messages
+from gpt2trace.format.mpi_calls import LOCAL, operation
 from gpt2trace.interop.source import Source
+from gpt2trace.interop.validate import COLUMNS as CHECKED, RecordCheck
 from gpt2trace.format.schema import (BYTES, END_NS, FIELDS, KIND, NAME, PEER, RANK, SEQ, START_NS, STEP, THREAD,
                               Kind)
 
@@ -51,6 +55,7 @@ def scan(source: Source, rows: int = 1 << 18) -> Layout:
     names: dict[str, dict[str, None]] = {k: {} for k in Kind.ALL}
     comms, lo, hi, n = [], None, None, 0
     cols = (KIND, RANK, THREAD, START_NS, END_NS, NAME, BYTES, PEER, SEQ, STEP)
+    check = RecordCheck(source.name)
     for batch in source.batches(cols, rows=rows):
         if not batch.num_rows:
             continue
@@ -61,6 +66,7 @@ def scan(source: Source, rows: int = 1 << 18) -> Layout:
         rank, thread = batch.column(RANK).to_numpy(), batch.column(THREAD).to_numpy()
         if rank.min() < 0 or thread.min() < 0:
             raise TraceError(f"{source.name}: negative rank or thread ids; ids are 0-based")
+        check.add(batch)
         s_min, e_max = pc.min(batch.column(START_NS)).as_py(), pc.max(batch.column(END_NS)).as_py()
         lo = s_min if lo is None else min(lo, s_min)
         hi = e_max if hi is None else max(hi, e_max)
@@ -73,7 +79,7 @@ def scan(source: Source, rows: int = 1 << 18) -> Layout:
             mask = kcodes == kc
             if not mask.any():
                 continue
-            pairs = _pairs(rank[mask], thread[mask])
+            pairs = list(zip(*(a.tolist() for a in distinct_lanes(rank[mask], thread[mask]))))
             kind_threads[k].update(pairs)
             for r, t in pairs:
                 max_thread[r] = max(max_thread.get(r, -1), t)
@@ -88,6 +94,7 @@ def scan(source: Source, rows: int = 1 << 18) -> Layout:
                 comms.append(batch.filter(pa.array(mask)).select(list(COMM_COLUMNS)))
     if not n:
         raise TraceError(f"{source.name}: the trace is empty (no records)")
+    check.finish(lambda: source.batches(CHECKED, rows=rows))
     ranks = max(max_thread) + 1
     threads = np.ones(ranks, dtype=np.int64)
     for r, t in max_thread.items():
@@ -97,42 +104,16 @@ def scan(source: Source, rows: int = 1 << 18) -> Layout:
     return Layout(threads, int(lo), int(hi), {k: list(v) for k, v in names.items()}, table, n, kind_threads)
 
 
-def _pairs(rank: np.ndarray, thread: np.ndarray) -> list[tuple[int, int]]:
-    """The distinct (rank, thread) pairs, by counting (no sort)."""
-    width = int(thread.max()) + 1
-    present = np.flatnonzero(np.bincount(rank.astype(np.int64) * width + thread))
-    return [(int(k) // width, int(k) % width) for k in present]
-
-
 def messages(lay: Layout) -> tuple[np.ndarray, np.ndarray]:
-    """Point-to-point messages as rows of `lay.comms`: (send rows, receive rows), the k-th send from a to b (with
-    b as its peer) matched with the k-th receive on b from a, as `analysis.mpi` matches them."""
+    """Point-to-point messages as rows of `lay.comms`: (send rows, receive rows), as `gpt2trace.format.matching`
+    pairs them (the analyses use the same matching)."""
     c = lay.comms
-    none = np.zeros(0, np.int64)
     if not c.num_rows:
-        return none, none
-    names = np.array(c.column(NAME).to_pylist(), dtype=object)
-    rank = c.column(RANK).to_numpy()
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    name = c.column(NAME).combine_chunks()
+    op_of = np.array([operation(n) for n in name.dictionary.to_pylist()] + [LOCAL], dtype=np.int64)
+    op = op_of[pc.fill_null(name.indices, -1).to_numpy(zero_copy_only=False)]
     peer = pc.fill_null(c.column(PEER), -1).to_numpy()
-    start = c.column(START_NS).to_numpy()
-    ok = (peer >= 0) & (peer < lay.ranks)
-    sends = np.flatnonzero(np.isin(names, SENDS) & ok)
-    recvs = np.flatnonzero(np.isin(names, RECVS) & ok)
-    if not len(sends) or not len(recvs):
-        return none, none
-    s_key, s_k = _ordinal(rank[sends].astype(np.int64) * lay.ranks + peer[sends], start[sends])
-    r_key, r_k = _ordinal(peer[recvs].astype(np.int64) * lay.ranks + rank[recvs], start[recvs])
-    big = int(max(s_k.max(), r_k.max())) + 1
-    _, si, ri = np.intersect1d(s_key * big + s_k, r_key * big + r_k, assume_unique=True, return_indices=True)
-    return sends[si], recvs[ri]
-
-
-def _ordinal(key: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each call, (its pair key, its rank among that pair's calls in time order), in the input's order."""
-    order = np.lexsort((start, key))
-    k = key[order]
-    first = np.r_[0, np.flatnonzero(k[1:] != k[:-1]) + 1]
-    rank_in = np.arange(len(k)) - np.repeat(first, np.diff(np.r_[first, len(k)]))
-    out = np.empty(len(k), np.int64)
-    out[order] = rank_in
-    return key, out
+    peer = np.where(peer < lay.ranks, peer, -1)                       # a rank the trace does not have: no message
+    return match_messages(c.column(RANK).to_numpy(), peer, op, c.column(START_NS).to_numpy(),
+                          c.column(END_NS).to_numpy())

@@ -27,6 +27,13 @@ class LineSorter:
         self._runs: list[Path] = []
         self._seq = 0
 
+    def __enter__(self) -> LineSorter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        """The temporary runs go away however the export ends (`write` removes them too)."""
+        self._tmp.cleanup()
+
     @property
     def lines(self) -> int:
         return self._seq
@@ -76,9 +83,12 @@ class LineSorter:
             return
         path = Path(self._tmp.name) / f"run{len(self._runs)}.arrow"
         table = pa.table({**{k: keys[k] for k in KEYS}, "line": lines})
-        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-            for batch in table.to_batches(max_chunksize=self.block_lines):
-                writer.write_batch(batch)
+        try:
+            with open(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+                for batch in table.to_batches(max_chunksize=self.block_lines):
+                    writer.write_batch(batch)
+        except OSError as exc:          # a full disk: say which file, which a write's OSError does not
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
         self._runs.append(path)
 
     def _merge(self, out: BinaryIO) -> None:

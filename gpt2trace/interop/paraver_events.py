@@ -3,6 +3,12 @@
 Opening and closing events pair per thread and type as a stack; the attributes written in a record's opening line
 (ours, and Extrae's collective sizes, root flag and communicator) become its columns; `3:` records give the bytes
 and partner of the point-to-point calls they fall in. `paraver_import` documents the mapping.
+
+Values arrive as the int64 of their 64 bits (`paraver_parse`): Extrae's unsigned values of 2**63 and more are
+negative here. Ids (functions, MPI calls, phases) work whatever their value, and a name made up from one shows it
+unsigned; a hardware counter value of 2**63 or more is no count (Extrae prints a difference that went negative,
+such as a counter reset, as unsigned) and is left out; Extrae's collective sizes and communicator ids of 2**63 or
+more count as absent; our attributes outside their column's range are left null. The notes count each case.
 """
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ from gpt2trace.interop import paraver_format as F
 from gpt2trace.interop.paraver_parse import Body, Header
 from gpt2trace.interop.paraver_pcf import Pcf
 from gpt2trace.interop.paraver_records import Lanes, kind_table, require, to_ns
-from gpt2trace.format.schema import BYTES, LAYER, MICROSTEP, PEER, SEQ, STEP, VALUE, Kind
+from gpt2trace.format.schema import BYTES, FIELDS, LAYER, MICROSTEP, PEER, SEQ, STEP, VALUE, Kind
 
 MPI_ATTRS = (F.MPI_SEND_SIZE, F.MPI_RECV_SIZE, F.MPI_ROOT, F.MPI_COMM)
 FUNCTIONS = tuple(F.FUNCTION_LABELS)
@@ -39,8 +45,13 @@ class Events:
         mpi = (t >= F.MPI_P2P) & (t <= F.MPI_IO)
         ranged = mpi | np.isin(t, FUNCTIONS) | (t == F.PHASE)
         attr = np.isin(t, list(F.ATTRIBUTES) + list(MPI_ATTRS))
-        counter = ((t >= F.HWC_FIRST) & (t <= F.HWC_LAST)) | ((t >= F.COUNTER_FIRST) & (t <= F.COUNTER_LAST))
-        other = ~(ranged | attr | counter)
+        hwc = (t >= F.HWC_FIRST) & (t <= F.HWC_LAST) & ~np.isin(t, F.HWC_SET_IDS)
+        wrapped = hwc & (self.value < 0)                   # unsigned 2**63 and more: no count
+        if wrapped.any():
+            notes.append(f"{int(wrapped.sum())} hardware counter value(s) of 2**63 or more (Extrae prints a "
+                         "difference that went negative as unsigned) are no counts and were left out")
+        counter = (hwc & ~wrapped) | ((t >= F.COUNTER_FIRST) & (t <= F.COUNTER_LAST))
+        other = ~(ranged | attr | counter | wrapped)
         if other.any():
             types, counts = np.unique(t[other], return_counts=True)
             shown = ", ".join(f"{ty} ({pcf.types.get(int(ty), 'unnamed')}: {c})"
@@ -49,7 +60,7 @@ class Events:
                          f"were not imported: {shown}{', ...' if len(types) > 8 else ''}")
         opens, ends = self._pair(np.flatnonzero(ranged), notes)
         starts = np.concatenate([opens, np.flatnonzero(counter)])
-        attrs = self._attributes(starts, np.flatnonzero(attr), len(opens))
+        attrs = self._attributes(starts, np.flatnonzero(attr), len(opens), notes)
         a = {typ: (v[:len(opens)], ok[:len(opens)]) for typ, (v, ok) in attrs.items()}
         c = {typ: (v[len(opens):], ok[len(opens):]) for typ, (v, ok) in attrs.items()}
         kind_of = self.type[opens]
@@ -79,9 +90,10 @@ class Events:
             notes.append(f"{stray} closing event(s) (value 0) without an open one were ignored")
         return opens, ends
 
-    def _attributes(self, starts: np.ndarray, attr_idx: np.ndarray, n_open: int) -> dict:
+    def _attributes(self, starts: np.ndarray, attr_idx: np.ndarray, n_open: int, notes: list[str]) -> dict:
         """For each attribute type, (value, present) of every record start: the attribute in the same line, else
-        (a line of Extrae's split at one instant) one at the same thread and time as an MPI call's start."""
+        (a line of Extrae's split at one instant) one at the same thread and time as an MPI call's start. Values
+        out of range for what they give (see the module's docstring) count as absent."""
         rows = self.row[starts]
         out = {}
         has_start = np.zeros(len(self.body.events), bool)
@@ -96,6 +108,13 @@ class Events:
                 orphan = sel[~has_start[self.row[sel]]]
                 if len(orphan) and n_open:
                     self._orphans(orphan, starts[:n_open], value, ok)
+            low, high = _ATTRIBUTE_RANGES[typ]
+            outside = ok & ((value < low) | (value > high))
+            if outside.any():
+                label = F.ATTRIBUTES.get(typ) or F.MPI_ATTR_LABELS[typ]
+                notes.append(f"{int(outside.sum())} value(s) of event type {typ} ({label}) outside {low}..{high} "
+                             "were left out")
+                ok = ok & ~outside
             out[typ] = (value, ok)
         return out
 
@@ -115,17 +134,18 @@ class Events:
     # --- kinds -----------------------------------------------------------------------------------------------
 
     def _kernels(self, opens, ends, attrs, pcf: Pcf, notes) -> pa.Table:
-        names = self._names(opens, pcf, lambda typ, v: f"{F.FUNCTION_LABELS.get(typ, 'function')} {v}")
+        names = self._names(opens, pcf, lambda typ, v: f"{F.FUNCTION_LABELS.get(typ, 'function')} {_unsigned(v)}")
         cols = _columns(attrs, (STEP, LAYER, MICROSTEP))
         return kind_table(Kind.KERNEL, self.lanes, self.lane[opens], self.time[opens], ends, cols, names)
 
     def _phases(self, opens, ends, attrs, pcf: Pcf, notes) -> pa.Table:
-        names = self._names(opens, pcf, lambda typ, v: f"phase {v}")
+        names = self._names(opens, pcf, lambda typ, v: f"phase {_unsigned(v)}")
         cols = _columns(attrs, (STEP, LAYER, MICROSTEP))
         return kind_table(Kind.PHASE, self.lanes, self.lane[opens], self.time[opens], ends, cols, names)
 
     def _comms(self, opens, ends, attrs, pcf: Pcf, notes) -> pa.Table:
-        names = self._names(opens, pcf, lambda typ, v: F.MPI_NAMES.get(v, f"MPI call {v}"), prefer_builtin=True)
+        names = self._names(opens, pcf, lambda typ, v: F.MPI_NAMES.get(v, f"MPI call {_unsigned(v)}"),
+                            prefer_builtin=True)
         lane, start = self.lane[opens], self.time[opens]
         rank = self.lanes.rank[lane]
         cols = _columns(attrs, (STEP, LAYER, MICROSTEP, SEQ, PEER, BYTES))
@@ -214,9 +234,26 @@ class Events:
         for k, (ty, v) in enumerate(pairs):
             label = pcf.value_label(int(ty), int(v))
             builtin = fallback(int(ty), int(v))
-            name = builtin if prefer_builtin and int(v) in F.MPI_NAMES else (label or builtin)
+            name = builtin if (prefer_builtin and int(v) in F.MPI_NAMES) or label is None else label
             code_of_pair[k] = dictionary.setdefault(name, len(dictionary))
         return code_of_pair[inverse], list(dictionary)
+
+
+def _unsigned(value: int) -> int:
+    """An event value as Extrae wrote it (unsigned 64-bit)."""
+    return int(value) % 2**64
+
+
+def _range(typ: pa.DataType) -> tuple[int, int]:
+    bits = typ.bit_width
+    return -2**(bits - 1), 2**(bits - 1) - 1
+
+
+# What each attribute type may hold: ours their column's range (the schema's integer types); Extrae's are
+# unsigned (2**63 and more arrive negative: absent), and its communicator ids must fit the seq arithmetic (id << 32).
+_ATTRIBUTE_RANGES = {**{typ: _range(FIELDS[col]) for typ, col in F.ATTRIBUTES.items()},
+                     F.MPI_SEND_SIZE: (0, 2**63 - 1), F.MPI_RECV_SIZE: (0, 2**63 - 1), F.MPI_ROOT: (0, 2**63 - 1),
+                     F.MPI_COMM: (0, 2**31 - 1)}
 
 
 def _columns(attrs: dict, cols: tuple[str, ...]) -> dict:

@@ -15,6 +15,11 @@ are, in the line that starts the record, so an import rebuilds the trace exactly
 Paraver wants the records sorted by time: lines are generated batch by batch and written through an external
 merge sort (`linesort`), so memory stays bounded whatever the trace's size. At one instant on one thread, ends
 come before starts, and zero-length records open before they close, so their nesting survives.
+
+Records Paraver cannot hold (`validate`: negative durations or times, overlapping states, crossing records) are
+refused before anything is written. Names go into the .pcf and .row through `labels.escape` (one line each;
+NAME.gpt2trace.json says so, and the import unescapes them). The four files are written under temporary names and
+renamed together when all are complete.
 """
 from __future__ import annotations
 
@@ -31,18 +36,19 @@ import pyarrow.compute as pc
 
 from gpt2trace.format import schema
 from gpt2trace.format.errors import TraceError
+from gpt2trace.format.mpi_calls import ROOTED
+from gpt2trace.format.outputs import atomic_outputs, check_output
 from gpt2trace.interop import paraver_format as F
+from gpt2trace.interop.labels import ESCAPED, LABELS_KEY
 from gpt2trace.interop.layout import Layout, messages, scan
 from gpt2trace.interop.linesort import LineSorter
 from gpt2trace.interop.paraver_pcf import EventType, write_pcf, write_row
-from gpt2trace.interop.source import open_source
+from gpt2trace.interop.source import input_files, open_source
 from gpt2trace.interop.textcols import as_text as _s, join as _join
 from gpt2trace.format.schema import (BYTES, END_NS, KIND, LAYER, MICROSTEP, NAME, PEER, RANK, SEQ, START_NS, STATE, STEP,
                               THREAD, VALUE, Kind)
 
 INT64_LIMIT = 9.2e18
-ROOTED = {"MPI_Bcast", "MPI_Reduce", "MPI_Scatter", "MPI_Scatterv", "MPI_Gather", "MPI_Gatherv", "MPI_Ibcast",
-          "MPI_Ireduce", "MPI_Iscatter", "MPI_Iscatterv", "MPI_Igather", "MPI_Igatherv"}
 
 
 @dataclass(frozen=True)
@@ -68,7 +74,7 @@ class _Encoding:
     offsets: np.ndarray = field(repr=False)
 
     @classmethod
-    def of(cls, lay: Layout) -> _Encoding:
+    def of(cls, lay: Layout, where: str) -> _Encoding:
         names = lay.names
         mpi, extra = {}, 0
         for n in names[Kind.COMM]:
@@ -84,8 +90,8 @@ class _Encoding:
                 counter[n] = (hwc[n], 1.0)
             else:
                 if F.COUNTER_FIRST + ours > F.COUNTER_LAST:
-                    raise TraceError(f"more than {F.COUNTER_LAST - F.COUNTER_FIRST + 1} counter names; Paraver "
-                                     "export supports that many")
+                    raise TraceError(f"{where}: cannot export: more than {F.COUNTER_LAST - F.COUNTER_FIRST + 1} "
+                                     "counter names, the most the Paraver export has event types for")
                 counter[n] = (F.COUNTER_FIRST + ours, 1.0 if n.startswith("PAPI_") else F.COUNTER_SCALE)
                 ours += 1
         offsets = lay.offsets
@@ -116,33 +122,32 @@ class _Encoding:
 def export_paraver(source, name: str | Path, date: datetime | None = None, tmpdir: str | Path | None = None,
                    run_lines: int = 1_000_000, batch_rows: int = 1 << 19) -> ParaverExport:
     """Writes NAME.prv (or NAME.prv.gz), NAME.pcf, NAME.row, NAME.gpt2trace.json from a trace (a Parquet path,
-    streamed; a `Trace`; or any file `gpt2trace.load` reads). Raises TraceError for a trace it cannot export."""
+    streamed; a `Trace`; or any file `gpt2trace.load` reads). Raises TraceError for a trace it cannot export,
+    OutputError for outputs it may not or could not write (an input, an unwritable folder, a full disk: then none
+    of the four is left under its name)."""
+    inputs = input_files(source)
+    prv, pcf, row, meta = outputs = [check_output(p, inputs=inputs) for p in F.file_names(str(name))]
     src = open_source(source)
     lay = scan(src)
-    if lay.t0_ns < 0:
-        raise TraceError(f"{src.name}: records start at {lay.t0_ns} ns; Paraver times start at 0")
-    enc = _Encoding.of(lay)
-    prv, pcf, row, meta = (Path(p) for p in F.file_names(str(name)))
-    sorter = LineSorter(tmpdir, run_lines)
-    dropped = 0
-    for batch in src.batches(rows=batch_rows):
-        kinds = batch.column(KIND)
-        for kind, lines in _LINES.items():
-            part = batch.filter(pc.equal(kinds, kind))
-            if part.num_rows:
-                dropped += lines(sorter, part, enc) or 0
-    messages = _messages(sorter, lay, enc)
-    collectives = any(t == F.MPI_COLLECTIVE for t, _ in enc.mpi.values())
+    enc = _Encoding.of(lay, src.name)
     opener = partial(gzip.open, compresslevel=6) if prv.name.endswith(".gz") else open
-    try:
-        with opener(prv, "wb") as fh:
+    dropped = 0
+    # The sort's spilled runs may fill a disk too: inside the block, that is an OutputError like the rest.
+    with atomic_outputs(outputs) as (t_prv, t_pcf, t_row, t_meta), LineSorter(tmpdir, run_lines) as sorter:
+        for batch in src.batches(rows=batch_rows):
+            kinds = batch.column(KIND)
+            for kind, lines in _LINES.items():
+                part = batch.filter(pc.equal(kinds, kind))
+                if part.num_rows:
+                    dropped += lines(sorter, part, enc) or 0
+        messages = _messages(sorter, lay, enc)
+        collectives = any(t == F.MPI_COLLECTIVE for t, _ in enc.mpi.values())
+        with opener(t_prv, "wb") as fh:
             fh.write(header(lay, date or datetime.now(), collectives).encode())
             lines = sorter.write(fh)
-        write_pcf(pcf, enc.event_types())
-        write_row(row, _row_levels(lay, src.meta))
-        meta.write_text(json.dumps(_meta_json(src.meta), indent=1) + "\n")
-    except OSError as exc:
-        raise TraceError(f"{exc.filename or prv}: cannot write ({exc.strerror})") from None
+        write_pcf(t_pcf, enc.event_types())
+        write_row(t_row, _row_levels(lay, src.meta))
+        t_meta.write_text(json.dumps(_meta_json(src.meta), indent=1) + "\n")
     return ParaverExport(prv, pcf, row, meta, lay.records, lines, messages, dropped)
 
 
@@ -279,7 +284,7 @@ def _row_levels(lay: Layout, meta: dict) -> dict[str, list[str]]:
 
 
 def _meta_json(meta: dict) -> dict:
-    out = {"format": "gpt2trace Paraver export", "schema_version": schema.SCHEMA_VERSION}
+    out = {"format": "gpt2trace Paraver export", "schema_version": schema.SCHEMA_VERSION, LABELS_KEY: ESCAPED}
     for key, raw in meta.items():
         if key == schema.META_VERSION:
             continue

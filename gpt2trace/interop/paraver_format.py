@@ -64,18 +64,17 @@ def _table() -> dict[str, tuple[int, int]]:
 MPI_CALLS: dict[str, tuple[int, int]] = _table()           # "MPI_Allreduce" -> (50000002, 10)
 MPI_NAMES: dict[int, str] = {v: n for n, (_, v) in MPI_CALLS.items()}   # Extrae's values are unique across types
 OTHER_MPI_FIRST = 1000          # our value for an MPI call Extrae has no id for (type MPI Other, named in the .pcf)
-SENDS = ("MPI_Send", "MPI_Ssend", "MPI_Rsend", "MPI_Bsend", "MPI_Isend", "MPI_Issend", "MPI_Irsend", "MPI_Ibsend",
-         "MPI_Sendrecv", "MPI_Sendrecv_replace")
-RECVS = ("MPI_Recv", "MPI_Irecv", "MPI_Sendrecv", "MPI_Sendrecv_replace")
 
 # --- Extrae's function types: value = a function id named in the .pcf, 0 when it returns.
 OMP_FUNCTION, USER_FUNCTION, PTHREAD_FUNCTION, TASK_FUNCTION = 60000018, 60000019, 60000020, 60000023
 FUNCTION_LABELS = {OMP_FUNCTION: "Executed OpenMP parallel function", USER_FUNCTION: "User function",
                    PTHREAD_FUNCTION: "pthread function", TASK_FUNCTION: "Executed OpenMP task function"}
 
-# --- Hardware counters: Extrae writes 42000000 + the PAPI preset's index; the value is the count since the
-# thread's previous read, so it belongs to the burst that ends where it is written.
+# --- Hardware counters: Extrae writes 42000000 + the PAPI preset's index (42001000 + n for native counters); the
+# value is the count since the thread's previous read, so it belongs to the burst that ends where it is written.
+# Not counts: the active counter set's id (41999999; 42009999 in older Extrae), and absolute readings (43xxxxxx).
 HWC_FIRST, HWC_LAST = 42000000, 42999999
+HWC_SET_IDS = (41999999, 42009999)
 PAPI_TOT_INS, PAPI_TOT_CYC = 42000050, 42000059
 HWC_NAMES = {PAPI_TOT_INS: INSTRUCTIONS, PAPI_TOT_CYC: CYCLES}
 HWC_LABELS = {PAPI_TOT_INS: "PAPI_TOT_INS [Instr completed]", PAPI_TOT_CYC: "PAPI_TOT_CYC [Total cycles]"}

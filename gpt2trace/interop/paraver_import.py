@@ -30,7 +30,9 @@ import pyarrow.parquet as pq
 
 from gpt2trace.format import schema
 from gpt2trace.format.errors import TraceError
+from gpt2trace.format.outputs import atomic_output, check_output
 from gpt2trace.interop import paraver_format as F
+from gpt2trace.interop.labels import ESCAPED, LABELS_KEY
 from gpt2trace.interop.paraver_events import Events
 from gpt2trace.interop.paraver_parse import Body, Header, read
 from gpt2trace.interop.paraver_pcf import Pcf, read_pcf, read_row
@@ -44,6 +46,7 @@ class ParaverImport:
     table: pa.Table                     # schema columns and metadata
     header: Header
     notes: tuple[str, ...]              # what the import did beyond a plain translation
+    inputs: tuple[Path, ...] = ()       # the .prv and its .pcf, .row, .gpt2trace.json: never to be written
 
 
 def load_paraver(path: str | Path) -> Trace:
@@ -57,18 +60,20 @@ def import_paraver(path: str | Path) -> ParaverImport:
         raise TraceError(f"{path}: no such trace file")
     if not path.name.endswith((".prv", ".prv.gz")):
         raise TraceError(f"{path}: not a Paraver trace (expected a .prv or .prv.gz file)")
-    _, pcf_name, row_name, meta_name = (Path(p) for p in F.file_names(str(path)))
+    inputs = tuple(Path(p) for p in F.file_names(str(path)))
+    _, pcf_name, row_name, meta_name = inputs
     notes = []
     header, body = read(path)
-    pcf = read_pcf(pcf_name) if pcf_name.is_file() else Pcf()
+    meta = _sidecar(meta_name)
+    escaped = meta.get(LABELS_KEY) == ESCAPED          # our own export's labels: escaped, see `labels`
+    pcf = read_pcf(pcf_name, escaped) if pcf_name.is_file() else Pcf()
     if not pcf_name.is_file():
         notes.append(f"no {pcf_name.name} beside the trace: names are the built-in ones or numbers")
     if row_name.is_file():
-        threads = read_row(row_name).get("THREAD")
+        threads = read_row(row_name, escaped).get("THREAD")
         total = sum(sum(t) for t in header.tasks)
         if threads is not None and len(threads) != total:
             notes.append(f"{row_name.name} names {len(threads)} threads; the header declares {total}")
-    meta = _sidecar(meta_name)
     lanes = Lanes(header)
     tables = [_states(path, header, body, lanes, notes)]
     events = Events(path, header, body, lanes)
@@ -78,16 +83,17 @@ def import_paraver(path: str | Path) -> ParaverImport:
         raise TraceError(f"{path}: the trace has no records of our schema (states, MPI calls, functions, counters)")
     metadata = _metadata(meta)
     table = table.unify_dictionaries().replace_schema_metadata(schema.arrow_schema(metadata).metadata)
-    return ParaverImport(table, header, tuple(notes))
+    return ParaverImport(table, header, tuple(notes), inputs)
 
 
 def write_parquet(imported: ParaverImport, out: str | Path) -> int:
-    """Writes the imported trace as our Parquet trace (zstd); returns the number of records."""
-    try:
-        with pq.ParquetWriter(out, imported.table.schema, compression="zstd") as writer:
-            writer.write_table(imported.table, row_group_size=1 << 20)
-    except OSError as exc:
-        raise TraceError(f"{out}: cannot write ({exc.strerror or exc})") from None
+    """Writes the imported trace as our Parquet trace (zstd); returns the number of records. OutputError when
+    `out` is one of the import's files or cannot be written (then nothing is left under its name)."""
+    out = check_output(out, inputs=imported.inputs)
+    # through a Python file: a full disk is then the OSError of the write, with its plain message
+    with atomic_output(out) as tmp, open(tmp, "wb") as fh, \
+            pq.ParquetWriter(fh, imported.table.schema, compression="zstd") as writer:
+        writer.write_table(imported.table, row_group_size=1 << 20)
     return imported.table.num_rows
 
 

@@ -10,6 +10,10 @@ Record formats (every field an integer):
   1:cpu:appl:task:thread:begin:end:state
   2:cpu:appl:task:thread:time:type:value[:type:value...]
   3:cpu:appl:task:thread:lsend:psend:cpu:appl:task:thread:lrecv:precv:size:tag
+Event values are unsigned 64-bit numbers in Extrae's traces (up to 18446744073709551615): they are kept as the int64
+of the same 64 bits, so values of 2**63 and more come out negative and `paraver_events` decides what each type's
+large values mean. Our own exports write signed values (a negative counter), read as they are. Every other field
+has at most 18 digits.
 """
 from __future__ import annotations
 
@@ -28,7 +32,8 @@ STATE_FIELDS = ("cpu", "appl", "task", "thread", "begin", "end", "state")
 EVENT_FIELDS = ("cpu", "appl", "task", "thread", "time")
 COMM_FIELDS = ("cpu", "appl", "task", "thread", "logical send", "physical send", "receiver cpu", "receiver appl",
                "receiver task", "receiver thread", "logical receive", "physical receive", "size", "tag")
-_UNKNOWN, _BAD_NUMBER, _FIELD_COUNT, _TOO_LONG = 1, 2, 3, 4
+_UNKNOWN, _BAD_NUMBER, _FIELD_COUNT, _TOO_LONG, _BEYOND_64_BITS = 1, 2, 3, 4, 5
+U64_MAX = 2**64 - 1
 
 
 @dataclass(frozen=True)
@@ -230,7 +235,8 @@ def _error(path: Path, chunk: bytes, base: int, err: int, line: int, fieldno: in
                 "3": "15 fields (3:cpu:appl:task:thread:lsend:psend:cpu:appl:task:thread:lrecv:precv:size:tag)"}
         return TraceError(f"{where}: wrong number of fields, expected {want[kind]}: {shown!r}")
     label = names[fieldno] if fieldno < len(names) else ("type" if (fieldno - 5) % 2 == 0 else "value")
-    problem = "is not an integer" if err == _BAD_NUMBER else "has too many digits"
+    problem = {_BAD_NUMBER: "is not an integer", _TOO_LONG: "has too many digits",
+               _BEYOND_64_BITS: f"does not fit in 64 bits (values go from -{2**63} to {U64_MAX})"}[err]
     return TraceError(f"{where}: field {fieldno + 2} ({label}) {problem}: {shown!r}")
 
 
@@ -256,6 +262,10 @@ def _count(buf):
             nc += 1
         i = j + 1
     return ns, ne, nc, colons // 2 + 1
+
+
+_U64_TENTH, _U64_LAST = np.uint64(U64_MAX // 10), np.uint64(U64_MAX % 10)
+_I64_MIN_MAGNITUDE = np.uint64(2**63)
 
 
 @njit(cache=True)
@@ -295,14 +305,22 @@ def _scan(buf, st, st_line, ev, ev_line, pr, pt, pv, cm, cm_line, counts):
                 neg = True
                 i += 1
             start = i
-            v = 0
+            is_value = kind == 2 and nf >= 5 and (nf - 5) % 2 == 1
+            u = np.uint64(0)              # unsigned: wraps defined; the checks below keep it within 64 bits
+            big = False
             while i < n and 48 <= buf[i] <= 57:
-                v = v * 10 + (buf[i] - 48)
+                d = np.uint64(buf[i] - 48)
+                if i - start >= 19 and (i - start > 19 or u > _U64_TENTH or (u == _U64_TENTH and d > _U64_LAST)):
+                    big = True            # a 20th digit beyond 2**64 - 1, or a 21st
+                u = u * np.uint64(10) + d
                 i += 1
             if i == start:
                 return _BAD_NUMBER, line, nf
-            if i - start > 18:
+            if not is_value and i - start > 18:
                 return _TOO_LONG, line, nf
+            if big or (neg and u > _I64_MIN_MAGNITUDE):
+                return _BEYOND_64_BITS, line, nf
+            v = np.int64(u)               # the same 64 bits: 2**63 and more come out negative
             if neg:
                 v = -v
             if kind == 2 and nf >= 5:

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from gpt2trace.format import schema
 from gpt2trace.format.errors import TraceError
-from gpt2trace.format.reader import Trace
+from gpt2trace.format.reader import Trace, open_parquet
 from gpt2trace.format.schema import FIELDS, KIND, REQUIRED, Kind
 
 BATCH_ROWS = 1 << 20
@@ -36,7 +35,7 @@ class Source:
             for batch in table.select(list(columns)).to_batches(max_chunksize=rows):
                 yield pa.Table.from_batches([batch])
             return
-        pfile = pq.ParquetFile(self.path)
+        pfile = open_parquet(self.path)
         names = pfile.schema_arrow.names
         present = [c for c in columns if c in names]
         try:
@@ -44,6 +43,19 @@ class Source:
                 yield _typed(self.name, pa.Table.from_batches([batch]), columns)
         except (pa.ArrowException, OSError) as exc:
             raise TraceError(f"{self.name}: cannot read the Parquet data ({_first_line(exc)})") from None
+
+
+def input_files(source) -> list[Path]:
+    """The files an export of `source` reads, which it must never write: the trace file, and for a .prv its .pcf,
+    .row and .gpt2trace.json (read when present)."""
+    path = source.path if isinstance(source, Trace) else Path(source)
+    if path is None:
+        return []
+    path = Path(path)
+    if path.name.endswith((".prv", ".prv.gz")):
+        from gpt2trace.interop.paraver_format import file_names
+        return [Path(p) for p in file_names(str(path))]
+    return [path]
 
 
 def open_source(source) -> Source:
@@ -58,7 +70,7 @@ def open_source(source) -> Source:
         trace = load(path)
         return Source(str(path), _trace_meta(trace), trace=trace)
     try:
-        arrow_schema = pq.ParquetFile(path).schema_arrow
+        arrow_schema = open_parquet(path).schema_arrow
     except (pa.ArrowException, OSError) as exc:
         raise TraceError(f"{path}: not a Parquet file ({_first_line(exc)})") from None
     meta = dict(arrow_schema.metadata or {})

@@ -4,9 +4,9 @@
     write(load("trace.parquet"), "report.html")
 
 Modules: `colors` (fixed colors per state / kernel / phase / MPI call), `lod` (dominant category per time bin),
-`timeline` (views, exact records, detail window), `payload` and `pack` (data into the page), `figures` and
-`tables` (the charts and tables beside the timeline), `page` and `script` (the HTML and its JavaScript),
-`build` (all of it from a trace).
+`timeline` (views, exact records, detail window), `payload` (the page's data and its contract with the script)
+and `pack` (data into the page), `figures` and `tables` (the charts and tables beside the timeline, drawn from
+the analysis), `page` and `report.js` (the HTML and its JavaScript), `build` (all of it from a trace).
 """
 from gpt2trace.report.build import Report, build, write
 

@@ -9,10 +9,11 @@ from pathlib import Path
 
 from analysis.analyze import analyze
 from analysis.window import select
+from gpt2trace.format.outputs import atomic_output
 from gpt2trace.format.reader import Trace
 from gpt2trace.report import colors, figures, page, tables
 from gpt2trace.report.pack import Blobs
-from gpt2trace.report.payload import timeline_data
+from gpt2trace.report.payload import page_data
 from gpt2trace.report.tables import esc
 from gpt2trace.report.timeline import EXACT_BUDGET, RUN_BUDGET, build as build_timeline
 
@@ -44,12 +45,9 @@ def build(trace: Trace, result: dict | None = None, steps: str | None = None,
     detail_ns = (int(round(window_s[0] * 1e9)), int(round(window_s[1] * 1e9))) if window_s else None
     tl = build_timeline(trace, analyzed, detail_ns, exact_budget, run_budget)
     blobs = Blobs()
-    figs = {"fig-steps": figures.step_durations(trace, list(window.steps)),
-            "fig-occupancy": figures.occupancy_levels(result),
-            "fig-imbalance": figures.imbalance_heatmap(trace, window),
-            "fig-useful": figures.useful_histogram(trace, window)}
-    data = {"timeline": timeline_data(tl, blobs, analyzed), "figures": figs,
-            "rankColors": [colors.rank_color(i) for i in range(len(colors.RANK_RGB))]}
+    figs = {"fig-steps": figures.step_durations(result), "fig-occupancy": figures.occupancy_levels(result),
+            "fig-imbalance": figures.imbalance_heatmap(result), "fig-useful": figures.useful_histogram(result)}
+    data = page_data(tl, blobs, analyzed, figs, [colors.rank_color(i) for i in range(len(colors.RANK_RGB))])
     name = Path(trace.name).name
     header, sections = _header(trace, result, name), _sections(result, tl, figs, top)
     html = page.render(f"gpt2trace report: {name}", header, sections, data, blobs)
@@ -59,8 +57,11 @@ def build(trace: Trace, result: dict | None = None, steps: str | None = None,
 
 
 def write(trace: Trace, out: str | Path, **kwargs) -> Report:
+    """Builds the report (`build`'s arguments) and writes it to `out` under a temporary name, renamed when complete:
+    a full disk or a signal leaves no half-written page. Raises OutputError when it cannot write."""
     report = build(trace, **kwargs)
-    Path(out).write_text(report.html, encoding="utf-8")
+    with atomic_output(out) as tmp:
+        tmp.write_text(report.html, encoding="utf-8")
     return report
 
 

@@ -1,9 +1,9 @@
 """The report's charts beside the timeline, as plotly figure dicts: step durations by phase, the kernel x thread
 imbalance heatmap, the useful-duration histogram, and the time at each occupancy level.
 
-Each takes tables the analysis computes (or the trace's records for the same window) and only arranges them;
-strings from the trace are escaped (`_esc`) because plotly renders a subset of HTML in labels. Bars have no
-outline: plotly's default white outline hides bars thinner than it.
+Each draws tables of `analysis.analyze.analyze`'s result (step_phases, kernel_threads, bursts, occupancy) and
+computes nothing itself; strings from the trace are escaped (`_esc`) because plotly renders a subset of HTML in
+labels. Bars have no outline: plotly's default white outline hides bars thinner than it.
 """
 from __future__ import annotations
 
@@ -13,10 +13,8 @@ import json
 import numpy as np
 import plotly.graph_objects as go
 
-from analysis.window import Window, outliers, records, steps_table
-from gpt2trace.format.reader import Trace, thread_order
+from gpt2trace.format.schema import RANK, STEP, THREAD
 from gpt2trace.report import colors
-from gpt2trace.format.schema import END_NS, NAME, RANK, START_NS, STATE, STEP, THREAD, Kind, State
 
 TEMPLATE = "plotly_white"
 FONT = {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12}
@@ -29,40 +27,30 @@ def _layout(fig: go.Figure, height: int, top: int = 10, **kw) -> dict:
     return json.loads(fig.to_json())            # plotly's encoder: NumPy arrays as lists, NaN as null
 
 
-def step_durations(trace: Trace, analyzed_steps: list[int]) -> dict | None:
-    """One stacked bar per step: the mean time per rank in each phase, and the rest of the step as 'other'."""
-    steps = steps_table(trace)
-    if steps.empty:
+def step_durations(result: dict) -> dict | None:
+    """One stacked bar per step: the mean time per rank in each phase, and the rest of the step as 'other'
+    (analysis: step_phases); steps outside the analyzed window shaded, outliers (summary) labelled."""
+    steps = result["step_phases"]["steps"]
+    if not steps:
         return None
-    step = steps[STEP].to_numpy().astype(np.int64)
-    total = steps["seconds"].to_numpy()
-    ph = records(trace, Kind.PHASE, (RANK, NAME))
+    step = np.array([row[STEP] for row in steps], dtype=np.int64)
+    total = np.array([row["seconds"] for row in steps])
     fig = go.Figure()
-    stacked = np.zeros(len(step))
-    if len(ph):
-        # A phase counts in the step whose time holds its start: step-less phases (the tracer's flush) too.
-        ranks = max(len(np.unique(ph[RANK])), 1)
-        idx = np.searchsorted(steps[START_NS].to_numpy(), ph[START_NS], side="right") - 1
-        valid = (idx >= 0) & (ph[START_NS] < steps[END_NS].to_numpy()[np.maximum(idx, 0)])
-        name, idx = ph[NAME][valid], idx[valid]
-        dur = (ph[END_NS] - ph[START_NS])[valid] / 1e9 / ranks
-        for code in sorted(np.unique(name), key=lambda c: -dur[name == c].sum()):
-            secs = np.bincount(idx[name == code], weights=dur[name == code], minlength=len(step))
-            label = ph.names[code]
-            fig.add_bar(x=step, y=secs * 1e3, name=_esc(label), marker_color=colors.phase_color(label),
-                        marker_line_width=0, hovertemplate="step %{x}: %{y:.4g} ms<extra>%{fullData.name}</extra>")
-            stacked += secs
-    other = np.maximum(total - stacked, 0)
+    for label, rows in _groups(result["step_phases"]["phases"], "phase"):
+        fig.add_bar(x=step, y=np.array([row["seconds"] for row in rows]) * 1e3, name=_esc(label),
+                    marker_color=colors.phase_color(label), marker_line_width=0,
+                    hovertemplate="step %{x}: %{y:.4g} ms<extra>%{fullData.name}</extra>")
+    other = np.array([row["other_s"] for row in steps])
     fig.add_bar(x=step, y=other * 1e3, name="other (outside phases)", marker_color="#eadfbf", marker_line_width=0,
                 hovertemplate="step %{x}: %{y:.4g} ms<extra>other</extra>")
     fig.add_scatter(x=step, y=total * 1e3, mode="markers", name="step time",
                     marker={"symbol": "line-ew-open", "size": 14, "color": "#222", "line": {"width": 2}},
                     hovertemplate="step %{x}: %{y:.4g} ms<extra>step time</extra>")
-    analyzed = set(analyzed_steps)
+    analyzed = set(result["window"]["steps"])
     shapes = [{"type": "rect", "xref": "x", "yref": "paper", "x0": int(s) - 0.5, "x1": int(s) + 0.5, "y0": 0, "y1": 1,
                "fillcolor": "rgba(0,0,0,0.06)", "line": {"width": 0}, "layer": "below"}
               for s in step if int(s) not in analyzed]
-    flagged = set(step[outliers(total)].tolist())
+    flagged = set(result["summary"]["outlier_steps"])
     # A warm-up step many times longer than the others would flatten them: the axis fits the analyzed steps
     # and the longer bars are cut, their time written on them.
     inside = np.isin(step, list(analyzed))
@@ -87,26 +75,25 @@ def step_durations(trace: Trace, analyzed_steps: list[int]) -> dict | None:
                    legend={"orientation": "h", "y": -0.25, "x": 0})
 
 
-def imbalance_heatmap(trace: Trace, window: Window) -> dict | None:
+def imbalance_heatmap(result: dict) -> dict | None:
     """Kernels (all layers) x rank.thread: each cell the thread's block time over the kernel's mean over the
-    threads that run it (1 = balanced); rows by total time, the top MAX_KERNEL_ROWS."""
-    kern = records(trace, Kind.KERNEL, (RANK, THREAD, NAME), window)
-    if not len(kern):
+    threads that run it (analysis: kernel_threads; 1 = balanced); rows by total time, the top MAX_KERNEL_ROWS."""
+    cells = result["kernel_threads"]
+    if not cells:
         return None
-    lane_key = kern[RANK].astype(np.int64) * (int(kern[THREAD].max()) + 1) + kern[THREAD]
-    lanes, lane = np.unique(lane_key, return_inverse=True)
-    width = int(kern[THREAD].max()) + 1
-    labels = [f"{k // width}.{k % width}" for k in lanes]
-    names, name = np.unique(kern[NAME], return_inverse=True)
-    t = np.bincount(name * len(lanes) + lane, weights=kern[END_NS] - kern[START_NS],
-                    minlength=len(names) * len(lanes)).reshape(len(names), len(lanes)) / 1e9
-    runs = np.bincount(name * len(lanes) + lane, minlength=t.size).reshape(t.shape) > 0
-    top = np.argsort(-t.sum(axis=1), kind="stable")[:MAX_KERNEL_ROWS]
-    t, runs = t[top], runs[top]
-    mean = t.sum(axis=1) / np.maximum(runs.sum(axis=1), 1)
-    ratio = np.where(runs, t / np.maximum(mean, 1e-300)[:, None], np.nan)
-    rows = [_esc(kern.names[c]) for c in names[top]]
-    spread = float(np.nanmax(np.abs(ratio - 1))) if np.isfinite(ratio).any() else 0.1
+    lanes = sorted({(row[RANK], row[THREAD]) for row in cells})
+    labels = [_lane(*lane) for lane in lanes]
+    column = {lane: j for j, lane in enumerate(lanes)}
+    kernels = _groups(cells, "kernel")[:MAX_KERNEL_ROWS]
+    t = np.zeros((len(kernels), len(lanes)))
+    ratio = np.full(t.shape, np.nan)
+    for i, (_, rows) in enumerate(kernels):
+        for row in rows:
+            j = column[(row[RANK], row[THREAD])]
+            t[i, j], ratio[i, j] = row["seconds"], row["ratio"]
+    runs = np.isfinite(ratio)
+    rows = [_esc(name) for name, _ in kernels]
+    spread = float(np.nanmax(np.abs(ratio - 1))) if runs.any() else 0.1
     spread = max(spread, 0.02)
     hover = [[f"{rows[i]} on {labels[j]}<br>{t[i, j] * 1e3:.4g} ms ({ratio[i, j]:.3f} x the mean)"
               if runs[i, j] else f"{rows[i]} on {labels[j]}: not run" for j in range(len(labels))]
@@ -119,35 +106,22 @@ def imbalance_heatmap(trace: Trace, window: Window) -> dict | None:
                    yaxis={"autorange": "reversed", "type": "category", "automargin": True})
 
 
-def useful_histogram(trace: Trace, window: Window, bins_per_decade: int = 10) -> dict | None:
-    """Paraver's useful-duration histogram: rows rank.thread, columns log-spaced burst durations, color the
-    time spent in bursts of that length. A burst is a run of Running time (touching Running records join)."""
-    st = records(trace, Kind.STATE, (RANK, THREAD, STATE), window)
-    run = st[STATE] == State.RUNNING
-    r, th, s, e = st[RANK][run], st[THREAD][run], st[START_NS][run], st[END_NS][run]
-    if not len(s):
+def useful_histogram(result: dict) -> dict | None:
+    """Paraver's useful-duration histogram (analysis: bursts): rows rank.thread, columns log-spaced burst
+    durations, color the share of the thread's Running time spent in bursts of that length."""
+    edges = np.array(result["bursts"]["edges_s"]) * 1e9                  # ns
+    cells = result["bursts"]["cells"]
+    if not cells:
         return None
-    order = thread_order(r, th, s)
-    r, th, s, e = r[order], th[order], s[order], e[order]
-    joins = np.r_[False, (r[1:] == r[:-1]) & (th[1:] == th[:-1]) & (s[1:] <= e[:-1])]
-    head = np.flatnonzero(~joins)
-    b_end = np.maximum.reduceat(e, head)
-    dur = (b_end - s[head]).astype(np.float64)
-    br, bt = r[head].astype(np.int64), th[head].astype(np.int64)
-    keep = dur > 0
-    dur, br, bt = dur[keep], br[keep], bt[keep]
-    lo = np.floor(np.log10(dur.min()) * bins_per_decade) / bins_per_decade
-    hi = np.ceil(np.log10(dur.max()) * bins_per_decade + 1e-9) / bins_per_decade
-    edges = 10 ** np.arange(lo, hi + 0.5 / bins_per_decade, 1 / bins_per_decade)
-    col = np.clip(np.searchsorted(edges, dur, side="right") - 1, 0, len(edges) - 2)
-    width = int(bt.max()) + 1
-    lanes, lane = np.unique(br * width + bt, return_inverse=True)
-    labels = [f"{k // width}.{k % width}" for k in lanes]
-    size = len(lanes) * (len(edges) - 1)
-    time = np.bincount(lane * (len(edges) - 1) + col, weights=dur, minlength=size).reshape(len(lanes), -1) / 1e9
-    count = np.bincount(lane * (len(edges) - 1) + col, minlength=size).reshape(time.shape)
+    lanes = sorted({(row[RANK], row[THREAD]) for row in cells})
+    labels = [_lane(*lane) for lane in lanes]
+    row_of = {lane: i for i, lane in enumerate(lanes)}
+    shape = (len(lanes), len(edges) - 1)
+    time, count, share = np.zeros(shape), np.zeros(shape, dtype=np.int64), np.zeros(shape)
+    for cell in cells:
+        i, j = row_of[(cell[RANK], cell[THREAD])], cell["bin"]
+        time[i, j], count[i, j], share[i, j] = cell["seconds"], cell["count"], 100 * cell["share"]
     centers = np.sqrt(edges[:-1] * edges[1:]) / 1e3                       # microseconds
-    share = 100 * time / np.maximum(time.sum(axis=1, keepdims=True), 1e-300)
     hover = [[f"{labels[i]}: {count[i, j]} burst(s) of {_dur(edges[j])}-{_dur(edges[j + 1])}, "
               f"{time[i, j] * 1e3:.4g} ms ({share[i, j]:.3g}% of its Running time)" for j in range(len(centers))]
              for i in range(len(labels))]
@@ -185,6 +159,20 @@ def occupancy_levels(result: dict) -> dict | None:
                    xaxis={"title": {"text": "% of the analyzed time"}, "range": [0, 100]},
                    yaxis={"autorange": "reversed"},
                    legend={"orientation": "h", "traceorder": "normal", "x": 0, "y": 1.02, "yanchor": "bottom"})
+
+
+def _groups(rows: list[dict], key: str) -> list[tuple[str, list[dict]]]:
+    """Consecutive rows with the same `key`, in the order the analysis gives them (it sorts the groups)."""
+    out: list[tuple[str, list[dict]]] = []
+    for row in rows:
+        if not out or out[-1][0] != row[key]:
+            out.append((row[key], []))
+        out[-1][1].append(row)
+    return out
+
+
+def _lane(rank: int, thread: int) -> str:
+    return f"{rank}.{thread}"
 
 
 def _esc(text: str) -> str:

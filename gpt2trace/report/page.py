@@ -1,16 +1,19 @@
-"""The HTML page: one self-contained file with plotly.js, the style, the data and the page's script inline, so it
-opens offline and can be attached to a ticket. No request leaves the page (a Content-Security-Policy says so).
+"""The HTML page: one self-contained file with plotly.js, the style, the data and the page's script (report.js,
+package data beside this module) inline, so it opens offline and can be attached to a ticket. No request leaves
+the page (a Content-Security-Policy says so).
 """
 from __future__ import annotations
 
 import base64
 import hashlib
+from importlib.resources import files
 
 from plotly.offline import get_plotlyjs
 
 from gpt2trace.report.pack import Blobs, script_json
-from gpt2trace.report.script import SCRIPT
 from gpt2trace.report.tables import esc
+
+SCRIPT = files("gpt2trace.report").joinpath("report.js").read_text(encoding="utf-8")
 
 STYLE = """
 :root { --fg: #1d1d1f; --muted: #666; --line: #ddd; --bg2: #f6f7f9; }

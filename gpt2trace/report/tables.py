@@ -124,16 +124,35 @@ def summary(res: dict) -> str:
 
 def pop(res: dict) -> str:
     p = res["pop"]
-    rows = [{"metric": label, "all": p.get(key), "mpi": (p.get("mpi") or {}).get(key),
-             "threads": (p.get("threads") or {}).get(key)}
+    mpi, threads = p.get("mpi") or {}, p.get("threads") or {}
+    rows = [{"metric": label, "all": p.get(key), "mpi": mpi.get(key), "threads": threads.get(key)}
             for key, label in (("parallel_efficiency", "Parallel efficiency"), ("load_balance", "  Load balance"),
-                               ("communication_efficiency", "  Communication efficiency"))]
-    rows += [{"metric": "    Serialization efficiency", "all": p.get("serialization_efficiency")},
-             {"metric": "    Transfer efficiency", "all": p.get("transfer_efficiency")}]
-    blank = lambda v: "" if v is None else pct(v)  # noqa: E731  (no MPI/thread split for SerE and TE)
-    cols = [("metric", "", str), ("all", "all threads", pct), ("mpi", "MPI level", blank),
+                               ("communication_efficiency", "  Communication efficiency"),
+                               ("serialization_efficiency", "    Serialization efficiency"),
+                               ("transfer_efficiency", "    Transfer efficiency"))]
+    blank = lambda v: "" if v is None else pct(v)  # noqa: E731  (a factor a level does not have)
+    cols = [("metric", "", str), ("all", "all threads", blank), ("mpi", "MPI level", blank),
             ("threads", "thread level", blank)]
-    return table(rows, cols, css="pop")
+    out = table(rows, cols, css="pop")
+    omp = p.get("openmp")
+    if omp:
+        out += table([{"metric": label, "value": omp.get(key)}
+                      for key, label in (("thread_efficiency", "Thread efficiency"),
+                                         ("serial_region_efficiency", "  Serial region efficiency"),
+                                         ("region_efficiency", "  Parallel region efficiency"),
+                                         ("region_load_balance", "    Load balance in regions"),
+                                         ("region_scheduling_efficiency", "    Scheduling efficiency in regions"))],
+                     [("metric", "", str), ("value", f"threads ({omp['regions']} region executions)", pct)],
+                     caption="POP's OpenMP model", css="pop")
+    times = [("runtime", seconds(p.get("runtime_s"))), ("runtime, ideal network", _sec(p.get("ideal_runtime_s"))),
+             ("useful duration, total over threads", seconds(p.get("useful_total_s"))),
+             ("useful duration, max", seconds(p.get("useful_max_s"))),
+             ("useful duration (ideal, max)", _sec(p.get("useful_ideal_max_s")))]
+    return out + pairs(times)
+
+
+def _sec(v) -> str:
+    return "no MPI to replay" if v is None else seconds(v)
 
 
 def phases(res: dict) -> str:

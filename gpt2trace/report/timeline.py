@@ -13,17 +13,25 @@ import numpy as np
 import pandas as pd
 
 from analysis import mpi
-from analysis.window import records, steps_table, threads
-from gpt2trace.format.reader import Trace, thread_order
+from analysis.records import records, threads
+from analysis.steps import steps_table
+from gpt2trace.format.lanes import key_width, lane_key, lane_order
+from gpt2trace.format.reader import Trace
+from gpt2trace.format.schema import (BYTES, END_NS, LAYER, NAME, PEER, RANK, SEQ, START_NS, STATE, STEP, THREAD, Kind,
+                                     State)
 from gpt2trace.report import colors
 from gpt2trace.report.lod import Level, coverage, pyramid
-from gpt2trace.format.schema import (BYTES, END_NS, LAYER, NAME, PEER, RANK, SEQ, START_NS, STATE, STEP, THREAD, Kind,
-                              State)
 
 EXACT_BUDGET = 300_000        # state + kernel records drawn exactly (~6 MB in the page)
 ALWAYS_EXACT = 200_000        # views with at most this many records are exact over the whole trace
 RUN_BUDGET = 3_000_000        # runs per view over all its levels (build.py drops levels if the page gets too big)
 OCCUPANCY_MAX_BINS = 32_768   # finest binned occupancy (beyond it: exact from the state records, in the page)
+
+
+class ViewKey:
+    """The views, one per record kind; the page's script tells them apart by these keys (payload: viewKeys)."""
+    STEPS, PHASES, STATES, KERNELS, MPI = "steps", "phases", "states", "kernels", "mpi"
+    ALL = (STEPS, PHASES, STATES, KERNELS, MPI)
 
 
 @dataclass(frozen=True)
@@ -35,8 +43,7 @@ class Category:
 
 @dataclass(frozen=True)
 class View:
-    key: str
-    title: str
+    key: str                               # a ViewKey
     lanes: tuple[str, ...]                 # row labels, top to bottom
     lane_rank: tuple[int, ...]             # the rank of each lane (lanes are grouped by rank)
     cats: tuple[Category, ...]             # by category code
@@ -106,10 +113,10 @@ def _extent(trace: Trace) -> tuple[int, int]:
 
 
 def _lane_index(pairs: pd.DataFrame) -> np.ndarray:
-    """A lookup (rank * width + thread) -> lane row, -1 where no such thread."""
-    width = int(pairs[THREAD].max()) + 1
+    """A lookup [rank, thread] -> lane row, -1 where no such thread."""
+    width = key_width(pairs[THREAD].to_numpy())
     table = np.full((int(pairs[RANK].max()) + 1) * width, -1, dtype=np.int64)
-    table[pairs[RANK].to_numpy() * width + pairs[THREAD].to_numpy()] = np.arange(len(pairs))
+    table[lane_key(pairs[RANK].to_numpy(), pairs[THREAD].to_numpy(), width)] = np.arange(len(pairs))
     return table.reshape(-1, width)
 
 
@@ -134,13 +141,13 @@ def _exact(cols: dict[str, np.ndarray], detail: tuple[int, int], everywhere: boo
     return {k: v[keep] for k, v in cols.items()}, detail
 
 
-def _view(key, title, lanes, lane_rank, cats, cols, t0, t1, detail, run_budget, everywhere=None,
+def _view(key, lanes, lane_rank, cats, cols, t0, t1, detail, run_budget, everywhere=None,
           empty_competes=True) -> View:
     n = len(cols[START_NS])
     levels = pyramid(cols["lane"], cols[START_NS], cols[END_NS], cols["cat"], len(lanes), t0, t1,
                      max(len(cats), 1), empty_competes, budget_runs=run_budget)
     exact, span = _exact(cols, detail, n <= ALWAYS_EXACT if everywhere is None else everywhere, t0, t1)
-    return View(key, title, tuple(lanes), tuple(lane_rank), tuple(cats), tuple(levels), exact, span, n,
+    return View(key, tuple(lanes), tuple(lane_rank), tuple(cats), tuple(levels), exact, span, n,
                 empty_competes)
 
 
@@ -156,7 +163,7 @@ def _steps_view(steps: pd.DataFrame, analyzed, t0, t1, run_budget) -> View | Non
             Category("step left out of the analysis", "#ececec"), Category("step left out of the analysis",
                                                                           "#dcdcdc")]
     cols = {"lane": np.zeros(len(step), dtype=np.int64), START_NS: s, END_NS: e, "cat": cat, STEP: step}
-    return _view("steps", "Steps", ["steps"], [-1], cats, cols, t0, t1, None, run_budget, everywhere=True)
+    return _view(ViewKey.STEPS, ["steps"], [-1], cats, cols, t0, t1, None, run_budget, everywhere=True)
 
 
 def _phases_view(trace: Trace, t0, t1, detail, run_budget) -> View | None:
@@ -167,7 +174,7 @@ def _phases_view(trace: Trace, t0, t1, detail, run_budget) -> View | None:
     s, e = rec[START_NS], rec[END_NS]
     cat, cats = _compact(rec[NAME], e - s, rec.names, colors.phase_color)
     cols = {"lane": np.searchsorted(ranks, rec[RANK]), START_NS: s, END_NS: e, "cat": cat, STEP: rec[STEP]}
-    return _view("phases", "Phases", [f"rank {r}" for r in ranks], ranks.tolist(), cats, _sorted(cols), t0, t1,
+    return _view(ViewKey.PHASES, [f"rank {r}" for r in ranks], ranks.tolist(), cats, _sorted(cols), t0, t1,
                  detail, run_budget)
 
 
@@ -180,7 +187,7 @@ def _states_view(trace, lane_of, labels, lane_rank, t0, t1, detail, run_budget) 
     seconds = np.bincount(state, weights=e - s, minlength=ids) / 1e9
     cats = [Category(colors.state_name(i), colors.state_color(i), float(seconds[i])) for i in range(ids)]
     cols = {"lane": lane_of[rec[RANK], rec[THREAD]], START_NS: s, END_NS: e, "cat": state}
-    return _view("states", "States", labels, lane_rank, cats, _sorted(cols), t0, t1, detail, run_budget,
+    return _view(ViewKey.STATES, labels, lane_rank, cats, _sorted(cols), t0, t1, detail, run_budget,
                  everywhere=detail == (t0, t1))
 
 
@@ -192,7 +199,7 @@ def _kernels_view(trace, lane_of, labels, lane_rank, t0, t1, detail, run_budget)
     cat, cats = _compact(rec[NAME], e - s, rec.names, colors.kernel_color)
     cols = {"lane": lane_of[rec[RANK], rec[THREAD]], START_NS: s, END_NS: e, "cat": cat, STEP: rec[STEP],
             LAYER: rec[LAYER]}
-    return _view("kernels", "Kernels", labels, lane_rank, cats, _sorted(cols), t0, t1, detail, run_budget,
+    return _view(ViewKey.KERNELS, labels, lane_rank, cats, _sorted(cols), t0, t1, detail, run_budget,
                  everywhere=detail == (t0, t1))
 
 
@@ -214,13 +221,13 @@ def _mpi_view(trace, lane_of, labels, t0, t1, detail, run_budget) -> View | None
             "inst": df["inst"].to_numpy().astype(np.int64), "partner": df["send_of"].to_numpy().astype(np.int64)}
     # `partner` points at rows of `df`; the view keeps df's order, so the rows stay valid after _exact
     # only when every record is exact (MPI views are small: ALWAYS_EXACT).
-    return _view("mpi", "MPI calls", [labels[i] for i in used], [int(labels[i].split(".")[0]) for i in used],
+    return _view(ViewKey.MPI, [labels[i] for i in used], [int(labels[i].split(".")[0]) for i in used],
                  cats, cols, t0, t1, detail, run_budget, everywhere=True, empty_competes=False)
 
 
 def _sorted(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Records by (lane, start): the order the binning and the page expect."""
-    order = thread_order(cols["lane"], np.zeros_like(cols["lane"]), cols[START_NS])
+    order = lane_order(cols["lane"], np.zeros_like(cols["lane"]), cols[START_NS])
     return {k: v[order] for k, v in cols.items()}
 
 

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpt2trace.format import schema
+from gpt2trace.format.lanes import lane_order
 from gpt2trace.format.schema import (BYTES, END_NS, KIND, LAYER, NAME, PEER, RANK, SEQ, START_NS, STATE, STEP, THREAD,
                                      VALUE, Counter, Kind, Phase, State)
 
@@ -225,9 +226,7 @@ class _Records:
         table = pa.table(arrays, schema=schema.arrow_schema(meta))
         # Each thread's records in time order, as the trainer's per-thread buffers write them.
         rank, thread, start = (np.concatenate([b[c] for b in self.blocks]) for c in (RANK, THREAD, START_NS))
-        lane = rank.astype(np.int64) * (int(thread.max()) + 1) + thread
-        width = int(start.max()) - int(start.min()) + 1
-        return table.take(np.argsort(lane * width + (start - start.min()), kind="stable"))
+        return table.take(lane_order(rank, thread, start))
 
 
 def _dtype(col: str, blocks: list[dict[str, np.ndarray]]):

@@ -13,7 +13,8 @@ KEYS = {
     "summary": {"runtime_s", "steps", "ranks", "threads_per_rank", "step_s_median", "tokens_per_s",
                 "achieved_gflops", "mfu"},
     "pop": {"parallel_efficiency", "load_balance", "communication_efficiency", "serialization_efficiency",
-            "transfer_efficiency", "mpi", "threads"},
+            "transfer_efficiency", "mpi", "threads", "openmp", "lost", "useful_total_s", "useful_ideal_max_s",
+            "ideal_runtime_s", "replay"},
 }
 
 
@@ -24,8 +25,9 @@ def test_json_keys_and_input_untouched(late_rank):
     json.dumps(out)                                   # plain Python values only
     for key, sub in KEYS.items():
         assert sub <= set(out[key])
-    for level in ("mpi", "threads"):
-        assert set(out["pop"][level]) == {"parallel_efficiency", "load_balance", "communication_efficiency"}
+    level = {"parallel_efficiency", "load_balance", "communication_efficiency"}
+    assert set(out["pop"]["threads"]) == level
+    assert set(out["pop"]["mpi"]) == level | {"serialization_efficiency", "transfer_efficiency"}
     assert {"imbalance", "waits", "root_causes", "occupancy", "findings"} <= set(out)
     for kind, table in late_rank.parts.items():
         assert table is before[kind] and table.to_pandas().equals(copies[kind])

@@ -34,21 +34,44 @@ def test_analysis_of_a_real_trace(name, layout):
     steps = trace.run["train"]["steps"]
     assert s["steps"] == steps - 1 and s["warmup_excluded"]          # step 0 left out as warm-up
     assert 0 < s["mfu"] < 1 and s["tokens_per_s"] > 0
-    for key in ("parallel_efficiency", "load_balance", "communication_efficiency", "serialization_efficiency",
-                "transfer_efficiency"):
+    for key in ("parallel_efficiency", "load_balance", "communication_efficiency"):
         assert 0 < p[key] <= 1 + 1e-9, key
     assert p["parallel_efficiency"] == pytest.approx(p["load_balance"] * p["communication_efficiency"])
-    assert p["ideal_runtime_s"] <= p["runtime_s"] + 1e-12
+    lost = p["lost"]
+    assert sum(v for k, v in lost.items() if k != "total" and v is not None) == pytest.approx(lost["total"])
     assert r["findings"] and all(f["text"] for f in r["findings"])
+    assert sum(f["lost_fraction"] or 0 for f in r["findings"]) <= lost["total"] + 1e-12
     occ = r["occupancy"]
     assert 0 < occ["mean_occupancy"] <= layout[1]
     calls = {c["name"] for c in r["waits"]["calls"]}
     if layout[0] == 1:
         assert calls == set() and r["root_causes"] == []
-        assert p["transfer_efficiency"] == pytest.approx(1.0)      # no MPI: nothing to transfer
+        # no MPI: nothing to replay, no serialization or transfer to report
+        assert p["ideal_runtime_s"] is None and p["mpi"]["serialization_efficiency"] is None
     else:
         assert "MPI_Allreduce" in calls and r["root_causes"]
         assert {row["scope"] for row in r["imbalance"]} >= {"ranks"}
+        m = p["mpi"]
+        assert 0 < m["serialization_efficiency"] <= 1 and 0 < m["transfer_efficiency"] <= 1
+        assert m["communication_efficiency"] == pytest.approx(m["serialization_efficiency"] *
+                                                              m["transfer_efficiency"])
+        assert p["ideal_runtime_s"] <= p["runtime_s"] and not r["warnings"]
+    if layout[1] == 1:
+        # pure MPI (or serial): the thread level is exactly 1, and there are no OpenMP factors
+        assert [p["threads"][k] for k in ("parallel_efficiency", "load_balance", "communication_efficiency")] \
+            == [1.0, 1.0, 1.0]
+        assert p["openmp"] is None
+    else:
+        # --threads 2: every kernel a parallel region, Python between them on the main thread. Serial code is
+        # the largest loss, and the findings say so first.
+        omp = p["openmp"]
+        for key in ("thread_efficiency", "serial_region_efficiency", "region_efficiency", "region_load_balance",
+                    "region_scheduling_efficiency"):
+            assert 0 < omp[key] <= 1, key
+        assert omp["regions"] >= s["steps"] * 20
+        losses = [f for f in r["findings"] if f["lost_fraction"] is not None]
+        assert losses[0]["metric"] == "pop.lost.serial_regions"
+        assert losses[0]["text"].startswith("Serial code between parallel regions")
 
 
 def test_overlapped_allreduce_reports_hidden_communication():

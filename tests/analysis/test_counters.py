@@ -43,6 +43,20 @@ def test_useful_ipc_and_frequency(with_counters):
     assert out["frequency_ghz"] == pytest.approx(16000 / 18 / 1e9)
 
 
+def test_a_second_read_at_the_same_instant_is_dropped():
+    # thread 0: Running [0,4], then a zero-duration MPI call at 4 (Running again [4,10]): Extrae reads the
+    # counters at its entry and at its exit, both at t = 4. The first read closes Running (0,4]: 8000, 4000; the
+    # second closes the empty burst (4,4] and is dropped as Paraver drops it (kept: 8050, 4040).
+    # t = 10 closes Running (4,10]: 6000, 6000. Useful: 14000 instructions, 10000 cycles over 10 s.
+    recs = [syn.state(0, 0, 0, 4, RUN), syn.state(0, 0, 4, 10, RUN)]
+    for t, ins, cyc in ((4, 8000, 4000), (4, 50, 40), (10, 6000, 6000)):
+        recs += [_counter(0, t, INSTRUCTIONS, ins), _counter(0, t, CYCLES, cyc)]
+    trace = Trace.from_table(syn.from_records(recs))
+    out = counters(trace, select(trace))
+    assert (out["useful_instructions"], out["useful_cycles"]) == (14000, 10000)
+    assert out["ipc"] == pytest.approx(1.4) and out["frequency_ghz"] == pytest.approx(10000 / 10 / 1e9)
+
+
 def test_no_counters_gives_none(late_rank):
     out = analyze(late_rank)
     assert out["counters"] == {"useful_instructions": None, "useful_cycles": None, "ipc": None,
@@ -68,8 +82,11 @@ def test_scaling_splits_computation_scalability():
     assert row["computation_scalability"] == pytest.approx(0.8)
     assert (row["ipc_scalability"] * row["frequency_scalability"] * row["instruction_scalability"]
             == pytest.approx(row["computation_scalability"]))
+    # the run's own averages are in the row too
+    assert (row["ipc"], row["frequency_ghz"]) == pytest.approx((1.5, 80 / 1e9))
 
 
 def test_scaling_without_counters_leaves_them_empty(late_rank, serial):
     out = modelfactors([analyze(late_rank), analyze(serial)])
-    assert out[["ipc_scalability", "instruction_scalability", "frequency_scalability"]].isna().all().all()
+    assert out[["ipc_scalability", "instruction_scalability", "frequency_scalability", "ipc",
+                "frequency_ghz"]].isna().all().all()

@@ -30,5 +30,21 @@ def test_nonblocking_wait_charged_to_the_late_posters_kernel(nonblocking):
     assert out["wait_s"].tolist() == pytest.approx([0.5])
 
 
+def test_postings_do_not_restart_the_interval(bucketed):
+    # Rank 0's MPI_Waitall enters at 5.5; the bucket rank 1 posts last is its third, at 7.5: a 2 s wait
+    # (Wait at NxN) charged to rank 1. Both ranks last synchronized at the barrier, which ended at 1.
+    #   waiter  [1, 5.5):  matmul_backward L1 2, L0 2, encoder_backward 0.2, outside kernels 0.3 (3 postings)
+    #   culprit [1, 7.5):  matmul_backward L1 3, L0 3, encoder_backward 0.3, outside kernels 0.2 (2 postings)
+    # Excess 1 + 1 + 0.1 + 0 = 2.1 s: L1 and L0 get 2 x 1 / 2.1 s each, encoder_backward 2 x 0.1 / 2.1 s.
+    # (Comparing each side only since its previous MPI call, a posting, would set encoder_backward's 0.3 s
+    # against 0.2 s and charge all 2 s to it.)
+    out = _causes(bucketed)
+    assert out[["rank", "kernel", "waits"]].values.tolist() == [
+        [1, "matmul_backward", 1], [1, "matmul_backward", 1], [1, "encoder_backward", 1]]
+    assert out["layer"].astype(object).where(out["layer"].notna(), None).tolist() == [0, 1, None]
+    assert out["wait_s"].tolist() == pytest.approx([2 / 2.1, 2 / 2.1, 0.2 / 2.1])
+    assert out["share"].sum() == pytest.approx(1.0)
+
+
 def test_no_waits_no_causes(serial):
     assert _causes(serial).empty

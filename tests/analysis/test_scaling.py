@@ -1,3 +1,4 @@
+import pandas as pd
 import pytest
 
 from analysis.scaling import modelfactors
@@ -32,3 +33,18 @@ def test_modelfactors_per_step_without_tokens():
     assert out.attrs["work_unit"] == "step"
     assert out["speedup"].tolist() == pytest.approx([1, 1])
     assert out["computation_scalability"].tolist() == pytest.approx([1, 1])
+
+
+def test_hybrid_rows_take_the_mpi_level_and_show_openmp_and_statistics():
+    ref = _result(10, 2, 100, 8, 1, 0.8, 1, 1)
+    run = _result(6, 2, 200, 10, 4, 0.75, 2, 2)
+    run["pop"].update(serialization_efficiency=None, transfer_efficiency=None,
+                      mpi={"serialization_efficiency": 0.9, "transfer_efficiency": 0.95},
+                      openmp={"serial_region_efficiency": 0.7, "region_efficiency": 0.96},
+                      ideal_runtime_s=5.5, useful_total_s=40.0, useful_ideal_max_s=5.2)
+    row = modelfactors([ref, run]).iloc[1]
+    assert (row["serialization_efficiency"], row["transfer_efficiency"]) == (0.9, 0.95)
+    assert (row["serial_region_efficiency"], row["region_efficiency"]) == (0.7, 0.96)
+    assert (row["ideal_runtime_s"], row["useful_total_s"], row["useful_ideal_max_s"]) == (5.5, 40.0, 5.2)
+    first = modelfactors([ref, run]).iloc[0]
+    assert pd.isna(first["serial_region_efficiency"]) and pd.isna(first["ideal_runtime_s"])

@@ -68,3 +68,14 @@ def test_phases_table():
     table = summary(trace, select(trace))["phases"]
     assert table.to_dict("records") == [{"phase": "forward", "count": 4, "total_s": 5.0, "mean_s": 1.25,
                                          "share": 1.0}]
+
+
+def test_no_step_means_no_throughput():
+    # A --steps 0 run: metadata says B*T per step, but no step ran, so there are no tokens and no FLOPs to
+    # divide by the runtime (the summary once reported tokens/s and MFU for a run that trained nothing).
+    recs = [syn.state(0, 0, 0, 0.05, State.RUNNING)]
+    meta = {schema.META_RUN: json.dumps(RUN).encode(),
+            schema.META_PEAK: json.dumps({"gflops_per_core": 0.001, "cores": 2}).encode()}
+    trace = Trace.from_table(syn.from_records(recs, meta))
+    s = summary(trace, select(trace))
+    assert s["tokens_per_s"] is None and s["mfu"] is None and s["achieved_gflops"] is None

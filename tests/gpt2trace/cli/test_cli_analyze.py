@@ -51,6 +51,29 @@ def test_json_file_and_several_traces(app, trace_file, tmp_path):
     assert len(out["traces"]) == 2 and out["scaling"][1]["speedup"] == pytest.approx(1.0)
 
 
+def test_help_names_the_paraver_formats(app):
+    r = CliRunner().invoke(app, ["analyze", "--help"], terminal_width=200)
+    assert r.exit_code == 0 and ".prv/.prv.gz" in r.stdout
+
+
+def test_model_factors_tell_traces_apart(app, tmp_path):
+    # Two traces whose paths differ only at the very end: the table numbers them and names each in full.
+    paths = []
+    for ranks in (1, 2):
+        path = tmp_path / "a_rather_long_directory_name_for_the_runs" / f"run_with_two_threads_{ranks}.parquet"
+        path.parent.mkdir(exist_ok=True)
+        syn.write(syn.generate(syn.SyntheticConfig(ranks=ranks, threads=2, steps=3, layers=1)), path)
+        paths.append(path)
+    r = _run(app, *paths)
+    assert r.exit_code == 0, r.output
+    table = r.stdout[r.stdout.index("Model factors"):]
+    for i, path in enumerate(paths, 1):
+        assert f"trace {i}: {path}" in table
+    for label in ("Serialization efficiency", "Transfer efficiency", "Serial region efficiency",
+                  "Parallel region efficiency", "Useful duration (ideal, max)", "need hardware counters"):
+        assert label in table, label
+
+
 def _overlapping(path):
     recs = [syn.state(0, 0, 0, 2, State.RUNNING), syn.state(0, 0, 1, 3, State.IDLE)]
     pq.write_table(syn.from_records(recs), path)

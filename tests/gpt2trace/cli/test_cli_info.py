@@ -63,3 +63,19 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, case, make, message):
     assert r.exit_code == 2 and "Traceback" not in r.output
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0] and str(path) in lines[0], r.stderr
+
+
+@pytest.mark.parametrize("case,make,message", BAD, ids=[b[0] for b in BAD])
+def test_json_errors_are_one_line_on_stderr_and_nothing_on_stdout(tmp_path, case, make, message):
+    # A script reading `info --json` gets either a JSON object on stdout and exit 0, or exit 2, an empty stdout
+    # and one line on stderr.
+    path = tmp_path / "trace.parquet"
+    make(path)
+    r = _info(path, "--json")
+    assert r.exit_code == 2 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1 and message in r.stderr
+
+
+def test_help_names_the_paraver_formats():
+    r = CliRunner().invoke(app, ["info", "--help"], terminal_width=200)
+    assert r.exit_code == 0 and ".prv/.prv.gz" in r.stdout

@@ -52,3 +52,8 @@ def test_analyze_html(app, trace_file, tmp_path):
 def test_analyze_html_takes_one_trace(app, trace_file, tmp_path):
     r = CliRunner().invoke(app, ["analyze", str(trace_file), str(trace_file), "--html", str(tmp_path / "a.html")])
     assert r.exit_code == 2 and "--html takes one trace" in r.output
+
+
+def test_help_names_the_paraver_formats(app):
+    r = CliRunner().invoke(app, ["report", "--help"], terminal_width=200)
+    assert r.exit_code == 0 and ".prv/.prv.gz" in r.stdout

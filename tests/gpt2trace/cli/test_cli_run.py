@@ -138,14 +138,6 @@ def test_with_ranks_a_bad_option_is_found_before_mpiexec_and_said_once(tmp_path)
                                              "tiny"]
 
 
-def test_the_clis_start_up_loads_no_numba():
-    # gpt2trace run sizes Numba's pool before Numba loads; any command module importing it at start-up (the
-    # analyses do, through analysis.replay) would fix the pool at the core count first
-    code = "import sys, gpt2trace.cli.main; print(sorted(m for m in ('numba', 'scipy') if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
-
-
 def test_more_threads_than_cores_works_with_a_warning(tmp_path):
     threads = cores_available() + 1
     r = subprocess.run([*RUN, *TINY[:6], "--threads", str(threads), "--steps", "2", "--no-trace"], cwd=tmp_path,

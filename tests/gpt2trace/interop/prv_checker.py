@@ -6,11 +6,12 @@ check(prv) returns the list of problems (empty: the trace passes):
            with ',<ncomms>' and that many 'c:appl:id:ntasks:task...' lines; ids 1-based
   body     '1:cpu:appl:task:thread:begin:end:state', '2:cpu:appl:task:thread:time:type:value[:type:value]',
            '3:' with 14 fields; every id within the header's counts; times within [0, end]; begin <= end;
-           records sorted by time; event types within int32
+           records sorted by time; event types within int32; the states of a thread do not overlap
   counts   the header's end time is the latest time of the records; every declared task and thread has records
   pcf      DEFAULT_OPTIONS, STATES, STATES_COLOR; every state used is named and colored; every event type used is
-           named in an EVENT_TYPE block; every value of a type with VALUES is named; fields separated by spaces
-  row      LEVEL CPU / NODE / THREAD with as many names as the header declares
+           named in an EVENT_TYPE block; every value of a type with VALUES is named; fields separated by spaces;
+           no control character (NUL, CR, ...) in any line
+  row      LEVEL CPU / NODE / THREAD with as many names as the header declares; no control character
   events   per thread and type, opening events (value != 0) and closing ones (value 0) of MPI calls, functions
            and phases nest and all close; collectives name a declared communicator
 """
@@ -23,6 +24,7 @@ from pathlib import Path
 HEADER = re.compile(r"^#Paraver \((\d\d)/(\d\d)/(\d{4}) at (\d\d):(\d\d)\):(\d+)_ns:(\d+)\(([\d,]+)\):(\d+):(.*)$")
 RANGED = set(range(50000001, 50000006)) | {60000018, 60000019, 60000020, 60000023, 71000010}
 INT32 = 2**31 - 1
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")      # tabs are reported apart, in the .pcf
 
 
 def check(prv: Path) -> list[str]:
@@ -67,6 +69,7 @@ def check(prv: Path) -> list[str]:
     used_states, used_types, used_values = set(), set(), {}
     seen_threads, last_time, max_time = set(), -1, 0
     stacks: dict[tuple, list[int]] = {}
+    state_end: dict[tuple, int] = {}
     for i, line in enumerate(lines[1 + ncomms:], start=2 + ncomms):
         where = f"{prv}:{i}"
         f = line.split(":")
@@ -96,6 +99,9 @@ def check(prv: Path) -> list[str]:
         if kind == 1:
             if v[6] < v[5]:
                 problems.append(f"{where}: state ends before it begins")
+            if v[5] < state_end.get((v[3], v[4]), 0):
+                problems.append(f"{where}: state begins before the thread's previous state ends")
+            state_end[(v[3], v[4])] = max(state_end.get((v[3], v[4]), 0), v[6])
             used_states.add(v[7])
         elif kind == 2:
             pairs = list(zip(v[6::2], v[7::2]))
@@ -135,7 +141,9 @@ def _check_pcf(pcf: Path, states: set, types: set, values: dict) -> list[str]:
     problems, section, block = [], None, []
     named_states, colored, named_types, named_values = set(), set(), set(), {}
     sections = set()
-    for i, raw in enumerate(pcf.read_text().splitlines(), 1):
+    for i, raw in enumerate(pcf.read_text().split("\n"), 1):
+        if CONTROL.search(raw):
+            problems.append(f"{pcf}:{i}: control character in {raw[:60]!r}")
         line = raw.strip()
         if not line:
             continue
@@ -185,7 +193,10 @@ def _check_pcf(pcf: Path, states: set, types: set, values: dict) -> list[str]:
 def _check_row(row: Path, cpus: int, nodes: int, threads: int) -> list[str]:
     if not row.is_file():
         return [f"{row}: missing"]
-    lines = row.read_text().splitlines()
+    lines = row.read_text().split("\n")
+    bad = [k for k, ln in enumerate(lines, 1) if CONTROL.search(ln)]
+    if bad:
+        return [f"{row}:{bad[0]}: control character in {lines[bad[0] - 1][:60]!r}"]
     levels, i = {}, 0
     while i < len(lines):
         m = re.fullmatch(r"LEVEL (\w+) SIZE (\d+)", lines[i].strip())

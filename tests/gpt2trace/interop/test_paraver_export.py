@@ -1,5 +1,5 @@
 """Our traces as Paraver traces: the exact lines of a tiny trace, the strict checker on real and synthetic exports,
-gzip, the external merge sort, and what cannot be exported."""
+gzip, the external merge sort (what cannot be exported: test_validate.py)."""
 from datetime import datetime
 from pathlib import Path
 
@@ -113,12 +113,6 @@ def test_unrepresentable_counters_are_counted(tmp_path):
     out = export_paraver(Trace.from_table(syn.from_records(recs)), tmp_path / "c")
     assert out.dropped_counters == 1
     assert out.prv.read_text().splitlines()[-1] == "2:1:1:1:1:1000:71001002:1000000:71000002:0"
-
-
-def test_negative_times_cannot_be_exported(tmp_path):
-    recs = [syn.state(0, 0, -US, US, State.RUNNING)]
-    with pytest.raises(TraceError, match="Paraver times start at 0"):
-        export_paraver(Trace.from_table(syn.from_records(recs)), tmp_path / "n")
 
 
 def test_missing_trace_is_one_line(tmp_path):

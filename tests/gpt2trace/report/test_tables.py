@@ -28,3 +28,20 @@ def test_metadata_is_escaped():
 def test_findings_are_escaped():
     out = tables.findings({"findings": [{"text": KERNEL_EVIL, "metric": "<b>x</b>"}]}, 5)
     assert "<img" not in out and "<b>" not in out
+
+
+def test_pop_shows_the_openmp_model_and_the_times():
+    # One rank of four threads and no MPI: the OpenMP factors, and in the times "no MPI to replay" where the
+    # ideal-network numbers would be.
+    level = {"parallel_efficiency": 0.5, "load_balance": 0.6, "communication_efficiency": 0.8}
+    pop = {**level, "serialization_efficiency": None, "transfer_efficiency": None,
+           "mpi": {**level, "serialization_efficiency": None, "transfer_efficiency": None}, "threads": level,
+           "openmp": {"thread_efficiency": 0.5625, "serial_region_efficiency": 0.75, "region_efficiency": 0.8125,
+                      "region_load_balance": 0.85, "region_scheduling_efficiency": 0.96, "regions": 2},
+           "runtime_s": 12.0, "ideal_runtime_s": None, "useful_total_s": 23.0, "useful_max_s": 10.0,
+           "useful_ideal_max_s": None}
+    page = tables.pop({"pop": pop})
+    for text in ("POP&#x27;s OpenMP model", "Serial region efficiency", "75.0%", "Scheduling efficiency in regions",
+                 "2 region executions", "useful duration (ideal, max)", "no MPI to replay", "23 s"):
+        assert text in page, text
+    assert "Serialization efficiency</td><td class=\"txt\"></td>" in page.replace("    ", "")

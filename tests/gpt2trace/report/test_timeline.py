@@ -3,7 +3,8 @@ of a big one chosen from whole steps within the record budget."""
 import numpy as np
 import pytest
 
-from analysis.window import select, steps_table
+from analysis.steps import steps_table
+from analysis.window import select
 from gpt2trace.testing import synthetic as syn
 from gpt2trace.format.reader import Trace
 from gpt2trace.report.timeline import build

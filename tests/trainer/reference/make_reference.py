@@ -9,7 +9,8 @@ Writes next to this file:
     tiny_state.npz   x, y (B, T) int32; logits (B, T, Vp); loss; grad_<name> for the 16 tensors in llm.c's order;
                      losses / losses_no_wd: loss before each of STEPS AdamW steps on the same batch (as
                      test_gpt2.c), with weight decay WEIGHT_DECAY / 0.0; params_after: the flat buffer after the
-                     weight-decay run, in llm.c's tensor order (as a checkpoint stores it); lr, weight_decay, beta1, beta2, eps, seed, B, T.
+                     weight-decay run, in llm.c's tensor order (as a checkpoint stores it); lr, weight_decay,
+                     beta1, beta2, eps, seed, B, T.
 
 The model is nanoGPT's GPT-2 as llm.c computes it: pre-LayerNorm (eps 1e-5), learned position embeddings,
 tanh-approximate GELU, causal attention scaled by 1/sqrt(hs), lm_head tied to wte, wte with Vp rows, logits for
@@ -22,11 +23,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch_reference import GPT, load_flat, to_flat      # beside this script, whose folder is on sys.path
 
 from trainer.checkpoint import write_checkpoint
 from trainer.config import MODELS, ModelConfig
 from trainer.params import PARAM_NAMES, ParamLayout, init_params
-from trainer.torch_reference import GPT, load_flat, to_flat
 
 OUT_DIR = Path(__file__).resolve().parent
 MODEL = "tiny"

@@ -1,24 +1,24 @@
-"""The page's JavaScript: draws the timeline from the embedded levels and exact records, swaps the level of detail
-on every zoom, and draws the other charts.
-
-It lives in a Python string, not a .js file, so it ships inside the package with no package-data setup.
-Strings from the trace reach the DOM only through textContent, and plotly (which renders a subset of HTML in
-labels and hover text) only after `esc`.
-"""
-
-SCRIPT = r"""
+// The report page's script: draws the timeline from the embedded levels and exact records, swaps the level of
+// detail on every zoom, and draws the other charts.
+//
+// Its data is the JSON of gpt2trace/report/payload.py, whose TypedDicts declare every key read here; the
+// constants it needs (view keys, state ids) come from that data, never written here. Payload objects go by
+// fixed names, which the contract test (tests/gpt2trace/report/test_payload.py) relies on to find the reads:
+// DATA the page data, TL its timeline, occ the occupancy, st the steps, v and sv a view, c a category, lv a
+// level, ex a view's exact records, ref any blob reference; `a` holds the arrays of a blob.
+// Strings from the trace reach the DOM only through textContent, and plotly (which renders a subset of HTML in
+// labels and hover text) only after `esc`.
 (function () {
 'use strict';
 const DATA = JSON.parse(document.getElementById('report-data').textContent);
 const TL = DATA.timeline;
-const BAR_LIMIT = {steps: 2000, phases: 2000, states: 4000, kernels: 4000, mpi: 2000};
+const KEY = DATA.constants.viewKeys, RUNNING = DATA.constants.runningState;
 const LINE_LIMIT = 2000;          // collective and message lines drawn at once
 const OCC_EXACT_LIMIT = 200000;   // Running records for an exact occupancy curve
 // Heatmap rows are SUB sub-rows per lane and one empty sub-row between ranks: all bricks the same size, so plotly
 // draws the heatmap as one small image scaled with crisp pixels instead of a rectangle per cell (many times faster).
 const SUB = 3, GAP = 1 / SUB;
 const TITLE_PX = 24, OCC_PX = 100, MARGIN = {l: 70, r: 16, t: 6, b: 46};
-const RUNNING = 1;                // Paraver's state id (schema.State.RUNNING)
 const state = {range: null, drawn: null, renders: 0, pending: 0, modes: {}, bars: {}, level: {}, busy: false,
                queued: null};
 window.gpt2traceReport = state;
@@ -111,8 +111,8 @@ async function loadExact(ex) {
 // ---------- geometry: panels stacked top to bottom, lanes grouped by rank ----------
 const views = TL.views;
 function lanePx(v) {
-  if (v.key === 'steps') return 22;
-  if (v.key === 'phases') return 20;
+  if (v.key === KEY.steps) return 22;
+  if (v.key === KEY.phases) return 20;
   return Math.max(12, Math.min(22, Math.round(320 / v.lanes.length)));
 }
 for (const v of views) {
@@ -121,7 +121,7 @@ for (const v of views) {
     if (i > 0 && v.laneRank[i] !== v.laneRank[i - 1]) y += GAP;
     v.y0.push(y); y += 1;
   }
-  v.units = y + (v.key === 'steps' ? 0.7 : 0);   // the steps panel keeps a strip on top for window marks
+  v.units = y + (v.key === KEY.steps ? 0.7 : 0);   // the steps panel keeps a strip on top for window marks
   v.px = Math.round(v.units * lanePx(v));
   // heatmap sub-rows: SUB per lane, one empty sub-row between ranks
   v.rows = [];
@@ -170,7 +170,7 @@ function baseLayout(range) {
     const dom = [1 - (p.top + p.px) / plotH, 1 - p.top / plotH];
     if (p.view) {
       const v = p.view;
-      layout[p.layoutKey] = {domain: dom, range: [v.y0[v.y0.length - 1] + 1, v.key === 'steps' ? -0.7 : 0],
+      layout[p.layoutKey] = {domain: dom, range: [v.y0[v.y0.length - 1] + 1, v.key === KEY.steps ? -0.7 : 0],
         fixedrange: true, tickvals: v.y0.map(y => y + 0.5), ticktext: v.lanes.map(esc), ticks: '',
         showgrid: false, zeroline: false, automargin: false, tickfont: {size: v.lanes.length > 24 ? 10 : 11},
         showline: true, linecolor: '#999', mirror: true};
@@ -244,11 +244,11 @@ function hoverFor(v, rec, i) {
   const lane = esc(v.lanes[rec.lane[i]]), name = esc(v.cats[rec.cat[i]].name);
   const dur = fmtDur(rec.end[i] - rec.start[i]), at = fmtTime(rec.start[i]);
   const step = rec.step && rec.step[i] >= 0 ? rec.step[i] : null;
-  if (v.key === 'steps') return `<b>step ${step}</b><br>duration ${dur}<br>from ${at}`;
+  if (v.key === KEY.steps) return `<b>step ${step}</b><br>duration ${dur}<br>from ${at}`;
   const inStep = step !== null ? ` · step ${step}` : '';
-  if (v.key === 'phases') return `<b>${name}</b> · ${lane}${inStep}<br>duration ${dur}<br>from ${at}`;
-  if (v.key === 'states') return `<b>${name}</b><br>thread ${lane}<br>duration ${dur}<br>from ${at}`;
-  if (v.key === 'kernels') {
+  if (v.key === KEY.phases) return `<b>${name}</b> · ${lane}${inStep}<br>duration ${dur}<br>from ${at}`;
+  if (v.key === KEY.states) return `<b>${name}</b><br>thread ${lane}<br>duration ${dur}<br>from ${at}`;
+  if (v.key === KEY.kernels) {
     const layer = rec.layer && rec.layer[i] >= 0 ? `layer ${rec.layer[i]}` : 'no layer';
     return `<b>${name}</b><br>${layer}${inStep}<br>duration ${dur}<br>thread ${lane}<br>from ${at}`;
   }
@@ -267,7 +267,7 @@ function hoverFor(v, rec, i) {
 function bars(v, p, rec, idx, range, pxNs) {
   const n = idx.length, base = new Array(n), len = new Array(n), y = new Array(n), color = new Array(n),
         hover = new Array(n), text = new Array(n), tcolor = new Array(n);
-  const labelled = v.key !== 'states';      // names inside the bars wide enough for them
+  const labelled = v.key !== KEY.states;      // names inside the bars wide enough for them
   for (let j = 0; j < n; j++) {
     const i = idx[j], c = v.cats[rec.cat[i]];
     const s0 = Math.max(rec.start[i], range[0]), s1 = Math.min(rec.end[i], range[1]);
@@ -276,7 +276,7 @@ function bars(v, p, rec, idx, range, pxNs) {
     if (labelled) {                    // a label only where it fits: measuring hidden labels costs plotly time
       const wide = (s1 - s0) / pxNs, fits = s => wide >= 6.5 * s.length + 8;
       const long = 'step ' + rec.step[i];
-      const label = v.key !== 'steps' ? c.name : fits(long) ? long : String(rec.step[i]);
+      const label = v.key !== KEY.steps ? c.name : fits(long) ? long : String(rec.step[i]);
       text[j] = fits(label) ? esc(label) : '';
     }
   }
@@ -318,38 +318,35 @@ function viewTraces(v, p, range, px, layout) {
   let mode = 'overview';
   // exact bars where they are few enough to draw fast and wide enough to tell apart (2 px each on average);
   // denser, the dominant category per pixel column is the truer picture
-  if (idx && idx.length <= BAR_LIMIT[v.key] && idx.length <= v.lanes.length * px / 2) mode = 'exact';
+  if (idx && idx.length <= v.barLimit && idx.length <= v.lanes.length * px / 2) mode = 'exact';
   if (mode === 'overview') {
     const h = heatmap(v, p, range, px);
     if (h) out.push(h);
   } else {
     out.push(bars(v, p, rec, idx, range, (range[1] - range[0]) / px));
-    if (v.key === 'mpi') out.push(mpiLines(v, p, rec, idx));
+    if (v.key === KEY.mpi) out.push(mpiLines(v, p, rec, idx));
   }
   state.modes[v.key] = mode;
   state.bars[v.key] = mode === 'exact' ? idx.length : 0;
-  const what = {steps: 'step', phases: 'phase', states: 'state', kernels: 'kernel', mpi: 'MPI call'}[v.key];
   const pxNs = (range[1] - range[0]) / px, lv = v.levels[state.level[v.key]];
   let how;
   const partial = v.exact.n && v.exactSpan[1] - v.exactSpan[0] < TL.t1Ns - TL.t0Ns;
   if (mode === 'exact') {
-    how = v.key === 'mpi' ? 'exact records; lines join the ranks of each collective and each message'
+    how = v.key === KEY.mpi ? 'exact records; lines join the ranks of each collective and each message'
       : 'exact records (hover for details)';
   } else if (lv && lv.binNs > 1.5 * pxNs) {
-    how = `each block is the dominant ${what} of ${fmtDur(lv.binNs)}, the finest level stored`
+    how = `each block is the dominant ${v.noun} of ${fmtDur(lv.binNs)}, the finest level stored`
       + (partial ? ' (exact records: inside the green window)' : '');
   } else {
-    how = `each pixel column shows its dominant ${what} (zoom in for exact records)`;
+    how = `each pixel column shows its dominant ${v.noun} (zoom in for exact records)`;
   }
-  const names = {steps: 'Steps', phases: 'Phases per rank', kernels: 'Kernels, one row per rank.thread',
-                 states: 'Thread states (Paraver colors), one row per rank.thread', mpi: 'MPI calls'};
-  title(layout, p, `<b>${names[v.key] || esc(v.title)}</b> <span style="color:#666">· ${how}</span>`);
+  title(layout, p, `<b>${esc(v.heading)}</b> <span style="color:#666">· ${how}</span>`);
   return out;
 }
 
 // ---------- occupancy: exact from the Running records when they are at hand, else binned ----------
 function occupancyTraces(range, px, layout) {
-  const sv = views.find(v => v.key === 'states'), occPanels = panels.filter(p => p.occ !== undefined);
+  const sv = views.find(v => v.key === KEY.states), occPanels = panels.filter(p => p.occ !== undefined);
   const out = [];
   let exact = false;
   if (sv && inside(range, sv.exactSpan) && sv.exact.n) {
@@ -415,7 +412,7 @@ function occLine(p, x, y, rank, ri, what) {
 
 // ---------- marks: step boundaries, analyzed and exact windows ----------
 function marks(layout, range) {
-  const st = TL.steps, stepsPanel = panels.find(p => p.view && p.view.key === 'steps');
+  const st = TL.steps, stepsPanel = panels.find(p => p.view && p.view.key === KEY.steps);
   const inView = [];
   for (const t of st.startNs) if (t > range[0] && t < range[1]) inView.push(t);
   if (inView.length <= 60) {
@@ -506,22 +503,21 @@ function legend(box, entries) {
   document.getElementById('legends').appendChild(row);
 }
 function legends() {
-  const titles = {steps: 'Steps', phases: 'Phases', states: 'States', kernels: 'Kernels', mpi: 'MPI calls'};
   for (const v of views) {
     const seen = new Set(), entries = [];
     for (const c of v.cats) {
       if (c.present && !seen.has(c.name)) entries.push([c.name, c.color, false]);
       seen.add(c.name);
     }
-    if (v.key === 'steps') {
+    if (v.key === KEY.steps) {
       entries.push(['analyzed window', '#222', true]);
       if (TL.detail[0] > TL.t0Ns || TL.detail[1] < TL.t1Ns) {
         entries.push(['window with exact records', '#1a9c3c', true]);
       }
       entries.push(['step boundary (dotted line, when 60 or fewer are in view)', 'rgba(0,0,0,0.55)', true]);
     }
-    if (v.key === 'mpi') entries.push(['collective / message (line across the ranks)', '#111', true]);
-    legend(titles[v.key] || v.title, entries);
+    if (v.key === KEY.mpi) entries.push(['collective / message (line across the ranks)', '#111', true]);
+    legend(v.title, entries);
   }
   if (occRanks.length) {
     legend('Occupancy', occ.ranks.map((r, i) => ['rank ' + r, DATA.rankColors[i % DATA.rankColors.length], false])
@@ -572,4 +568,3 @@ async function start() {
 }
 start().catch(err => { console.error(err); document.body.dataset.error = String(err); });
 })();
-"""

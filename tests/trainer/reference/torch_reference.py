@@ -1,6 +1,8 @@
-"""A plain PyTorch GPT-2 identical to ours (llm.c's), for the reference state and the speed anchor.
+"""A plain PyTorch GPT-2 identical to ours (llm.c's), for the reference state (make_reference.py, beside it) and
+the speed anchor (benchmarks/step_time.py).
 
-Developer tool: imports torch, which the package does not depend on (`pip install torch==2.13.0`).
+Developer tool, kept out of the package: it imports torch, which the package does not depend on
+(`pip install torch==2.13.0`).
 nanoGPT's GPT-2 as llm.c computes it: pre-LayerNorm (eps 1e-5), learned position embeddings, tanh-approximate
 GELU, causal attention scaled by 1/sqrt(hs), lm_head tied to wte, wte with Vp rows, logits for all Vp columns
 but the loss over the first V only.

@@ -1,0 +1,376 @@
+"""Every command that reads a trace, given bad input or a bad output: exit code 2, exactly one line on stderr
+(`error: ...`, naming the file or option), no traceback, every input file byte for byte as it was, and nothing
+written. Then the names that must simply work (bytes that are not UTF-8, rich markup, emoji codes, NUL), and the
+same through the console script in real processes.
+
+Tables: COMMANDS x PARQUET_INPUTS (and x PRV_INPUTS for the commands that read Paraver traces), OUTPUT_CASES,
+FULL_DISK, NAMES. `recover` and `run` are the record helper's commands: they get the generic file cases only.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+NOT_UTF8 = os.fsdecode(b"caf\xe9")          # 'caf\udce9': the é of a Latin-1 file name, not UTF-8
+
+
+def invoke(app, *args):
+    return CliRunner().invoke(app, [os.fspath(a) if isinstance(a, Path) else a for a in args])
+
+
+def assert_one_line_error(r, *needles: str) -> str:
+    """Exit 2, one `error:` line on stderr naming what it should, no exception escaped; returns the line."""
+    assert r.exit_code == 2, (r.exit_code, r.output, r.exc_info)
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exc_info
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+# --- inputs: every command that reads a trace x every kind of bad file ---------------------------------------
+
+# name -> argv given the input path and an empty folder for outputs
+COMMANDS = {
+    "analyze": lambda t, out: ["analyze", t],
+    "analyze --json": lambda t, out: ["analyze", t, "--json", out / "a.json"],
+    "analyze --html": lambda t, out: ["analyze", t, "--html", out / "a.html"],
+    "report": lambda t, out: ["report", t, "-o", out / "r.html"],
+    "info": lambda t, out: ["info", t],
+    "info --json": lambda t, out: ["info", t, "--json"],
+    "export paraver": lambda t, out: ["export", t, "-o", out / "p"],
+    "export chrome": lambda t, out: ["export", t, "-f", "chrome", "-o", out / "c"],
+    "recover": lambda t, out: ["recover", t],
+    "run --init-from": lambda t, out: ["run", "--init-from", t, "--steps", "1", "--no-trace"],
+    "run --data": lambda t, out: ["run", "--data", t, "--steps", "1", "--no-trace"],
+}
+# Commands whose input is a Paraver trace, or that read one as well as Parquet.
+PRV_COMMANDS = {
+    "import": lambda t, out: ["import", t, "-o", out / "t.parquet"],
+    **{k: v for k, v in COMMANDS.items() if k in ("analyze", "analyze --json", "report", "info", "export chrome")},
+}
+
+
+def _wrong_types(good: Path, path: Path) -> None:
+    table = pq.read_table(good)
+    pq.write_table(table.set_column(table.schema.get_field_index("rank"), "rank",
+                                    pa.array(["a"] * table.num_rows)), path)
+
+
+def _negative_threads(good: Path, path: Path) -> None:
+    table = pq.read_table(good)
+    pq.write_table(table.set_column(table.schema.get_field_index("thread"), "thread",
+                                    pc.subtract(table.column("thread"), 1)), path)
+
+
+# case -> (make(good trace, path), what the message says for the commands that read the file as a trace)
+PARQUET_INPUTS = {
+    "missing": (lambda good, p: None, "does not exist"),
+    "directory": (lambda good, p: p.mkdir(), "is a directory"),
+    "empty": (lambda good, p: p.write_bytes(b""), "not a Parquet file"),
+    "garbage": (lambda good, p: p.write_bytes(bytes(range(256)) * 8), "not a Parquet file"),
+    "truncated": (lambda good, p: p.write_bytes(good.read_bytes()[: good.stat().st_size // 2]), "not a Parquet file"),
+    "wrong types": (_wrong_types, "column 'rank'"),
+    "negative thread ids": (_negative_threads, "negative"),     # the reader and export say which column
+}
+# `info` reads the path itself (no Typer check) and says it in its own words.
+INFO_WORDS = {"missing": "no such trace file"}
+# Commands that do not read the file as a trace: only the generic guarantees are checked.
+GENERIC_ONLY = ("recover", "run --init-from", "run --data")
+
+
+@pytest.mark.parametrize("case", PARQUET_INPUTS)
+@pytest.mark.parametrize("command", COMMANDS)
+def test_bad_parquet_input(app, tmp_path, trace_file, snapshot, command, case):
+    make, message = PARQUET_INPUTS[case]
+    inp, out = tmp_path / "in", tmp_path / "out"
+    inp.mkdir(), out.mkdir()
+    path = inp / "trace.parquet"
+    make(trace_file, path)
+    before = snapshot(inp)
+    r = invoke(app, *COMMANDS[command](path, out))
+    if command.startswith("info"):
+        message = INFO_WORDS.get(case, message)
+    assert_one_line_error(r, *(["trace.parquet"] if command in GENERIC_ONLY else ["trace.parquet", message]))
+    assert snapshot(inp) == before and list(out.iterdir()) == []
+    assert command in GENERIC_ONLY or r.stdout == ""        # run prints its progress before it reads the file
+
+
+def _prv_truncated(prv: Path, copy_prv) -> None:
+    copy_prv(prv.parent)
+    prv.write_bytes(prv.read_bytes()[: prv.stat().st_size // 2])      # cut in the middle of a line
+
+
+def _prv_not_a_number(prv: Path, copy_prv) -> None:
+    copy_prv(prv.parent)
+    lines = prv.read_text().splitlines(keepends=True)
+    lines[3] = "1:1:1:1:1:0:oops:1\n"
+    prv.write_text("".join(lines))
+
+
+# case -> (make(.prv path, copy_prv), message)
+PRV_INPUTS = {
+    "missing": (lambda p, copy: None, "does not exist"),
+    "directory": (lambda p, copy: p.mkdir(), "is a directory"),
+    "empty": (lambda p, copy: p.write_bytes(b""), "run.prv:1: not a Paraver header"),
+    "garbage": (lambda p, copy: p.write_bytes(bytes(range(256)) * 8), "run.prv:1: not a Paraver header"),
+    "truncated": (_prv_truncated, "wrong number of fields"),
+    "wrong types": (_prv_not_a_number, "run.prv:4: field 7 (end) is not an integer"),
+}
+
+
+@pytest.mark.parametrize("case", PRV_INPUTS)
+@pytest.mark.parametrize("command", PRV_COMMANDS)
+def test_bad_paraver_input(app, tmp_path, copy_prv, snapshot, command, case):
+    make, message = PRV_INPUTS[case]
+    inp, out = tmp_path / "in", tmp_path / "out"
+    inp.mkdir(), out.mkdir()
+    path = inp / "run.prv"
+    make(path, copy_prv)
+    before = snapshot(inp)
+    r = invoke(app, *PRV_COMMANDS[command](path, out))
+    if command.startswith("info"):
+        message = INFO_WORDS.get(case, message)
+    assert_one_line_error(r, "run.prv", message)
+    assert snapshot(inp) == before and list(out.iterdir()) == []
+
+
+# --- outputs: = an input, read-only, a directory, full disk ----------------------------------------------------
+
+def _html_named_trace(tmp: Path, trace_file: Path, copy_prv) -> list:
+    shutil.copy(trace_file, tmp / "weird.html")          # a Parquet trace whose name ends in .html
+    return ["report", tmp / "weird.html"]                # default output: weird.html itself
+
+
+def _linked(tmp: Path, trace_file: Path, copy_prv) -> list:
+    (tmp / "link.json").symlink_to(tmp / "trace.parquet")
+    return ["analyze", tmp / "trace.parquet", "--json", tmp / "link.json"]
+
+
+def _json_named_trace(tmp: Path, trace_file: Path, copy_prv) -> list:
+    shutil.copy(trace_file, tmp / "t.json")
+    return ["export", tmp / "t.json", "-f", "chrome", "-o", tmp / "t"]       # writes t.json
+
+
+# case -> (argv given the folder holding trace.parquet and run.prv/.pcf/.row/.gpt2trace.json, message)
+OUTPUT_CASES = {
+    "analyze --json = input": (lambda d, t, c: ["analyze", d / "trace.parquet", "--json", d / "trace.parquet"],
+                               "--json"),
+    "analyze --json = a link to the input": (_linked, "--json"),
+    "analyze --html = input": (lambda d, t, c: ["analyze", d / "trace.parquet", "--html", d / "trace.parquet"],
+                               "--html"),
+    "analyze --json = the .pcf it reads": (lambda d, t, c: ["analyze", d / "run.prv", "--json", d / "run.pcf"],
+                                           "--json"),
+    "report -o = input": (lambda d, t, c: ["report", d / "trace.parquet", "-o", d / "trace.parquet"], "--output"),
+    "report default output = input": (_html_named_trace, "the default output (-o)"),
+    "import -o = the .prv": (lambda d, t, c: ["import", d / "run.prv", "-o", d / "run.prv"], "--output"),
+    "import -o = the .pcf": (lambda d, t, c: ["import", d / "run.prv", "-o", d / "run.pcf"], "--output"),
+    "import -o = the .row": (lambda d, t, c: ["import", d / "run.prv", "-o", d / "run.row"], "--output"),
+    "export paraver onto its .prv": (lambda d, t, c: ["export", d / "run.prv", "-o", d / "run"], "--output"),
+    "export paraver.gz onto its .pcf": (lambda d, t, c: ["export", d / "run.prv", "-o", d / "run.prv.gz"],
+                                        "run.pcf"),
+    "export chrome onto its input": (_json_named_trace, "--output"),
+}
+
+
+@pytest.mark.parametrize("case", OUTPUT_CASES)
+def test_output_that_is_an_input(app, tmp_path, trace_file, copy_prv, snapshot, case):
+    shutil.copy(trace_file, tmp_path / "trace.parquet")
+    copy_prv(tmp_path)
+    argv, option = OUTPUT_CASES[case]
+    args = argv(tmp_path, trace_file, copy_prv)
+    before = snapshot(tmp_path)
+    r = invoke(app, *args)
+    assert_one_line_error(r, option, "is also an input of this command")
+    assert snapshot(tmp_path) == before          # nothing overwritten, nothing new
+
+
+# name -> argv given the input trace (Parquet), its .prv, and the output folder
+WRITERS = {
+    "analyze --json": lambda t, prv, out: ["analyze", t, "--json", out / "a.json"],
+    "analyze --html": lambda t, prv, out: ["analyze", t, "--html", out / "a.html"],
+    "report": lambda t, prv, out: ["report", t, "-o", out / "r.html"],
+    "export paraver": lambda t, prv, out: ["export", t, "-o", out / "p"],
+    "export chrome": lambda t, prv, out: ["export", t, "-f", "chrome", "-o", out / "c"],
+    "import": lambda t, prv, out: ["import", prv, "-o", out / "t.parquet"],
+}
+
+
+def _run_writer(app, base, trace_file, copy_prv, snapshot, command, out):
+    """Runs a WRITERS command on copies of the traces in base/in, and checks that they are left as they were."""
+    inp = base / "in"
+    inp.mkdir(parents=True)
+    shutil.copy(trace_file, inp / "trace.parquet")
+    prv = copy_prv(inp)
+    before = snapshot(inp)
+    r = invoke(app, *WRITERS[command](inp / "trace.parquet", prv, out))
+    assert snapshot(inp) == before
+    return r
+
+
+@pytest.mark.parametrize("command", WRITERS)
+def test_unwritable_output(app, tmp_path, trace_file, copy_prv, snapshot, readonly_dir, command):
+    r = _run_writer(app, tmp_path, trace_file, copy_prv, snapshot, command, readonly_dir)
+    assert_one_line_error(r, str(readonly_dir), "Read-only file system")
+    assert list(readonly_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", WRITERS)
+def test_output_in_a_missing_folder(app, tmp_path, trace_file, copy_prv, snapshot, command):
+    r = _run_writer(app, tmp_path, trace_file, copy_prv, snapshot, command, tmp_path / "no" / "such")
+    assert_one_line_error(r, "does not exist")
+
+
+@pytest.mark.parametrize("command", ["analyze --json", "analyze --html", "report", "import"])
+def test_output_that_is_a_directory(app, tmp_path, trace_file, copy_prv, snapshot, command):
+    out = tmp_path / "out"
+    out.mkdir()
+    name = {"analyze --json": "a.json", "analyze --html": "a.html", "report": "r.html", "import": "t.parquet"}
+    (out / name[command]).mkdir()
+    r = _run_writer(app, tmp_path, trace_file, copy_prv, snapshot, command, out)
+    assert_one_line_error(r, "is a directory")
+
+
+@pytest.mark.parametrize("command", WRITERS)
+def test_full_disk(app, tmp_path, trace_file, copy_prv, snapshot, small_fs, command):
+    disk = small_fs(8)          # 8 KiB: every output here is bigger (the JSON ~20 KB, the page ~4.7 MB)
+    r = _run_writer(app, tmp_path, trace_file, copy_prv, snapshot, command, disk)
+    assert_one_line_error(r, "No space left on device")
+    assert list(disk.iterdir()) == []       # no half-written file, no temporary one
+
+
+@pytest.mark.parametrize("command", WRITERS)
+def test_existing_output_is_replaced_and_said(app, tmp_path, trace_file, copy_prv, snapshot, command):
+    out = tmp_path / "out"
+    out.mkdir()
+    first = _run_writer(app, tmp_path / "a", trace_file, copy_prv, snapshot, command, out)
+    assert first.exit_code == 0 and "(replaced)" not in first.stdout, first.output
+    written = snapshot(out)
+    again = _run_writer(app, tmp_path / "b", trace_file, copy_prv, snapshot, command, out)
+    assert again.exit_code == 0, again.output
+    said = again.stdout.replace("\n", " ")
+    for name in written:
+        assert f"{name} (replaced)" in said, (name, said)
+    assert set(snapshot(out)) == set(written)       # the same files, no temporary left
+
+
+# --- options that used to end in a traceback ---------------------------------------------------------------
+
+@pytest.mark.parametrize("args,message", [
+    (["analyze", "{t}", "--peak-gflops", "inf"], "--peak-gflops inf: give the sgemm GFLOP/s per core"),
+    (["analyze", "{t}", "--peak-gflops", "nan"], "--peak-gflops nan"),
+    (["analyze", "{t}", "--peak-gflops", "-1"], "--peak-gflops -1.0"),
+    (["analyze", "{t}", "--top", "abc"], "Invalid value for '--top'"),
+    (["analyze", "{t}", "--steps", "x:y"], "--steps 'x:y'"),
+    (["analyze", "{t}", "--no-such-option"], "No such option: --no-such-option"),
+    (["analyze", "{t}", "--json", "{o}/a", "--html", "{o}/a"], "--json and --html both name"),
+    (["report", "{t}", "-o", "{o}/r.html", "--window", "0:inf"], "--window '0:inf': A and B must be finite"),
+    (["report", "{t}", "-o", "{o}/r.html", "--window", "nan:1"], "--window 'nan:1'"),
+    (["report", "{t}", "-o", "{o}/r.html", "--window", "3:1"], "--window '3:1': needs 0 <= A < B"),
+    (["report", "{t}", "-o", "{o}/r.html", "--exact-records", "10"], "Invalid value for '--exact-records'"),
+    (["export", "{t}", "-o", "{o}/x", "--format", "svg"], "Invalid value for '--format'"),
+    (["export", "{t}"], "Missing option '--output'"),
+    (["import"], "Missing argument 'TRACE'"),
+    (["frobnicate"], "No such command 'frobnicate'"),
+])
+def test_bad_options(app, tmp_path, trace_file, snapshot, args, message):
+    out = tmp_path / "out"
+    out.mkdir()
+    before = snapshot(trace_file.parent)
+    r = invoke(app, *(a.format(t=trace_file, o=out) for a in args))
+    assert_one_line_error(r, message)
+    assert snapshot(trace_file.parent) == before and list(out.iterdir()) == []
+
+
+# --- names that must work: bytes that are not UTF-8, markup, emoji codes, NUL ---------------------------------
+
+def test_trace_names_that_are_not_utf8_work_everywhere(app, tmp_path, trace_file, copy_prv):
+    trace = tmp_path / f"{NOT_UTF8}.parquet"
+    shutil.copy(trace_file, trace)
+    shown = "caf\ufffd"                                  # how the name prints
+    for args, expect in ((["analyze", trace, "--top", "2"], f"{shown}.parquet"),
+                         (["info", trace], f"{shown}.parquet"),
+                         (["report", trace], f"/{shown}.html; "),
+                         (["analyze", trace, "--json", tmp_path / f"{NOT_UTF8}.json"], f"/{shown}.json"),
+                         (["export", trace, "-o", tmp_path / NOT_UTF8], f"{shown}.gpt2trace.json"),
+                         (["import", tmp_path / f"{NOT_UTF8}.prv", "-o", tmp_path / f"{NOT_UTF8}-back.parquet"],
+                          f"{shown}-back.parquet: 1,502 records")):
+        r = invoke(app, *args)
+        assert r.exit_code == 0 and r.exception is None, (args, r.output, r.exc_info)
+        assert expect in r.stdout, (expect, r.stdout)
+    assert (tmp_path / f"{NOT_UTF8}.html").is_file() and (tmp_path / f"{NOT_UTF8}-back.parquet").is_file()
+    bad = tmp_path / f"{NOT_UTF8}-bad.parquet"
+    bad.write_bytes(b"garbage")
+    assert_one_line_error(invoke(app, "analyze", bad), f"{shown}-bad.parquet: not a Parquet file")
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_names_from_the_trace_print_as_text(app, hostile_trace, width):
+    # Kernel names with rich markup ([/] used to raise MarkupError, [i] vanished), an emoji code (:100: became an
+    # emoji) and a NUL (printed raw), a host and CPU with markup: all print as they are, the NUL as \x00.
+    r = CliRunner(env={"COLUMNS": str(width)}).invoke(app, ["analyze", str(hostile_trace.path), "--top", "50"])
+    assert r.exit_code == 0, r.output
+    for name in hostile_trace.kernels:
+        assert name.replace("\x00", "\\x00") in r.stdout, name
+    assert "\x00" not in r.stdout and "\N{HUNDRED POINTS SYMBOL}" not in r.stdout
+    r = CliRunner(env={"COLUMNS": str(width)}).invoke(app, ["info", str(hostile_trace.path)])
+    assert r.exit_code == 0, r.output
+    assert hostile_trace.machine["hostname"] in r.stdout and hostile_trace.machine["cpu"] in r.stdout
+
+
+def test_paths_with_markup_print_as_text(app, tmp_path, trace_file):
+    folder = tmp_path / "[bold]runs[/]"               # "/" makes folders: [bold]runs[ / ] / ...
+    trace = folder / ":100: node[/]01.parquet"
+    (folder / ":100: node[").mkdir(parents=True)
+    shutil.copy(trace_file, trace)
+    r = invoke(app, "report", trace)
+    assert r.exit_code == 0, r.output
+    assert f"report: {folder}/:100: node[/]01.html" in r.stdout
+    assert_one_line_error(invoke(app, "analyze", trace, "--peak-gflops", "0"), "--peak-gflops 0.0")
+    (folder / "[").mkdir()
+    (folder / "[/]bad.parquet").write_text("x")
+    assert_one_line_error(invoke(app, "info", folder / "[/]bad.parquet"), f"{folder}/[/]bad.parquet: not a Parquet")
+
+
+# --- the console script, in real processes ---------------------------------------------------------------------
+
+def _script(*args: bytes | str, cwd: Path) -> subprocess.CompletedProcess:
+    exe = shutil.which("gpt2trace")
+    assert exe, "the gpt2trace console script is not on PATH (pip install -e .)"
+    return subprocess.run([exe, *args], capture_output=True, cwd=cwd, env=dict(os.environ, COLUMNS="80"))
+
+
+@pytest.mark.parametrize("args,message", [
+    ([b"analyze", b"caf\xe9.parquet"], "error: Invalid value for 'TRACE': file 'caf\ufffd.parquet' does not exist."),
+    ([b"info", b"caf\xe9.parquet"], "error: caf\ufffd.parquet: no such trace file"),
+    ([b"analyze", b"bad[/].parquet"], "error: bad[/].parquet: not a Parquet file"),
+    ([b"report", b"bad[/].parquet", b"-o", b"bad[/].parquet"], "error: --output bad[/].parquet is also an input"),
+    ([b"export", b"bad[/].parquet", b"-o", b"x", b"-f", b"svg"], "error: Invalid value for '--format'"),
+])
+def test_console_script_errors(tmp_path, args, message):
+    (tmp_path / "bad[").mkdir()
+    (tmp_path / "bad[/].parquet").write_bytes(b"\x00:100:\n")
+    before = (tmp_path / "bad[/].parquet").read_bytes()
+    r = _script(*args, cwd=tmp_path)
+    err = r.stderr.decode()
+    assert r.returncode == 2 and err.count("\n") == 1 and err.startswith(message), err
+    assert "Traceback" not in err and r.stdout == b""
+    assert (tmp_path / "bad[/].parquet").read_bytes() == before
+
+
+def test_console_script_works_with_a_name_that_is_not_utf8(tmp_path, trace_file):
+    shutil.copy(trace_file, tmp_path / os.fsdecode(b"caf\xe9.parquet"))
+    r = _script(b"analyze", b"caf\xe9.parquet", b"--top", b"3", cwd=tmp_path)
+    assert r.returncode == 0 and r.stderr == b"", r.stderr
+    assert "caf\ufffd.parquet" in r.stdout.decode() and "Findings" in r.stdout.decode()
