@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -241,6 +242,9 @@ def _fail_rank(comm, rank: int, message: str) -> None:
         fail(message)
     err_console.print(plain(f"error: rank {rank}: {message}"), markup=False, soft_wrap=True)
     sys.stderr.flush()
+    # MPI_Abort kills the ranks at once and mpiexec's proxies may drop what they have not forwarded yet: give
+    # them a moment, the job is ending anyway
+    time.sleep(0.5)
     comm.Abort(2)
 
 
