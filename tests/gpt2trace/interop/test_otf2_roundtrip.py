@@ -42,13 +42,14 @@ def test_round_trip_gives_the_same_analysis(tmp_path, sample):
 
 
 @pytest.fixture
-def zoo_path(tmp_path):
+def zoo_path(tmp_path, mpi_zoo_path):
     """conftest's MPI zoo without its phases: there a kernel crosses a step's phase, which OTF2's one call stack
     per thread cannot hold (test_otf2_errors checks the refusal)."""
-    from conftest import mpi_zoo_records
-    from gpt2trace.testing import synthetic as syn
-    path = tmp_path / "zoo.parquet"
-    syn.write(syn.from_records([r for r in mpi_zoo_records() if r["kind"] != Kind.PHASE]), path)
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    table = pq.read_table(mpi_zoo_path)
+    path = tmp_path / "zoo_without_phases.parquet"
+    pq.write_table(table.filter(pc.not_equal(table.column("kind"), Kind.PHASE)), path)
     return path
 
 
