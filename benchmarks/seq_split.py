@@ -91,17 +91,13 @@ def from_trace(path: Path, ranks: int) -> dict:
 
 
 def activation_mb(model: str, max_seq_len: int | None, T: int, ranks: int, sp_reduce: str) -> float:
-    """MB of one rank's activation buffers (and the dK/dV exchange buffer) for this split. Allocated with
-    np.zeros, which maps pages without touching them: nothing is resident."""
+    """MB of one rank's activation buffers (and the dK/dV exchange buffers) for this split: trainer.memory's shape
+    tables, the ones the trainer allocates from."""
     from trainer.config import model_config
-    from trainer.model import Activations
+    from trainer.memory import estimate
 
     cfg = model_config(model, max_seq_len=max_seq_len)
-    acts = Activations(cfg, 1, T // ranks, T).nbytes
-    if ranks > 1:
-        C = cfg.n_embd
-        acts += 4 * T * 2 * C + (4 * (T // ranks) * 2 * C if sp_reduce == "reduce-scatter" else 0)
-    return acts / 1e6
+    return estimate(cfg, 1, T, ranks, own_rows=sp_reduce == "reduce-scatter").activations / 1e6
 
 
 def main() -> None:

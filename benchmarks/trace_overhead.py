@@ -1,18 +1,24 @@
-"""What tracing costs: step time with tracing vs --no-trace, alternated in one session, and the trace's size.
+"""What tracing costs: blocks of training steps traced and untraced, alternating in one process, and the trace's size.
 
-    python benchmarks/trace_overhead.py                      # small and d12, 8 alternating blocks in one process
-    python benchmarks/trace_overhead.py --method processes   # whole runs alternated, one process each (noisier)
+    python benchmarks/trace_overhead.py                          # small and d12, 8 blocks each (A B B A A B B A)
+    python benchmarks/trace_overhead.py --configs small --blocks 4 --steps 60    # a quick check
 
-Each run is its own subprocess (the runner API, as `gpt2trace run` without its progress bar), and traced and
-untraced runs alternate round by round, the order flipping each round, so drift in the machine's speed (this is
-a shared machine) hits both alike. Per configuration:
+One process per configuration trains one model; after an untimed warm-up block, blocks of steps alternate
+traced (A) and untraced (B) as A B B A A B B A, so drift in the machine's speed (a shared machine) hits both
+alike. The same weights, buffers and caches serve both, so the difference is what tracing costs, not process
+start-up or memory placement. Per configuration:
 
-- ms/step traced and untraced: median over rounds of each run's median step (step 0, the warm-up, left out);
-- overhead: traced / untraced - 1. Noisy on a shared machine, so also
-- flush ms: the median `trace_flush` phase of the traced runs, i.e. the tracer's own cost as the trace
-  records it (the one per-step cost tracing adds: kernels' clock reads are ~50 ns a call);
-- records per step, ns per record (flush time / records; and the A/B difference / records), bytes per step
-  (compressed trace size / steps) and bytes per record.
+- ms/step, traced and untraced: a block's wall time / its steps (everything between steps included; a traced
+  block also includes closing its tracer, i.e. writing its last window without overlap: an upper bound on the
+  steady state), median over the blocks of each kind;
+- overhead: median traced / median untraced - 1, and its spread: the lowest and highest ratio of a traced block
+  to the untraced block next to it (A B, B A pairs);
+- flush share: the tracer's time on the training loop's thread (the `trace_flush` phases it records at each
+  step end: the bookkeeping, the hand-over of a window to the writer thread, a wait if the writer lags), over
+  the traced wall time;
+- writer share: the writer thread's busy time (building and writing the parts, off the loop's critical path
+  but on the same cores), over the traced wall time;
+- records per step, bytes per record (compressed, merged trace).
 
 Prints a table and writes benchmarks/results/trace_overhead.json (a configuration measured again replaces its
 row), with the load average before and after each configuration.
@@ -26,48 +32,27 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from dataclasses import replace
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
-# name: (model, B, T, threads, timed steps per run, rounds)
+# name: (model, B, T, threads, steps per block)
 CONFIGS = {
-    "small": ("small", 4, 64, 2, 30, 5),
-    "d12": ("d12", 4, 64, 2, 4, 3),
+    "small": ("small", 4, 64, 2, 240),     # ~15 ms steps: ~3.6 s blocks, ~7 parts each
+    "d12": ("d12", 4, 64, 2, 4),           # ~1.3 s steps: ~5 s blocks, a part per step
 }
 
 
-def worker(model: str, B: int, T: int, threads: int, steps: int, trace: str | None) -> dict:
-    from gpt2trace.run.runner import RunConfig, TraceConfig, prepare_process, run
-    prepare_process(threads)
-    from trainer.config import ParallelConfig, TrainConfig, model_config
-
-    cfg = RunConfig(model_config(model), TrainConfig(batch_size=B, seq_len=T, steps=steps + 1, lr=1e-4),
-                    ParallelConfig(threads=threads), TraceConfig(Path(trace) if trace else None))
-    result = run(cfg)
-    out = {"ms_steps": [m.ms for m in result.history[1:]], "steps": steps + 1}
-    if trace:
-        import pyarrow.compute as pc
-        import pyarrow.parquet as pq
-        table = pq.read_table(trace, columns=["kind", "name", "start_ns", "end_ns"])
-        flush = pc.filter(table, pc.equal(table["name"], "trace_flush"))
-        flush_ms = pc.divide(pc.subtract(flush["end_ns"], flush["start_ns"]), 1e6).to_pylist()
-        out |= {"records": result.trace_records, "bytes": Path(trace).stat().st_size,
-                "flush_ms": flush_ms[1:]}   # the flush of step 0 (first kernels' cache loads) left out
-    return out
-
-
-def worker_blocks(model: str, B: int, T: int, threads: int, steps: int, blocks: int, tmp: str) -> dict:
-    """One process, one model: blocks of `steps` steps alternately traced and untraced (A B B A A B ...).
-
-    The same weights, buffers and caches serve both, so the difference is what tracing costs, not process
-    start-up, memory placement or machine drift between processes (the first, untimed block warms up)."""
-    from gpt2trace.run.runner import prepare_process
+def worker(model: str, B: int, T: int, threads: int, steps: int, blocks: int, tmp: str) -> dict:
+    """One process, one model: an untimed warm-up block, then `blocks` blocks of `steps` steps, A B B A ..."""
+    from gpt2trace.run.runner import TraceConfig, prepare_process
     prepare_process(threads)
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     from gpt2trace.format.writer import merge_parts
-    from gpt2trace.record.tracer import Tracer
+    from gpt2trace.record.tracer import FLUSH_PHASE, Tracer
     from trainer.config import TrainConfig, model_config
     from trainer.data import TokenLoader, synthetic_corpus
     from trainer.dp import Local
@@ -82,134 +67,107 @@ def worker_blocks(model: str, B: int, T: int, threads: int, steps: int, blocks: 
     m = GPT2(cfg, init_params(cfg, tcfg.seed), B, T, launcher)
     dp = Local(m, tcfg, launcher)
     data = TokenLoader(synthetic_corpus(cfg.vocab_size, 1 << 18, 1), B, T)
-    train(m, data, tcfg, dp)                                     # warm-up block, untimed
-    ms = {True: [], False: []}
-    flush_ms, records, nbytes, traced_steps = [], 0, 0, 0
+    # warm-up, untimed: the kernels and the tracer's compiled pass loaded, the writer's code paths run once
+    warm = Tracer(Path(tmp) / "warm.parquet", 0, threads, {}, flush_every_s=0)
+    launcher.recorder = warm.recorder
+    train(m, data, replace(tcfg, steps=2), dp, observer=warm)
+    warm.close()
+    merge_parts(Path(tmp) / "warm.parquet").path.unlink()
+    out = {"blocks": [], "records": 0, "bytes": 0, "traced_steps": 0, "flush_ns": 0, "writer_ns": 0, "parts": 0}
     for i in range(blocks):
         traced = (i % 4) in (0, 3)                               # A B B A: drift cancels in pairs
+        path = Path(tmp) / f"block{i}.parquet"
         if traced:
-            path = Path(tmp) / f"block{i}.parquet"
-            tracer = Tracer(path, 0, threads, {})
+            tracer = Tracer(path, 0, threads, {}, flush_every_s=TraceConfig().flush_every_s)
             launcher.recorder = tracer.recorder
-            hist = train(m, data, tcfg, dp, observer=tracer)
+            t0 = time.perf_counter_ns()
+            train(m, data, tcfg, dp, observer=tracer)
             tracer.close()
-            records += merge_parts(path)
-            nbytes += path.stat().st_size
-            traced_steps += steps
+            wall = time.perf_counter_ns() - t0
+            out["parts"] += tracer.writer.seq
+            out["writer_ns"] += tracer.writer_busy_ns
+            merged = merge_parts(path)
+            out["records"] += merged.records
+            out["bytes"] += path.stat().st_size
+            out["traced_steps"] += steps
             t = pq.read_table(path, columns=["name", "start_ns", "end_ns"])
-            f = pc.filter(t, pc.equal(t["name"], "trace_flush"))
-            flush_ms += pc.divide(pc.subtract(f["end_ns"], f["start_ns"]), 1e6).to_pylist()
+            f = pc.filter(t, pc.equal(t["name"], FLUSH_PHASE))
+            out["flush_ns"] += pc.sum(pc.subtract(f["end_ns"], f["start_ns"])).as_py() or 0
             path.unlink()
         else:
             launcher.recorder = None
-            hist = train(m, data, tcfg, dp)
-        ms[traced] += [h.ms for h in hist]
-    return {"ms_traced": ms[True], "ms_untraced": ms[False], "flush_ms": flush_ms, "records": records,
-            "bytes": nbytes, "steps": traced_steps}
+            t0 = time.perf_counter_ns()
+            train(m, data, tcfg, dp)
+            wall = time.perf_counter_ns() - t0
+        out["blocks"].append({"traced": traced, "ms_per_step": wall / 1e6 / steps})
+    return out
 
 
-def measure_blocks(name: str, blocks: int, tmp: Path) -> dict:
-    model, B, T, threads, steps, _ = CONFIGS[name]
-    cmd = [sys.executable, __file__, "--blocks-worker", model, str(B), str(T), str(threads), str(steps),
-           str(blocks), str(tmp)]
+def measure(name: str, blocks: int, steps: int, tmp: Path) -> dict:
+    model, B, T, threads, _ = CONFIGS[name]
+    cmd = [sys.executable, __file__, "--worker", model, str(B), str(T), str(threads), str(steps), str(blocks),
+           str(tmp)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"{name} failed:\n{out.stderr[-2000:]}")
     res = json.loads(out.stdout.strip().splitlines()[-1])
-    on, off = statistics.median(res["ms_traced"]), statistics.median(res["ms_untraced"])
-    flush = statistics.median(res["flush_ms"])
-    per_step = res["records"] / res["steps"]
-    print(f"{name}: {len(res['ms_traced'])} traced / {len(res['ms_untraced'])} untraced steps in alternating "
-          f"blocks of {steps}: {on:.2f} / {off:.2f} ms/step", flush=True)
-    return {"config": name, "method": "blocks", "model": model, "B": B, "T": T, "threads": threads,
-            "blocks": blocks, "steps_per_block": steps, "ms_traced": on, "ms_untraced": off,
-            "overhead": on / off - 1, "flush_ms": flush, "flush_share": flush / on, "records_per_step": per_step,
-            "ns_per_record_flush": flush * 1e6 / per_step, "ns_per_record_ab": (on - off) * 1e6 / per_step,
-            "bytes_per_step": res["bytes"] / res["steps"], "bytes_per_record": res["bytes"] / res["records"],
-            "steps_ms_traced": res["ms_traced"], "steps_ms_untraced": res["ms_untraced"]}
-
-
-def _spawn(name: str, traced: bool, tmp: Path) -> dict:
-    model, B, T, threads, steps, _ = CONFIGS[name]
-    trace = str(tmp / f"{name}.parquet") if traced else ""
-    cmd = [sys.executable, __file__, "--worker", model, str(B), str(T), str(threads), str(steps), trace]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        raise SystemExit(f"{name} ({'traced' if traced else 'untraced'}) failed:\n{out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def measure(name: str, rounds: int, tmp: Path) -> dict:
-    model, B, T, threads, steps, _ = CONFIGS[name]
-    runs: dict[bool, list[dict]] = {True: [], False: []}
-    for r in range(rounds):
-        for traced in ((True, False) if r % 2 == 0 else (False, True)):
-            res = _spawn(name, traced, tmp)
-            runs[traced].append(res)
-            print(f"{name} round {r + 1}/{rounds} {'traced  ' if traced else 'untraced'}: "
-                  f"{statistics.median(res['ms_steps']):9.2f} ms/step", flush=True)
-    on = statistics.median(statistics.median(x["ms_steps"]) for x in runs[True])
-    off = statistics.median(statistics.median(x["ms_steps"]) for x in runs[False])
-    flush = statistics.median(f for x in runs[True] for f in x["flush_ms"])
-    t0 = runs[True][0]
-    per_step = t0["records"] / t0["steps"]
-    return {"config": name, "method": "processes", "model": model, "B": B, "T": T, "threads": threads,
-            "rounds": rounds,
-            "steps_per_run": steps, "ms_traced": on, "ms_untraced": off, "overhead": on / off - 1,
-            "flush_ms": flush, "flush_share": flush / on, "records_per_step": per_step,
-            "ns_per_record_flush": flush * 1e6 / per_step, "ns_per_record_ab": (on - off) * 1e6 / per_step,
-            "bytes_per_step": t0["bytes"] / t0["steps"], "bytes_per_record": t0["bytes"] / t0["records"],
-            "runs_ms_traced": [statistics.median(x["ms_steps"]) for x in runs[True]],
-            "runs_ms_untraced": [statistics.median(x["ms_steps"]) for x in runs[False]]}
+    ms = [b["ms_per_step"] for b in res["blocks"]]
+    traced = [b["ms_per_step"] for b in res["blocks"] if b["traced"]]
+    untraced = [b["ms_per_step"] for b in res["blocks"] if not b["traced"]]
+    # each traced block against the untraced block beside it: A B | B A | A B | B A ...
+    pairs = [ms[i] / ms[i + 1] if res["blocks"][i]["traced"] else ms[i + 1] / ms[i] for i in range(0, len(ms) - 1, 2)]
+    on, off = statistics.median(traced), statistics.median(untraced)
+    traced_wall_ns = sum(traced) * steps * 1e6
+    per_step = res["records"] / res["traced_steps"]
+    print(f"{name}: {len(traced)} traced / {len(untraced)} untraced blocks of {steps} steps: {on:.2f} / {off:.2f} "
+          f"ms/step", flush=True)
+    return {"config": name, "model": model, "B": B, "T": T, "threads": threads, "blocks": blocks,
+            "steps_per_block": steps, "ms_traced": on, "ms_untraced": off, "overhead": on / off - 1,
+            "overhead_pairs": [p - 1 for p in pairs],
+            "flush_share": res["flush_ns"] / traced_wall_ns, "writer_share": res["writer_ns"] / traced_wall_ns,
+            "parts": res["parts"], "records_per_step": per_step, "bytes_per_record": res["bytes"] / res["records"],
+            "blocks_ms_traced": traced, "blocks_ms_untraced": untraced}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
-    ap.add_argument("--rounds", type=int, help="rounds per configuration (default: small 5, d12 3)")
-    ap.add_argument("--method", choices=["blocks", "processes"], default="blocks",
-                    help="blocks: alternate traced/untraced blocks of steps in one process (default, least "
-                         "noise); processes: alternate whole runs, each in its own process")
-    ap.add_argument("--blocks", type=int, default=8, help="blocks per configuration with --method blocks")
-    ap.add_argument("--worker", nargs=6, help=argparse.SUPPRESS)
-    ap.add_argument("--blocks-worker", nargs=7, help=argparse.SUPPRESS)
+    ap.add_argument("--blocks", type=int, default=8, help="blocks per configuration (A B B A ...)")
+    ap.add_argument("--steps", type=int, help="steps per block (default: small 240, d12 4)")
+    ap.add_argument("--worker", nargs=7, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        model, B, T, threads, steps, trace = args.worker
-        print(json.dumps(worker(model, int(B), int(T), int(threads), int(steps), trace or None)))
-        return
-    if args.blocks_worker:
-        model, B, T, threads, steps, blocks, tmp = args.blocks_worker
-        print(json.dumps(worker_blocks(model, int(B), int(T), int(threads), int(steps), int(blocks), tmp)))
+        model, B, T, threads, steps, blocks, tmp = args.worker
+        print(json.dumps(worker(model, int(B), int(T), int(threads), int(steps), int(blocks), tmp)))
         return
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.configs:
             before = os.getloadavg()
-            if args.method == "blocks":
-                row = measure_blocks(name, args.blocks, Path(tmp))
-            else:
-                row = measure(name, args.rounds or CONFIGS[name][5], Path(tmp))
+            row = measure(name, args.blocks, args.steps or CONFIGS[name][4], Path(tmp))
             rows.append(row | {"load_before": before, "load_after": os.getloadavg()})
 
     print(f"\n{os.cpu_count()} CPUs; load average (1, 5, 15 min) per configuration, before -> after:")
     for r in rows:
         print(f"  {r['config']}: {' '.join(f'{x:.2f}' for x in r['load_before'])} -> "
               f"{' '.join(f'{x:.2f}' for x in r['load_after'])}")
-    print(f"{'config':<7} {'threads':>7} {'traced ms':>10} {'untraced':>9} {'overhead':>9} {'flush ms':>9} "
-          f"{'flush %':>8} {'rec/step':>9} {'ns/rec':>7} {'B/step':>8} {'B/rec':>6}")
+    print(f"{'config':<7} {'threads':>7} {'traced ms':>10} {'untraced':>9} {'overhead':>9} {'pairs min..max':>16} "
+          f"{'flush %':>8} {'writer %':>9} {'rec/step':>9} {'B/rec':>6}")
     for r in rows:
+        lo, hi = min(r["overhead_pairs"]), max(r["overhead_pairs"])
         print(f"{r['config']:<7} {r['threads']:>7} {r['ms_traced']:>10.2f} {r['ms_untraced']:>9.2f} "
-              f"{100 * r['overhead']:>8.2f}% {r['flush_ms']:>9.3f} {100 * r['flush_share']:>7.2f}% "
-              f"{r['records_per_step']:>9.0f} {r['ns_per_record_flush']:>7.0f} {r['bytes_per_step']:>8.0f} "
-              f"{r['bytes_per_record']:>6.2f}")
-    print("overhead: traced/untraced - 1 (A/B, medians of steps or of runs); flush: the trace_flush phase the "
-          "traced steps recorded; ns/rec: flush time per record")
+              f"{100 * r['overhead']:>8.2f}% {100 * lo:>7.2f}..{100 * hi:.2f}% {100 * r['flush_share']:>7.2f}% "
+              f"{100 * r['writer_share']:>8.2f}% {r['records_per_step']:>9.0f} {r['bytes_per_record']:>6.2f}")
+    print("ms: block wall time / steps, median over blocks; overhead: traced/untraced - 1 (pairs: each traced block "
+          "against its neighbour); flush: the tracer's time on the loop's thread; writer: the writer thread's busy "
+          "time; both as a share of the traced wall time")
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / "trace_overhead.json"
     previous = json.loads(out.read_text()) if out.exists() else {}
-    merged = {r["config"]: r for r in previous.get("rows", [])} | {r["config"]: r for r in rows}
+    # rows of this layout only (the per-step flush of earlier versions was measured differently)
+    merged = ({r["config"]: r for r in previous.get("rows", []) if "writer_share" in r}
+              | {r["config"]: r for r in rows})
     out.write_text(json.dumps({"rows": list(merged.values()), "cpus": os.cpu_count()}, indent=1) + "\n")
     print(f"wrote {out}")
 

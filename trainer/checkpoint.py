@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from trainer.config import ModelConfig, pad_vocab
-from trainer.errors import FileFormatError
+from trainer.errors import ConfigError, FileFormatError
 from trainer.llmcfile import HEADER_BYTES, HEADER_INTS, INT32, MODEL_MAGIC, TOKENS_MAGIC
 from trainer.llmcfile import read_header as llmc_header
 from trainer.params import ParamLayout
@@ -61,7 +61,10 @@ def _config_from_header(path: Path, header: np.ndarray) -> ModelConfig:
     if Vp != pad_vocab(V):
         raise FileFormatError(f"{path}: padded vocab Vp={Vp} does not match V={V} padded to 128 ({pad_vocab(V)}); "
                               "the file was written with a different padding rule, re-export it with llm.c's rule")
-    return ModelConfig(n_layer=L, n_head=NH, n_embd=C, vocab_size=V, max_seq_len=maxT)
+    try:
+        return ModelConfig(n_layer=L, n_head=NH, n_embd=C, vocab_size=V, max_seq_len=maxT)
+    except ConfigError as exc:    # the header's value, not an option's: name the file
+        raise FileFormatError(f"{path}: header says {exc}; the file is corrupt, re-export it") from None
 
 
 def _check_size(path: Path, cfg: ModelConfig, n_params: int) -> None:
@@ -76,12 +79,20 @@ def _check_size(path: Path, cfg: ModelConfig, n_params: int) -> None:
                               f"({actual} bytes, expected {expected}); the header does not describe this file")
 
 
+def read_checkpoint_config(path: str | Path) -> ModelConfig:
+    """The model config of an llm.c version-3 checkpoint, from its header, with the file's size checked against
+    it; reads 1 KiB (the CLI takes its defaults from it before anything is allocated)."""
+    path = Path(path)
+    cfg = _config_from_header(path, read_header(path))
+    _check_size(path, cfg, ParamLayout.for_model(cfg).size)
+    return cfg
+
+
 def read_checkpoint(path: str | Path) -> tuple[ModelConfig, np.ndarray]:
     """(config, flat float32 parameters) from an llm.c version-3 checkpoint; validates header and size first."""
     path = Path(path)
-    cfg = _config_from_header(path, read_header(path))
+    cfg = read_checkpoint_config(path)
     layout = ParamLayout.for_model(cfg)
-    _check_size(path, cfg, layout.size)
     # One bulk read (a 124M model is 500 MB: no per-tensor Python loops), then llm.c's order -> ours.
     llmc = np.fromfile(path, dtype=_FLOAT32, count=layout.size, offset=HEADER_BYTES)
     return cfg, layout.from_llmc(llmc)
@@ -97,7 +108,8 @@ def make_header(cfg: ModelConfig) -> np.ndarray:
 def write_checkpoint(path: str | Path, cfg: ModelConfig, flat: np.ndarray) -> None:
     """Write `flat` (float32[ParamLayout.size]) as an llm.c version-3 checkpoint.
 
-    Written to a temporary file and renamed, so a crash mid-write never leaves a half checkpoint at `path`.
+    Written to a temporary file and renamed, so a crash mid-write never leaves a half checkpoint at `path`; a
+    failed write (a full disk) removes the temporary file and raises the OSError.
     """
     path = Path(path)
     layout = ParamLayout.for_model(cfg)
@@ -105,7 +117,12 @@ def write_checkpoint(path: str | Path, cfg: ModelConfig, flat: np.ndarray) -> No
         raise ValueError(f"flat buffer must be float32[{layout.size}] for this config, got "
                          f"{flat.dtype}{list(flat.shape)}")
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        make_header(cfg).tofile(f)
-        layout.to_llmc(flat).astype(_FLOAT32, copy=False).tofile(f)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            # file.write rather than ndarray.tofile: a full disk is then an OSError with its errno (ENOSPC)
+            f.write(make_header(cfg).tobytes())
+            f.write(memoryview(np.ascontiguousarray(layout.to_llmc(flat), dtype=_FLOAT32)).cast("B"))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -5,13 +5,28 @@ B batch, T time (sequence), C channels, V vocab, Vp padded vocab, L layers, NH h
 """
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, replace
 from enum import Enum
+
+from trainer.errors import ConfigError
 
 
 def pad_vocab(vocab_size: int, multiple: int = 128) -> int:
     """llm.c pads V to a multiple of 128 so the lm-head matmul tiles well (50257 -> 50304)."""
     return (vocab_size + multiple - 1) // multiple * multiple
+
+
+def _check_int(name: str, value: int, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        raise ConfigError(name, value, f"must be an integer >= {least}")
+
+
+def _check_float(name: str, value: float, least: float) -> None:
+    # `not value >= least` is also true for NaN, which would otherwise pass every comparison unnoticed.
+    if not (math.isfinite(value) and value >= least):
+        raise ConfigError(name, value, f"must be a finite number >= {least:g}")
 
 
 @dataclass(frozen=True)
@@ -24,10 +39,11 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for name in ("n_layer", "n_head", "n_embd", "vocab_size", "max_seq_len"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+            _check_int(name, getattr(self, name), 1)
+        if self.vocab_size < 2:
+            raise ConfigError("vocab_size", self.vocab_size, "a language model needs at least 2 tokens")
         if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head})")
+            raise ConfigError("n_head", self.n_head, f"must divide n_embd ({self.n_embd}): heads split the channels")
 
     @property
     def padded_vocab_size(self) -> int:
@@ -74,10 +90,17 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "seq_len", "grad_accum"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.steps < 0:
-            raise ValueError(f"steps must be >= 0, got {self.steps}")
+            _check_int(name, getattr(self, name), 1)
+        _check_int("steps", self.steps, 0)
+        _check_int("seed", self.seed, 0)    # NumPy's generators take non-negative seeds only
+        for name in ("lr", "weight_decay"):
+            _check_float(name, getattr(self, name), 0.0)
+        for name in ("beta1", "beta2"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and 0.0 <= value < 1.0):
+                raise ConfigError(name, value, "must be in [0, 1)")
+        if not (math.isfinite(self.eps) and self.eps > 0):
+            raise ConfigError("eps", self.eps, "must be a positive number")
 
 
 class DPSync(str, Enum):
@@ -95,13 +118,13 @@ class DataLoading(str, Enum):
 
 
 class SPSplit(str, Enum):
-    """Which positions of each sequence a rank of a sequence group holds (trainer.parallel.sequence)."""
+    """Which positions of each sequence a rank of a sequence group holds (trainer.parallel.split)."""
     contiguous = "contiguous"      # rank r: [r*T/S, (r+1)*T/S)
     interleaved = "interleaved"    # rank r: positions t with t mod S == r
 
 
 class SPReduce(str, Enum):
-    """How a sequence group sums the key/value gradients after attention backward."""
+    """How a sequence group sums the key/value gradients after attention backward (trainer.parallel.sequence)."""
     allreduce = "allreduce"            # one MPI_Allreduce of the whole group's dK, dV (the study's)
     reduce = "reduce"                  # S rooted MPI_Reduces, root i over the ranks that attend to its tokens
     reduce_scatter = "reduce-scatter"  # one MPI_Reduce_scatter_block: each rank receives only its own rows
@@ -119,8 +142,11 @@ class ParallelConfig:
     sp_reduce: SPReduce = SPReduce.allreduce
 
     def __post_init__(self) -> None:
-        if self.sp < 1:
-            raise ValueError(f"--sp must be >= 1, got {self.sp}")
+        _check_int("threads", self.threads, 1)
+        _check_int("ranks", self.ranks, 1)
+        if not 0 <= self.rank < self.ranks:
+            raise ConfigError("rank", self.rank, f"must be in [0, {self.ranks})")
+        _check_int("sp", self.sp, 1)
         if self.ranks % self.sp:
-            raise ValueError(f"--sp {self.sp} does not divide --ranks {self.ranks}: each sequence group needs "
-                             f"exactly {self.sp} ranks; use a multiple of {self.sp} ranks")
+            raise ConfigError("sp", self.sp, f"must divide the {self.ranks} ranks: each sequence group needs exactly "
+                                             f"{self.sp} ranks; use a multiple of {self.sp} ranks")

@@ -79,6 +79,10 @@ def write_tokens(path: str | Path, tokens: np.ndarray) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 # the built-in corpus
 
+GROUP_SIZE = 4                       # tokens per hidden group of the built-in corpus (entropy rate ln 4)
+SYNTHETIC_MIN_VOCAB = 2 * GROUP_SIZE  # at least 2 groups
+
+
 def _group_sizes(vocab_size: int, group_size: int) -> np.ndarray:
     """Sizes of the corpus' token groups: G = V // group_size groups, the V % G first ones one token larger."""
     if not 1 <= group_size <= vocab_size // 2:
@@ -88,7 +92,7 @@ def _group_sizes(vocab_size: int, group_size: int) -> np.ndarray:
     return vocab_size // G + (np.arange(G) < vocab_size % G)
 
 
-def synthetic_corpus(vocab_size: int, n_tokens: int, seed: int, group_size: int = 4) -> np.ndarray:
+def synthetic_corpus(vocab_size: int, n_tokens: int, seed: int, group_size: int = GROUP_SIZE) -> np.ndarray:
     """The built-in corpus: a deterministic, learnable Markov chain over the whole vocabulary (no download).
 
     A seeded random permutation splits the V tokens into G = V // group_size hidden groups of group_size tokens
@@ -119,7 +123,7 @@ def synthetic_corpus(vocab_size: int, n_tokens: int, seed: int, group_size: int 
     return perm[group + G * member].astype(np.int32)
 
 
-def synthetic_entropy_rate(vocab_size: int, group_size: int = 4) -> float:
+def synthetic_entropy_rate(vocab_size: int, group_size: int = GROUP_SIZE) -> float:
     """Entropy rate of `synthetic_corpus` in nats/token, i.e. its best achievable mean cross-entropy loss."""
     return float(np.mean(np.log(_group_sizes(vocab_size, group_size))))
 

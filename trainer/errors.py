@@ -11,3 +11,11 @@ class FileFormatError(TrainerError):
 
 class NonFiniteError(TrainerError):
     """Loss or a gradient became NaN/inf; the message names the step and the kernel that produced it."""
+
+
+class ConfigError(TrainerError, ValueError):
+    """A configuration value out of range; `field` names the config field (the CLI maps it to its option)."""
+
+    def __init__(self, field: str, value, requirement: str):
+        super().__init__(f"{field} {value}: {requirement}")
+        self.field, self.value, self.requirement = field, value, requirement

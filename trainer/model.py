@@ -22,6 +22,7 @@ from trainer.kernels.matmul import matmul_backward, matmul_forward
 from trainer.kernels.residual import residual_backward, residual_forward
 from trainer.kernels.zero import zero_fill
 from trainer.launcher import Launcher
+from trainer.memory import activation_shapes, elements, layer_grad_shapes, scratch_shapes
 from trainer.parallel.sequence import WholeSequence
 from trainer.params import ParamLayout
 
@@ -37,42 +38,25 @@ def _carve(flat: np.ndarray, shapes: dict[str, tuple[int, ...]]) -> dict[str, np
     return out
 
 
-def _sizes(shapes: dict[str, tuple[int, ...]]) -> int:
-    return sum(int(np.prod(s)) for s in shapes.values())
-
-
 class Activations:
-    """Forward activations (every layer) and one layer of activation gradients, each in one allocation."""
+    """Forward activations (every layer) and one layer of activation gradients, each in one allocation; the
+    shapes are trainer.memory's, so its estimate is exactly what this allocates."""
 
     def __init__(self, cfg: ModelConfig, B: int, T: int, T_all: int | None = None):
         # T: positions per sequence on this rank; T_all: in the whole sequence (the keys attention sees)
-        T_all = T if T_all is None else T_all
-        L, C, NH, Vp, BT = cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.padded_vocab_size, B * T
-        acts = {
-            "encoded": (BT, C),
-            "ln1": (L, BT, C), "ln1_mean": (L, BT), "ln1_rstd": (L, BT),
-            "qkv": (L, B * T_all, 3 * C), "atty": (L, BT, C),
-            "preatt": (L, B, NH, T, T_all), "att": (L, B, NH, T, T_all),
-            "attproj": (L, BT, C), "residual2": (L, BT, C),
-            "ln2": (L, BT, C), "ln2_mean": (L, BT), "ln2_rstd": (L, BT),
-            "fch": (L, BT, 4 * C), "fch_gelu": (L, BT, 4 * C), "fcproj": (L, BT, C), "residual3": (L, BT, C),
-            "lnf": (BT, C), "lnf_mean": (BT,), "lnf_rstd": (BT,),
-            "logits": (BT, Vp), "probs": (BT, Vp), "losses": (BT,),
-        }
-        # Gradients of one layer's activations; zeroed together before each layer's backward (kernels +=).
-        layer_grads = {
-            "dres2": (BT, C), "dfcproj": (BT, C), "dfch_gelu": (BT, 4 * C), "dfch": (BT, 4 * C),
-            "dln2": (BT, C), "dattproj": (BT, C), "datty": (BT, C), "dqkv": (BT, 3 * C), "dln1": (BT, C),
-        }
-        self.flat = np.zeros(_sizes(acts), dtype=np.float32)
+        acts, layer_grads = activation_shapes(cfg, B, T, T_all), layer_grad_shapes(cfg, B, T)
+        self.flat = np.zeros(elements(acts), dtype=np.float32)
         self.a = _carve(self.flat, acts)
-        self.layer_flat = np.zeros(_sizes(layer_grads), dtype=np.float32)
+        # Gradients of one layer's activations; zeroed together before each layer's backward (kernels +=).
+        self.layer_flat = np.zeros(elements(layer_grads), dtype=np.float32)
         self.g = _carve(self.layer_flat, layer_grads)
-        self.dresidual = np.zeros((BT, C), dtype=np.float32)   # gradient of the residual stream
-        self.dlnf = np.zeros((BT, C), dtype=np.float32)
-        self.dlogits = np.zeros((BT, Vp), dtype=np.float32)
-        self.dpreatt = np.zeros((B, NH, T, T_all), dtype=np.float32)  # attention scratch, overwritten per call
-        self.datt = np.zeros((B, NH, T, T_all), dtype=np.float32)
+        scratch = {name: np.zeros(shape, dtype=np.float32)
+                   for name, shape in scratch_shapes(cfg, B, T, T_all).items()}
+        self.dresidual = scratch["dresidual"]   # gradient of the residual stream
+        self.dlnf = scratch["dlnf"]
+        self.dlogits = scratch["dlogits"]
+        self.dpreatt = scratch["dpreatt"]       # attention scratch, overwritten per call
+        self.datt = scratch["datt"]
         self.no_bias = np.zeros(1, dtype=np.float32)
 
     @property

@@ -1,7 +1,10 @@
 """Numba's thread pool for a run: size, threading layer, and oversubscription settings.
 
 NUMBA_NUM_THREADS fixes the pool's size when Numba is first imported, so it is set here, before that, to
-allow --threads beyond the core count (oversubscribed runs are legal, and warned about by the CLI).
+allow --threads beyond the core count (oversubscribed runs are legal, and warned about by the CLI). The CLI
+must call this before anything imports Numba: `gpt2trace run` configures the pool before it imports the
+trainer, and the other commands import their Numba users (analysis.replay, the Paraver parser) only when they
+run (tests/gpt2trace/cli/test_cli_startup.py holds that the CLI's start-up imports no Numba).
 """
 from __future__ import annotations
 
@@ -9,21 +12,28 @@ import os
 import sys
 
 from trainer.cpu import cores_available
+from trainer.errors import ConfigError
 
 
 def configure_threads(nthreads: int, oversubscribed: bool = False) -> None:
     if nthreads < 1:
-        raise ValueError(f"--threads must be >= 1, got {nthreads}")
+        raise ConfigError("threads", nthreads, "must be an integer >= 1")
     if "numba" not in sys.modules:
+        # A pool of the cores, or more when asked for more: the kernel tests compare 1, 2 and 3 threads in
+        # one process, and more threads than cores is allowed (oversubscribed, warned).
         os.environ.setdefault("NUMBA_NUM_THREADS", str(max(nthreads, cores_available())))
-        if oversubscribed:
-            # Spinning OpenMP workers would steal the cores the other ranks' threads need.
-            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if oversubscribed:
+        # Spinning OpenMP workers would steal the cores the other ranks' threads need. Read by the OpenMP
+        # runtime when Numba's first parallel region starts it, so setting it here is early enough.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import numba
 
-    if nthreads > numba.config.NUMBA_NUM_THREADS:
-        raise ValueError(f"--threads {nthreads} exceeds Numba's pool of {numba.config.NUMBA_NUM_THREADS} "
-                         "(NUMBA_NUM_THREADS was fixed before this run configured it); unset it or raise it")
+    pool = numba.config.NUMBA_NUM_THREADS
+    if nthreads > pool:
+        cause = (f"NUMBA_NUM_THREADS={os.environ['NUMBA_NUM_THREADS']} in the environment"
+                 if "NUMBA_NUM_THREADS" in os.environ else "Numba was loaded before the run could size its pool")
+        raise ConfigError("threads", nthreads, f"Numba's thread pool holds {pool} ({cause}); unset "
+                          f"NUMBA_NUM_THREADS or set it to at least {nthreads}")
     numba.set_num_threads(nthreads)
 
 

@@ -1,7 +1,8 @@
-"""`gpt2trace export TRACE --format paraver|chrome -o NAME`: the trace for Paraver or Perfetto / chrome://tracing.
+"""`gpt2trace export TRACE --format paraver|chrome|otf2 -o NAME`: the trace for Paraver, Perfetto /
+chrome://tracing, or the Score-P tools (Vampir, Scalasca, pipit).
 
-A thin layer over `gpt2trace.interop.paraver_export` and `chrome_export`; both stream, so any trace fits. Every
-output is checked before the export starts (never one of the files the trace is read from).
+A thin layer over `gpt2trace.interop.paraver_export`, `chrome_export` and `otf2_export`. Every output is checked
+before the export starts (never one of the files the trace is read from).
 """
 from __future__ import annotations
 
@@ -11,28 +12,32 @@ from typing import Annotated
 
 import typer
 
-from gpt2trace.cli.common import console, fail, note, output, trace_files
+from gpt2trace.cli.common import console, fail, note, output, plain, trace_files
 from gpt2trace.format.errors import OutputError, TraceError
 
 
 class Format(str, Enum):
     paraver = "paraver"
     chrome = "chrome"
+    otf2 = "otf2"
 
 
 def export(
-    trace: Annotated[Path, typer.Argument(exists=True, dir_okay=False, metavar="TRACE",
-                                          help="Trace file (Parquet, or .prv/.prv.gz).")],
+    trace: Annotated[Path, typer.Argument(exists=True, metavar="TRACE",
+                                          help="Trace file (Parquet, .prv/.prv.gz, or an OTF2 archive: its .otf2 "
+                                          "anchor file or folder).")],
     name: Annotated[str, typer.Option("--output", "-o", metavar="NAME", help="paraver: NAME writes NAME.prv, "
                                       "NAME.pcf, NAME.row and NAME.gpt2trace.json (our metadata, which gpt2trace "
                                       "import reads back; NAME.prv.gz: gzipped); chrome: NAME or NAME.json "
-                                      "(NAME.json.gz: gzipped).")],
-    fmt: Annotated[Format, typer.Option("--format", "-f", help="paraver (wxparaver, paramedir) or chrome (Trace "
-                                        "Event JSON for Perfetto UI and chrome://tracing).")] = Format.paraver,
+                                      "(NAME.json.gz: gzipped); otf2: the archive's folder NAME (NAME/traces.otf2 "
+                                      "is its anchor file).")],
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="paraver (wxparaver, paramedir), chrome (Trace "
+                                        "Event JSON for Perfetto UI and chrome://tracing) or otf2 (an OTF2 archive "
+                                        "for Vampir, Scalasca, pipit).")] = Format.paraver,
 ) -> None:
-    """Write the trace in another tool's format: Paraver's .prv/.pcf/.row or Chrome's Trace Event JSON."""
-    inputs = trace_files([trace])
+    """Write the trace in another tool's format: Paraver's .prv/.pcf/.row, Chrome's Trace Event JSON or OTF2."""
     try:
+        inputs = trace_files([trace])
         if fmt is Format.paraver:
             from gpt2trace.interop.paraver_export import export_paraver
             from gpt2trace.interop.paraver_format import file_names
@@ -42,6 +47,13 @@ def export(
                          f"{pcf.shown()}, {row.shown()}: event names and thread rows for Paraver",
                          f"{meta.shown()}: the trace's metadata (run, machine, clock) for gpt2trace import"):
                 console.print(line, soft_wrap=True)
+        elif fmt is Format.otf2:
+            from gpt2trace.interop.otf2_export import check_archive_output, export_otf2
+            replaced = " (replaced)" if check_archive_output(Path(name), inputs) else ""
+            out = export_otf2(trace, name)
+            console.print(f"{plain(out.anchor)}{replaced}: {out.events:,} events from {out.records:,} records on "
+                          f"{out.locations} locations (Vampir, Scalasca, pipit, otf2-print)", soft_wrap=True)
+            return
         else:
             from gpt2trace.interop.chrome_export import chrome_path, export_chrome
             path = output(chrome_path(name), inputs, "--output")

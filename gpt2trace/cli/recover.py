@@ -6,22 +6,23 @@ from typing import Annotated
 
 import typer
 
-from gpt2trace.cli.common import console, fail
-from gpt2trace.format.errors import TraceError
+from gpt2trace.cli.common import console, fail, plain
+from gpt2trace.format.errors import OutputError, TraceError
 
 
 def recover(
     trace: Annotated[Path, typer.Argument(help="The killed run's --trace path (or its .parts directory).")],
 ) -> None:
-    """Write TRACE from the per-step parts in TRACE.parts/ that a killed or crashed run left behind."""
-    from gpt2trace.format.info import trace_info         # pyarrow and pandas load here, not at CLI start-up
-    from gpt2trace.format.writer import parts_dir
+    """Write TRACE from the parts in TRACE.parts/ that a killed or crashed run left behind (whole steps only).
+
+    The parts stay until the merged file is complete; on a full disk nothing is written and they are kept."""
+    from gpt2trace.format.writer import parts_dir, steps_phrase  # pyarrow loads here, not at CLI start-up
     from gpt2trace.format.writer import recover as recover_trace
-    from gpt2trace.interop.loader import load
     try:
-        target, records = recover_trace(trace)
-        info = trace_info(load(target))
-    except TraceError as exc:
+        merged = recover_trace(trace)
+    except (TraceError, OutputError) as exc:
         fail(str(exc))
-    steps = f"steps {info['first_step']}..{info['last_step']}" if info["steps"] else "no complete step"
-    console.print(f"recovered {target}: {records:,} records, {steps}; parts {parts_dir(target)} removed")
+    steps = steps_phrase(merged.steps)
+    ranks = f" of {merged.ranks} ranks" if merged.ranks > 1 else ""
+    console.print(plain(f"recovered {merged.path}: {steps}{ranks}, {merged.records:,} records; "
+                        f"{parts_dir(merged.path)} removed"), soft_wrap=True)

@@ -1,176 +1,277 @@
-"""`gpt2trace run`: train the instrumented GPT-2 and write its trace (a thin layer over gpt2trace.run.runner)."""
+"""`gpt2trace run`: train the instrumented GPT-2 and write its trace (a thin layer over gpt2trace.run.runner).
+
+Everything is checked before anything is built or launched (gpt2trace.run.preflight): a bad option is one line
+and exit code 2, printed once even with --ranks. Numba's thread pool is sized before anything imports Numba.
+Values are validated by the frozen configs (trainer.config), not by Typer, so every message is one line naming
+the option.
+"""
 from __future__ import annotations
 
+import signal
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.text import Text
 
-from gpt2trace.cli.common import console, err_console, fail
+from gpt2trace.cli.common import console, err_console, fail, plain
 from gpt2trace.run.runner import DEFAULT_TRACE
 from trainer.config import DataLoading, DPSync, SPReduce, SPSplit
 
-_MODEL_HELP = "GPT-2 config by name: d12 (124M), d24, d36, d48, small (demo), tiny (tests)."
+_MODEL_HELP = "GPT-2 config by name: d12 (124M), d24, d36, d48, small (the default, the demo), tiny (tests)."
+DEFAULT_MODEL = "small"
+DEFAULT_T = 64
+
+# Config fields -> the options that set them, for messages (trainer.errors.ConfigError names the field).
+OPTIONS = {
+    "batch_size": "-B/--batch-size", "seq_len": "-T/--seq-len", "steps": "--steps", "lr": "--lr",
+    "weight_decay": "--weight-decay", "grad_accum": "--grad-accum", "seed": "--seed", "threads": "--threads",
+    "ranks": "--ranks", "n_layer": "--n-layer", "n_head": "--n-head", "n_embd": "--n-embd",
+    "vocab_size": "--vocab-size", "max_seq_len": "--max-seq-len", "flush_every_s": "--flush-every", "sp": "--sp",
+}
+_SIZE_OPTIONS = ("--n-layer", "--n-head", "--n-embd", "--vocab-size", "--max-seq-len")
 
 
 def run(
-    model: Annotated[str, typer.Option(help=_MODEL_HELP)] = "small",
+    model: Annotated[Optional[str], typer.Option(help=_MODEL_HELP, show_default=False)] = None,
     init_from: Annotated[Optional[Path], typer.Option(
-        "--init-from", exists=True, dir_okay=False, help="llm.c checkpoint to start from (sets the model).")] = None,
+        "--init-from", help="llm.c checkpoint to start from; it sets the model (so --model and the size options "
+                            "are refused).")] = None,
     data: Annotated[Optional[Path], typer.Option(
-        exists=True, dir_okay=False, help="llm.c token file (.bin); default: the built-in synthetic corpus.")] = None,
-    batch_size: Annotated[int, typer.Option("--batch-size", "-B", min=1,
-                                            help="Sequences per micro-step, per rank.")] = 4,
+        help="llm.c token file (.bin); default: the built-in synthetic corpus.")] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", "-B", help="Sequences per micro-step, per rank (>= 1).")
+                          ] = 4,
     seq_len: Annotated[Optional[int], typer.Option(
-        "--seq-len", "-T", min=1, help="Tokens per sequence (default: 64, or the model's context if shorter).")] = None,
-    steps: Annotated[int, typer.Option(min=0, help="Optimizer steps.")] = 60,
-    lr: Annotated[float, typer.Option(min=0.0, help="AdamW learning rate (constant).")] = 1e-3,
-    weight_decay: Annotated[float, typer.Option("--weight-decay", min=0.0)] = 0.0,
-    grad_accum: Annotated[int, typer.Option("--grad-accum", min=1, help="Micro-steps per optimizer step.")] = 1,
+        "--seq-len", "-T", show_default=False,
+        help=f"Tokens per sequence (default: {DEFAULT_T}, or the model's context if shorter).")] = None,
+    steps: Annotated[int, typer.Option(help="Optimizer steps (>= 0).")] = 60,
+    lr: Annotated[float, typer.Option(help="AdamW learning rate (constant, finite, >= 0).")] = 1e-3,
+    weight_decay: Annotated[float, typer.Option("--weight-decay", help="AdamW weight decay (>= 0).")] = 0.0,
+    grad_accum: Annotated[int, typer.Option("--grad-accum", help="Micro-steps per optimizer step (>= 1).")] = 1,
     threads: Annotated[Optional[int], typer.Option(
-        min=1, help="Numba threads per rank (default: the cores available, shared among the ranks).")] = None,
-    ranks: Annotated[int, typer.Option(
-        min=1, help="MPI ranks (data parallel); starts mpiexec itself unless already inside MPI.")] = 1,
+        show_default=False, help="Numba threads per rank (default: the cores available, shared among the ranks; "
+                                 "more than the cores works, with a warning).")] = None,
+    ranks: Annotated[int, typer.Option(help="MPI ranks (data parallel); starts mpiexec itself unless already "
+                                            "inside MPI.")] = 1,
     dp_sync: Annotated[DPSync, typer.Option("--dp-sync", help="How ranks combine gradients.")] = DPSync.allreduce,
     data_loading: Annotated[DataLoading, typer.Option(
         "--data-loading", help="local: each rank reads its shard; scatter: rank 0 reads and scatters.")
     ] = DataLoading.local,
     sp: Annotated[int, typer.Option(
-        "--sp", min=1, help="Sequence parallelism: ranks per sequence group, each holding T/sp positions of every "
-                            "sequence (--ranks/sp data-parallel groups).")] = 1,
+        "--sp", help="Sequence parallelism: ranks per sequence group, each holding T/sp positions of every "
+                     "sequence; --ranks/sp data-parallel groups (sp must divide --ranks and -T).")] = 1,
     sp_split: Annotated[SPSplit, typer.Option(
         "--sp-split", help="Positions per rank: contiguous blocks, or interleaved (t mod sp).")] = SPSplit.contiguous,
     sp_reduce: Annotated[SPReduce, typer.Option(
         "--sp-reduce", help="How a sequence group sums key/value gradients after attention backward.")
     ] = SPReduce.allreduce,
-    seed: Annotated[int, typer.Option(help="Seed for initialization and the synthetic corpus.")] = 1337,
-    save: Annotated[Optional[Path], typer.Option(dir_okay=False, help="Write an llm.c checkpoint at the end.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed for initialization and the synthetic corpus (>= 0).")] = 1337,
+    save: Annotated[Optional[Path], typer.Option(help="Write an llm.c checkpoint at the end.")] = None,
     metrics_json: Annotated[Optional[Path], typer.Option(
-        "--metrics-json", dir_okay=False, help="Per-step JSON lines: step, loss, ms, tokens_per_s.")] = None,
-    trace: Annotated[Path, typer.Option(dir_okay=False, help="Where the trace goes.")] = DEFAULT_TRACE,
+        "--metrics-json", help="Per-step JSON lines: step, loss, ms, tokens_per_s.")] = None,
+    trace: Annotated[Path, typer.Option(help="Where the trace goes (an existing trace there is replaced when "
+                                             "the run ends).")] = DEFAULT_TRACE,
     no_trace: Annotated[bool, typer.Option("--no-trace", help="Switch tracing off entirely.")] = False,
-    n_layer: Annotated[Optional[int], typer.Option("--n-layer", min=1)] = None,
-    n_head: Annotated[Optional[int], typer.Option("--n-head", min=1)] = None,
-    n_embd: Annotated[Optional[int], typer.Option("--n-embd", min=1)] = None,
-    vocab_size: Annotated[Optional[int], typer.Option("--vocab-size", min=1)] = None,
-    max_seq_len: Annotated[Optional[int], typer.Option("--max-seq-len", min=1)] = None,
+    flush_every: Annotated[float, typer.Option(
+        "--flush-every", help="Seconds between the trace parts written during the run: a kill loses at most "
+                              "about this much plus a step. 0: write every step before the next starts.")] = 0.5,
+    n_layer: Annotated[Optional[int], typer.Option("--n-layer", show_default=False)] = None,
+    n_head: Annotated[Optional[int], typer.Option("--n-head", show_default=False)] = None,
+    n_embd: Annotated[Optional[int], typer.Option("--n-embd", show_default=False)] = None,
+    vocab_size: Annotated[Optional[int], typer.Option("--vocab-size", show_default=False)] = None,
+    max_seq_len: Annotated[Optional[int], typer.Option("--max-seq-len", show_default=False)] = None,
 ) -> None:
-    """Train GPT-2 on the data (default: a built-in learnable corpus) and trace every thread to Parquet."""
+    """Train GPT-2 on the data (default: a built-in learnable corpus) and trace every thread to Parquet.
+
+    Ctrl-C or SIGTERM stops after the step in progress, keeps the whole steps and exits with 130 or 143; a
+    second one stops at once (the step in progress is dropped)."""
+    from gpt2trace.format.errors import OutputError
     from gpt2trace.run.mpiexec import launched_by_mpi
+    from gpt2trace.run.preflight import check_run
     from trainer.cpu import cores_available
-
-    cores = cores_available()
-    inside = launched_by_mpi()
-    if inside is not None and inside[1] > 1:
-        rank, ranks = inside
-    else:
-        rank = 0
-    _check_sequence_parallel(ranks, sp, seq_len, model, max_seq_len)
-    threads = threads or max(1, cores // ranks)
-    oversubscribed = ranks * threads > cores
-    if inside is None and ranks > 1:
-        _launch_ranks(ranks, threads, oversubscribed, None if no_trace else trace)
-        return
-    if rank != 0:
-        console.quiet = True   # only rank 0 prints; errors still go to stderr with the rank named
-    if oversubscribed:
-        console.print(f"[yellow]warning:[/] {ranks} rank(s) x {threads} thread(s) > {cores} cores: "
-                      "oversubscribed, timings will show it")
-    from gpt2trace.run.runner import RunConfig, TraceConfig, prepare_process, run as run_training
-
-    prepare_process(threads, oversubscribed=oversubscribed)
-    from trainer.config import ParallelConfig, TrainConfig, model_config
     from trainer.errors import TrainerError
 
+    inside = launched_by_mpi()
+    rank = inside[0] if inside is not None and inside[1] > 1 else 0
+    if inside is not None and inside[1] > 1:
+        ranks = inside[1]
+    if rank != 0:
+        console.quiet = True   # only rank 0 prints; errors still go to stderr with the rank named
+    sizes = {"n_layer": n_layer, "n_head": n_head, "n_embd": n_embd, "vocab_size": vocab_size,
+             "max_seq_len": max_seq_len}
+    cores = cores_available()
     try:
-        mcfg = model_config(model, n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab_size,
-                            max_seq_len=max_seq_len)
-        T = _seq_len(seq_len, mcfg)
-        tcfg = TrainConfig(batch_size=batch_size, seq_len=T, steps=steps, lr=lr, weight_decay=weight_decay,
-                           grad_accum=grad_accum, seed=seed)
-        if init_from is None and T > mcfg.max_seq_len:
-            raise ValueError(f"--seq-len {T} exceeds the model's max_seq_len {mcfg.max_seq_len}; "
-                             "lower -T or raise --max-seq-len")
-    except (KeyError, ValueError) as e:
-        fail(str(e).strip("'\""))
+        threads = threads if threads is not None else max(1, cores // max(ranks, 1))
+        cfg = _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay, grad_accum, threads,
+                      ranks, rank, dp_sync, data_loading, (sp, sp_split, sp_reduce), seed, save, metrics_json,
+                      None if no_trace else trace, flush_every, sizes)
+        check_run(cfg, processes_here=ranks if inside is None else 1, first_rank=rank == 0)
+    except (TrainerError, OutputError) as exc:
+        if rank != 0:           # every rank finds the same; rank 0 says it once
+            raise typer.Exit(code=2) from None
+        fail(_message(exc))
+    oversubscribed = ranks * threads > cores
+    if oversubscribed:
+        console.print(Text.assemble(("warning:", "yellow"), f" {ranks} rank(s) x {threads} thread(s) > {cores} "
+                                    "cores: oversubscribed, timings will show it"), soft_wrap=True)
+    if inside is None and ranks > 1:
+        _launch_ranks(ranks, threads, oversubscribed, cfg.trace.path)
+        return
+    from gpt2trace.run.runner import prepare_process
+    try:
+        prepare_process(threads, oversubscribed=oversubscribed)
+    except TrainerError as exc:
+        fail(_message(exc))
+    _train(cfg, rank)
+
+
+def _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay, grad_accum, threads, ranks, rank,
+            dp_sync, data_loading, sequence, seed, save, metrics_json, trace, flush_every, sizes):
+    """The RunConfig the options describe (trainer.errors.ConfigError for a value out of range). `sequence` is
+    (--sp, --sp-split, --sp-reduce)."""
+    from gpt2trace.run.runner import RunConfig, TraceConfig
+    from trainer.config import ModelConfig, ParallelConfig, TrainConfig, model_config
+    from trainer.errors import TrainerError
+    from trainer.parallel.split import SequenceSplit
+
+    given = [name for name, value in zip(_SIZE_OPTIONS, sizes.values()) if value is not None]
+    if init_from is not None:
+        from trainer.checkpoint import read_checkpoint_config
+        mcfg = read_checkpoint_config(init_from)
+        if model is not None or given:
+            dropped = "/".join(["--model"] * (model is not None) + given)
+            raise TrainerError(
+                f"--init-from {init_from} sets the model (L={mcfg.n_layer} NH={mcfg.n_head} C={mcfg.n_embd} "
+                f"V={mcfg.vocab_size}, context {mcfg.max_seq_len}); drop {dropped}")
+    else:
+        try:
+            mcfg = model_config(model or DEFAULT_MODEL, **sizes)
+        except KeyError as exc:
+            raise TrainerError(str(exc).strip("'\"")) from None
+    assert isinstance(mcfg, ModelConfig)
+    T = seq_len if seq_len is not None else min(DEFAULT_T, mcfg.max_seq_len)
+    tcfg = TrainConfig(batch_size=batch_size, seq_len=T, steps=steps, lr=lr, weight_decay=weight_decay,
+                       grad_accum=grad_accum, seed=seed)
+    sp, sp_split, sp_reduce = sequence
     par = ParallelConfig(threads=threads, ranks=ranks, rank=rank, dp_sync=dp_sync, data_loading=data_loading,
                          sp=sp, sp_split=sp_split, sp_reduce=sp_reduce)
-    cfg = RunConfig(mcfg, tcfg, par, TraceConfig(None if no_trace else trace), data, init_from, save, metrics_json)
+    SequenceSplit(T, par.sp, par.sp_split)        # -T must be a multiple of --sp
+    return RunConfig(mcfg, tcfg, par, TraceConfig(trace, flush_every), data, init_from, save, metrics_json)
 
+
+def _message(exc: Exception) -> str:
+    """One line naming the option: a ConfigError's field becomes the option that set it."""
+    from trainer.errors import ConfigError
+    if isinstance(exc, ConfigError) and exc.field in OPTIONS:
+        return f"{OPTIONS[exc.field]} {exc.value}: {exc.requirement}"
+    return str(exc)
+
+
+def _train(cfg, rank: int) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from gpt2trace.format.errors import OutputError
+    from gpt2trace.run.runner import run as run_training
+    from gpt2trace.run.signals import Interrupted
+    from trainer.errors import TrainerError
+
+    t, par = cfg.train, cfg.parallel
     progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TextColumn("{task.description}"), console=console, transient=False)
-    task = progress.add_task("compiling kernels (cached after the first run)...", total=steps)
+    task = progress.add_task("compiling kernels (cached after the first run)...", total=t.steps)
 
     def on_start(info: dict) -> None:
-        m = info["model"]
-        console.print(f"model L={m.n_layer} NH={m.n_head} C={m.n_embd} V={m.vocab_size} (padded "
-                      f"{m.padded_vocab_size}) T={T}: {info['num_parameters']:,} parameters; B={batch_size} "
-                      f"grad_accum={grad_accum} threads={threads}"
-                      + (f" ranks={ranks} dp-sync={dp_sync.value} data-loading={data_loading.value}"
-                         if ranks > 1 else "")
-                      + (f" sp={sp} ({sp_split.value}, {sp_reduce.value}): {T // sp} positions per rank"
-                         if sp > 1 else ""))
+        mc = info["model"]
+        console.print(f"model L={mc.n_layer} NH={mc.n_head} C={mc.n_embd} V={mc.vocab_size} (padded "
+                      f"{mc.padded_vocab_size}) T={t.seq_len}: {info['num_parameters']:,} parameters; "
+                      f"B={t.batch_size} grad_accum={t.grad_accum} threads={par.threads}"
+                      + (f" ranks={par.ranks} dp-sync={par.dp_sync.value} data-loading={par.data_loading.value}"
+                         if par.ranks > 1 else "")
+                      + (f" sp={par.sp} ({par.sp_split.value}, {par.sp_reduce.value}): {t.seq_len // par.sp} "
+                         "positions per rank" if par.sp > 1 else ""))
 
-    def on_step(m) -> None:
-        progress.update(task, advance=1, description=f"loss {m.loss:.4f} | {m.ms:8.1f} ms/step | "
-                                                     f"{m.tokens_per_s:,.0f} tok/s")
+    def on_step(metrics) -> None:
+        progress.update(task, advance=1, description=f"loss {metrics.loss:.4f} | {metrics.ms:8.1f} ms/step | "
+                                                     f"{metrics.tokens_per_s:,.0f} tok/s")
 
+    kept = []
     comm = None
-    if ranks > 1:
+    if par.ranks > 1:
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
     try:
         with progress:
-            result = run_training(cfg, on_step=on_step, on_start=on_start, comm=comm)
-    except TrainerError as e:
-        _fail_rank(comm, rank, str(e))
-    except Exception as e:  # a bug or an injected fault: on one rank of many it must stop the whole job
+            result = run_training(cfg, on_step=on_step, on_start=on_start, comm=comm, on_trace=kept.append)
+    except Interrupted as stop:   # a second signal: inside a step (which the trace dropped), or while merging
+        if stop.after_training:
+            what = f"interrupted by {stop.name} while writing the trace"
+        else:
+            what = f"interrupted by {stop.name} inside step {int(progress.tasks[0].completed)}"   # steps done so far
+        _stopped(what, kept, cfg, saved=stop.after_training, code=stop.exit_code)
+    except KeyboardInterrupt:     # before training started: nothing was written
+        err_console.print("interrupted before training started; nothing was written", markup=False)
+        raise typer.Exit(code=130) from None
+    except (TrainerError, OutputError) as exc:
+        _fail_rank(comm, rank, _with_kept(_message(exc), kept))
+    except Exception as exc:  # a bug or an injected fault: on one rank of many it must stop the whole job
         if comm is None:
+            if kept:
+                err_console.print(f"the trace keeps {plain(kept[0].describe())}", markup=False, soft_wrap=True)
             raise
         import traceback
         traceback.print_exc()
-        _fail_rank(comm, rank, f"{type(e).__name__}: {e}")
+        _fail_rank(comm, rank, _with_kept(f"{type(exc).__name__}: {exc}", kept))
+    if result.interrupted is not None:
+        from gpt2trace.run.signals import Interrupted as Stop
+        stop = Stop(result.interrupted, at_step_boundary=True)
+        last = len(result.history) - 1
+        where = f"after step {last}" if last >= 0 else "before step 0 ended"
+        _stopped(f"interrupted by {stop.name} {where}", kept, cfg, saved=result.saved, code=stop.exit_code)
     if rank == 0:
-        _summary(result, steps)
+        _summary(result, t.steps)
 
 
-def _check_sequence_parallel(ranks: int, sp: int, seq_len: int | None, model: str,
-                             max_seq_len: int | None) -> None:
-    """--sp must divide --ranks and -T, checked before any rank starts (one line, exit code 2)."""
-    from trainer.config import ParallelConfig, model_config
-    from trainer.parallel.split import SequenceSplit
-
-    try:
-        ParallelConfig(ranks=ranks, sp=sp)
-        SequenceSplit(_seq_len(seq_len, model_config(model, max_seq_len=max_seq_len)), sp)
-    except KeyError:
-        pass   # an unknown --model: reported with the other model options
-    except ValueError as e:
-        fail(str(e))
+def _with_kept(message: str, kept: list) -> str:
+    return f"{message}; kept {kept[0].describe()}" if kept else message
 
 
-def _seq_len(seq_len: int | None, mcfg) -> int:
-    """-T, by default 64 or the model's context if shorter."""
-    return seq_len or min(64, mcfg.max_seq_len)
+def _stopped(what: str, kept: list, cfg, saved: bool, code: int):
+    """The one line an interrupted run ends with: what stopped it, what is kept; then exit 128 + signal."""
+    parts = [what]
+    if kept:
+        parts.append(f"kept {kept[0].describe()}")
+    if cfg.metrics_json is not None:
+        parts.append(f"metrics of the whole steps in {cfg.metrics_json}")
+    if cfg.save is not None and not saved:
+        parts.append(f"no checkpoint written to {cfg.save}")
+    console.print(plain("; ".join(parts)), markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(code=code)
 
 
 def _fail_rank(comm, rank: int, message: str) -> None:
     """One line naming the rank; with MPI, abort the whole job so the other ranks cannot hang in a collective."""
     if comm is None:
         fail(message)
-    err_console.print(f"[bold red]error:[/] rank {rank}: {message}", markup=True, soft_wrap=True)
+    err_console.print(plain(f"error: rank {rank}: {message}"), markup=False, soft_wrap=True)
     sys.stderr.flush()
+    # MPI_Abort kills the ranks at once and mpiexec's proxies may drop what they have not forwarded yet: give
+    # them a moment, the job is ending anyway
+    time.sleep(0.5)
     comm.Abort(2)
 
 
 def _launch_ranks(ranks: int, threads: int, oversubscribed: bool, trace: Path | None) -> None:
-    """`--ranks N` outside MPI: rerun this command under mpiexec; merge what the ranks traced if the job failed."""
+    """`--ranks N` outside MPI: rerun this command under mpiexec; merge what the ranks traced if the job failed.
+
+    A Ctrl-C or SIGTERM reaches mpiexec once, from here (it runs in its own session), and mpiexec forwards it to
+    every rank; the ranks agree on the step to stop after and rank 0 merges (gpt2trace.run.signals). A second
+    one makes mpiexec abort the job; the ranks' parts are merged here then, as after a failure."""
+    from gpt2trace.format.errors import OutputError, TraceError
+    from gpt2trace.format.writer import part_files, parts_dir, recover, steps_phrase
     from gpt2trace.run.mpiexec import relaunch
-    from gpt2trace.format.writer import parts_dir, recover
 
     argv = _without_option(sys.argv[1:], "--ranks")
     if "--threads" not in argv:
@@ -179,15 +280,28 @@ def _launch_ranks(ranks: int, threads: int, oversubscribed: bool, trace: Path | 
     console.print(f"starting {ranks} ranks x {threads} threads under mpiexec"
                   + (" (oversubscribed: passive OpenMP waiting)" if oversubscribed else ""))
     try:
-        code = relaunch(ranks, argv, env)
-    except FileNotFoundError as e:
-        fail(str(e))
-    if code != 0:
-        if trace is not None and parts_dir(trace).is_dir():
-            path, records = recover(trace)
-            err_console.print(f"the job failed (mpiexec exit code {code}); the completed steps are kept in "
-                              f"{path} ({records:,} records)")
-        raise typer.Exit(code=code)
+        job = relaunch(ranks, argv, env)
+    except FileNotFoundError as exc:
+        fail(str(exc))
+    if job.code == 0:
+        return
+    # A signal ends the job with the shell's code for it, whatever mpiexec returned after aborting.
+    code = 128 + job.signals[0] if job.signals else job.code
+    if trace is not None and part_files(parts_dir(trace)):    # the ranks did not merge: the job was aborted
+        if job.signals:
+            name = signal.Signals(job.signals[0]).name
+            what = f"interrupted by {name} twice: mpiexec aborted the job" if len(job.signals) > 1 else \
+                f"interrupted by {name}: mpiexec aborted the job"
+        else:
+            what = f"the job ended with mpiexec exit code {job.code}"
+        try:
+            merged = recover(trace)
+        except (TraceError, OutputError) as exc:
+            fail(f"{what} and its trace could not be merged: {exc}", code)
+        err_console.print(plain(f"{what}; each rank's whole steps are kept in {merged.path} "
+                                f"({steps_phrase(merged.steps)} on the ranks that got furthest, "
+                                f"{merged.records:,} records)"), markup=False, soft_wrap=True)
+    raise typer.Exit(code=code)
 
 
 def _without_option(argv: list[str], name: str) -> list[str]:
@@ -209,7 +323,8 @@ def _summary(result, steps: int) -> None:
         console.print(f"loss {h[0].loss:.4f} -> {h[-1].loss:.4f} in {steps} steps; median "
                       f"{statistics.median(timed):.1f} ms/step, "
                       f"{h[-1].tokens / statistics.median(timed) * 1e3:,.0f} tokens/s (step 0 left out: warm-up)")
-    if result.trace_path is not None:
-        size = result.trace_path.stat().st_size
-        console.print(f"trace: {result.trace_path} ({result.trace_records:,} records, {size / 1e6:.2f} MB); "
-                      f"next: gpt2trace analyze {result.trace_path}")
+    if result.kept is not None:
+        path = result.kept.path
+        size = path.stat().st_size
+        console.print(plain(f"trace: {path} ({result.kept.records:,} records, {size / 1e6:.2f} MB); "
+                            f"next: gpt2trace analyze {path}"), markup=False, highlight=False, soft_wrap=True)

@@ -1,15 +1,21 @@
-"""Writing traces: one small Parquet part per flush while the run goes, merged into one file at the end.
+"""Writing traces: small Parquet parts while the run goes, merged into one file at the end.
 
-Why parts: a Parquet file is only readable once its footer is written. Closing a part per step means a run
-killed at step k leaves parts for every step before k; `pyarrow.parquet.read_table(<trace>.parts)` reads them
-as they are, and `gpt2trace recover` (`recover`) merges them into the final file. Each part is written under a
-hidden temporary name (a leading dot: pyarrow's dataset discovery skips it) and renamed, so a kill during a
-write leaves no half-written part where a reader looks.
+Why parts: a Parquet file is only readable once its footer is written. The tracer closes a part every so often
+(gpt2trace.record.tracer decides when, always at a step boundary), so a run killed at any moment leaves parts
+holding whole steps; `pyarrow.parquet.read_table(<trace>.parts)` reads them as they are, and `gpt2trace recover`
+(`recover`) merges them into the final file. Each part, and the merged file, is written under a hidden temporary
+name (a leading dot: pyarrow's dataset discovery skips it) and renamed, so a kill or a full disk during a write
+leaves no half-written file where a reader looks.
+
+Files are opened by Python and handed to pyarrow as file objects: pyarrow's own path handling cannot encode
+file names that are not UTF-8 (which Linux allows).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gpt2trace.format import communicators as comms, schema as S
-from gpt2trace.format.errors import TraceError
+from gpt2trace.format.errors import OutputError, TraceError
 
 # zstd + delta-encoded timestamps: ~5 bytes per record on trainer traces (benchmarks/trace_overhead.py).
 _DICT_COLUMNS = [S.KIND, S.NAME]
@@ -83,16 +89,17 @@ def _array(values: np.ndarray, is_null: np.ndarray | None) -> pa.Array:
 
 
 class PartWriter:
-    """One rank's parts: <trace>.parts/rank00000/00000012.parquet, in flush order."""
+    """One rank's parts: <trace>.parts/rank00000/00000012.parquet, in flush order. The folders are made with the
+    first part, so a run that stops before writing anything leaves nothing behind."""
 
     def __init__(self, trace_path: Path, rank: int, schema: pa.Schema):
         self.dir = parts_dir(trace_path) / f"rank{rank:05d}"
-        self.dir.mkdir(parents=True, exist_ok=True)
         self.schema = schema
         self.seq = 0
         self.bytes = 0
 
     def write(self, table: pa.Table) -> Path:
+        """Write `table` as the next part; an OSError (a full disk) becomes an OutputError and leaves nothing."""
         final = self.dir / f"{self.seq:08d}.parquet"
         tmp = self.dir / f".{final.name}.tmp"
         # Encoded in memory, then one plain file write: cheaper than pyarrow's file layer for a small part.
@@ -100,9 +107,14 @@ class PartWriter:
         with pq.ParquetWriter(sink, self.schema, **write_options(part=True)) as writer:
             writer.write_table(table)
         data = sink.getvalue()
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, final)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, final)
+        except OSError as exc:
+            _remove(tmp)
+            raise OutputError(f"cannot write the trace part {final}: {exc.strerror or exc}") from None
         self.bytes += data.size
         self.seq += 1
         return final
@@ -113,47 +125,119 @@ def part_files(parts: Path) -> list[Path]:
     return sorted(parts.glob("rank*/[0-9]*.parquet"))
 
 
-def merge_parts(trace_path: Path, extra_metadata: dict[bytes, bytes] | None = None,
-                keep_parts: bool = False, drift: dict[int, tuple[float, int]] | None = None) -> int:
-    """Merge every rank's parts into `trace_path` (rank by rank, in flush order); returns the record count.
+def clear_unfinished(trace_path: Path) -> bool:
+    """Remove <trace>.parts when it holds no finished part (a run that stopped before its first part: empty
+    rank folders, a temporary cut off by a kill), so it cannot block the next run. True when it was removed."""
+    parts = parts_dir(trace_path)
+    if not parts.is_dir() or part_files(parts):
+        return False
+    shutil.rmtree(parts)
+    return True
 
+
+@dataclass(frozen=True)
+class Merged:
+    """What a merge wrote: the trace, its record count and the steps it holds (from the counter records)."""
+    path: Path
+    records: int
+    steps: tuple[int, int] | None       # first and last step, None when no step is complete
+    ranks: int
+
+
+def merge_parts(trace_path: Path, extra_metadata: dict[bytes, bytes] | None = None,
+                keep_parts: bool = False, drift: dict[int, tuple[float, int]] | None = None) -> Merged:
+    """Merge every rank's parts into `trace_path` (rank by rank, in flush order).
+
+    Written under a temporary name and renamed: on any failure (a full disk, a signal) `trace_path` is left as it
+    was, the temporary is removed and the parts stay; an OSError becomes an OutputError naming the file.
     `drift[rank] = (slope, t_ref)` corrects that rank's times linearly for clock drift against rank 0
     (t -> t - slope * (t - t_ref), see gpt2trace.record.clocksync); the same monotonic map for every record of a rank
     keeps its states a partition."""
+    trace_path = Path(trace_path)
     parts = parts_dir(trace_path)
     files = part_files(parts)
     if not files:
         raise TraceError(f"{parts}: no trace parts to merge; was the run started with tracing on?")
-    first = pq.read_schema(files[0])
+    first = _read_schema(files[0])
     meta = dict(first.metadata or {})
     meta.update(_communicators(files))
     meta.update(extra_metadata or {})
     schema = S.arrow_schema(meta)
     tmp = trace_path.with_name(f".{trace_path.name}.tmp")
-    rows = 0
-    with pq.ParquetWriter(tmp, schema, **write_options()) as writer:
-        pending: list[pa.Table] = []
-        pending_rows = 0
-        for f in files:
-            t = _corrected(pq.read_table(f).cast(schema), drift)
-            pending.append(t)
-            pending_rows += t.num_rows
-            if pending_rows >= MERGED_ROW_GROUP:
+    rows, steps, ranks = 0, _StepRange(), set()
+    try:
+        with open(tmp, "wb") as sink, pq.ParquetWriter(sink, schema, **write_options()) as writer:
+            pending: list[pa.Table] = []
+            pending_rows = 0
+            for f in files:
+                t = _corrected(_read_table(f).cast(schema), drift)
+                steps.add(t)
+                ranks.add(f.parent.name)
+                pending.append(t)
+                pending_rows += t.num_rows
+                if pending_rows >= MERGED_ROW_GROUP:
+                    rows += _write_group(writer, pending)
+                    pending, pending_rows = [], 0
+            if pending:
                 rows += _write_group(writer, pending)
-                pending, pending_rows = [], 0
-        if pending:
-            rows += _write_group(writer, pending)
-    os.replace(tmp, trace_path)
+        os.replace(tmp, trace_path)
+    except OSError as exc:
+        _remove(tmp)
+        raise OutputError(f"cannot write {trace_path}: {exc.strerror or exc}; its parts are kept in {parts}") from None
+    except BaseException:
+        _remove(tmp)
+        raise
     if not keep_parts:
         shutil.rmtree(parts)
-    return rows
+    return Merged(trace_path, rows, steps.range(), len(ranks))
+
+
+def steps_phrase(steps: tuple[int, int] | None) -> str:
+    """`steps 0-6`, `step 0` or `no complete step`: the steps a trace holds, as messages say it."""
+    if steps is None:
+        return "no complete step"
+    a, b = steps
+    return f"step {a}" if a == b else f"steps {a}-{b}"
+
+
+class _StepRange:
+    """The steps a trace holds: those with counter records (written once per step, at its end)."""
+
+    def __init__(self):
+        self.lo, self.hi = None, None
+
+    def add(self, table: pa.Table) -> None:
+        step = pc.filter(table.column(S.STEP), pc.equal(table.column(S.KIND), S.Kind.COUNTER))
+        if len(step) == 0 or step.null_count == len(step):
+            return
+        lo, hi = pc.min_max(step).values()
+        self.lo = lo.as_py() if self.lo is None else min(self.lo, lo.as_py())
+        self.hi = hi.as_py() if self.hi is None else max(self.hi, hi.as_py())
+
+    def range(self) -> tuple[int, int] | None:
+        return None if self.lo is None else (self.lo, self.hi)
+
+
+def _read_schema(path: Path) -> pa.Schema:
+    with open(path, "rb") as f:
+        return pq.read_schema(f)
+
+
+def _read_table(path: Path) -> pa.Table:
+    with open(path, "rb") as f:
+        return pq.read_table(f)
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
 
 
 def _communicators(files: list[Path]) -> dict[bytes, bytes]:
     """Every rank's communicators (each rank lists those it belongs to; its last part lists them all)."""
     last = {f.parent: f for f in files}
     try:
-        table = comms.merged(comms.from_metadata(pq.read_schema(f).metadata) for f in last.values())
+        table = comms.merged(comms.from_metadata(_read_schema(f).metadata) for f in last.values())
     except (ValueError, KeyError, TypeError) as exc:
         raise TraceError(f"{files[0].parent.parent}: the parts disagree about their communicators ({exc})") from None
     return comms.to_metadata(table.values()) if table else {}
@@ -186,14 +270,35 @@ def _write_group(writer: pq.ParquetWriter, tables: list[pa.Table]) -> int:
     return table.num_rows
 
 
-def recover(trace: Path) -> tuple[Path, int]:
-    """Merge the parts a killed run left in <trace>.parts into `trace`; returns (trace, record count).
-    `trace` may also name the .parts directory itself. Every part holds whole steps, so the result does too."""
+def recover(trace: Path) -> Merged:
+    """Merge the parts a killed run left in <trace>.parts into `trace`. `trace` may also name the .parts
+    directory itself. Every part holds whole steps, so the result does too. A TraceError says why there is
+    nothing to recover: no parts folder (and whether `trace` is a complete trace), or a folder without a
+    finished part (the run stopped before writing its first one)."""
     trace = Path(trace)
     if trace.name.endswith(PARTS_SUFFIX) and trace.is_dir():
         trace = trace.with_name(trace.name[: -len(PARTS_SUFFIX)])
     parts = parts_dir(trace)
     if not parts.is_dir():
-        hint = "the trace is already complete" if trace.is_file() else "check the path (the run's --trace)"
-        raise TraceError(f"{parts}: no parts directory to recover {trace} from; {hint}")
-    return trace, merge_parts(trace)
+        raise TraceError(f"{parts}: no parts directory to recover {trace} from; {_what_is(trace)}")
+    if not part_files(parts):
+        raise TraceError(f"{parts} holds no finished part: the run stopped before it wrote its first one, so there "
+                         "is nothing to recover (the next run with this --trace replaces the folder)")
+    return merge_parts(trace)
+
+
+def _what_is(trace: Path) -> str:
+    """What `trace` is, for a recover that has no parts: a complete trace, something else, or nothing."""
+    if not trace.exists():
+        return "check the path (the run's --trace)"
+    if not trace.is_file():
+        return f"{trace} is not a file"
+    try:
+        with open(trace, "rb") as f:
+            meta = pq.ParquetFile(f).metadata
+            version = (meta.schema.to_arrow_schema().metadata or {}).get(S.META_VERSION)
+    except (OSError, pa.ArrowException) as exc:
+        return f"{trace} is not a complete trace either ({str(exc).splitlines()[0] if str(exc) else exc})"
+    if version is None:
+        return f"{trace} is a Parquet file but not a gpt2trace trace (no {S.META_VERSION.decode()} metadata)"
+    return f"{trace} is already a complete trace ({meta.num_rows:,} records)"

@@ -1,4 +1,5 @@
-"""Any trace file into a `Trace`: our Parquet format through the reader, Paraver's through the importer."""
+"""Any trace file into a `Trace`: our Parquet format through the reader, Paraver's and OTF2's through their
+importers."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,13 +7,24 @@ from pathlib import Path
 from gpt2trace.format.reader import Trace, check_file
 from gpt2trace.format.reader import load as load_parquet
 
+from gpt2trace.interop.otf2_format import ANCHOR_SUFFIX, is_archive_dir
+
 PARAVER_SUFFIXES = (".prv", ".prv.gz")
 
 
+def is_otf2(path: Path) -> bool:
+    """An OTF2 anchor file (NAME.otf2) or an archive's folder (one NAME.otf2 inside)."""
+    return path.name.endswith(ANCHOR_SUFFIX) or is_archive_dir(path)
+
+
 def load(path: str | Path) -> Trace:
-    """The trace in `path`: .prv/.prv.gz (with the .pcf/.row beside it) through the Paraver importer, anything
-    else as our Parquet trace. Every problem is a TraceError whose one-line message names the file."""
+    """The trace in `path`: .prv/.prv.gz (with the .pcf/.row beside it) through the Paraver importer, an OTF2
+    archive (its anchor file or folder) through the OTF2 importer, anything else as our Parquet trace. Every
+    problem is a TraceError whose one-line message names the file."""
     path = Path(path)
+    if is_otf2(path):
+        from gpt2trace.interop.otf2_import import load_otf2
+        return load_otf2(path)
     check_file(path)                 # missing, a directory, not a file: the same words for every format
     if path.name.endswith(PARAVER_SUFFIXES):
         from gpt2trace.interop.paraver_import import load_paraver

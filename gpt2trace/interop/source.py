@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from gpt2trace.format import schema
 from gpt2trace.format.errors import TraceError
-from gpt2trace.format.reader import Trace, open_parquet
+from gpt2trace.format.reader import Trace, check_file, open_parquet
 from gpt2trace.format.schema import FIELDS, KIND, REQUIRED, Kind
 
 BATCH_ROWS = 1 << 20
@@ -55,6 +55,10 @@ def input_files(source) -> list[Path]:
     if path.name.endswith((".prv", ".prv.gz")):
         from gpt2trace.interop.paraver_format import file_names
         return [Path(p) for p in file_names(str(path))]
+    from gpt2trace.interop.loader import is_otf2
+    if is_otf2(path):
+        from gpt2trace.interop.otf2_format import archive_files
+        return list(archive_files(path))
     return [path]
 
 
@@ -63,10 +67,12 @@ def open_source(source) -> Source:
     if isinstance(source, Trace):
         return Source(source.name, _trace_meta(source), trace=source)
     path = Path(source)
-    if not path.is_file():
-        raise TraceError(f"{path}: no such trace file")
+    from gpt2trace.interop.loader import is_otf2, load
+    if is_otf2(path):
+        trace = load(path)
+        return Source(str(path), _trace_meta(trace), trace=trace)
+    check_file(path)
     if path.name.endswith((".prv", ".prv.gz")):
-        from gpt2trace.interop.loader import load
         trace = load(path)
         return Source(str(path), _trace_meta(trace), trace=trace)
     try:

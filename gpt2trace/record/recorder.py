@@ -7,6 +7,8 @@ allocated but the tuple (~0.4 us a call), and the buffer grows only in the first
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 NO_VALUE = -1
@@ -45,12 +47,22 @@ class KernelRecorder:
         self.n = i + 1
         return self._slots[i]
 
-    def take(self) -> tuple[np.ndarray, np.ndarray]:
-        """The calls recorded since the last take: times (n, nthreads+1, 3) and meta (n, 4) int32 (kernel id,
-        layer, step, microstep), as copies; the slots are reset for reuse."""
-        n, self.n = self.n, 0
+    def take(self, upto: int | None = None) -> tuple[np.ndarray, list[tuple[int, int, int, int]]]:
+        """The first `upto` calls recorded since the last take (all by default): times (n, nthreads+1, 3) as a
+        copy, and their (kernel id, layer, step, microstep) tuples (`call_meta` makes them an array). Every slot
+        is reset for reuse, including the calls after `upto`, which are dropped (a step cut short).
+
+        Runs on the training loop's thread at a window's end, so it only copies: ~30 us for the ~3,000 calls of
+        0.5 s of the `small` model; the per-call conversion happens on the writer thread."""
+        n = self.n if upto is None else min(upto, self.n)
         times = self.times[:n].copy()
-        self.times[:n, 1:, 2] = NO_VALUE
-        meta = np.array(self._calls, dtype=np.int32).reshape(n, 4)
-        self._calls = []
-        return times, meta
+        self.times[: self.n, 1:, 2] = NO_VALUE
+        calls, self._calls, self.n = self._calls[:n], [], 0
+        return times, calls
+
+
+def call_meta(calls: list[tuple[int, int, int, int]]) -> np.ndarray:
+    """(n, 4) int32: kernel id, layer, step, microstep of each call `KernelRecorder.take` returned (flattened
+    first: half the time of np.array over the tuples, on the writer thread's ~3,000 calls a window)."""
+    flat = np.fromiter(itertools.chain.from_iterable(calls), dtype=np.int32, count=4 * len(calls))
+    return flat.reshape(len(calls), 4)

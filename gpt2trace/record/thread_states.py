@@ -9,8 +9,9 @@ For one rank and a window [w0, w1) in which every parallel region started and en
 - outside all of that, the main thread is Running (Python-side work of the step), workers are Idle.
 The result partitions [w0, w1) for every thread index 0..nthreads-1, with no gap and no overlap.
 
-The flush runs this every step on the training loop's critical path: one compiled pass over the calls
-(~10 us for a step of the `small` model, where the equivalent NumPy expressions took ~300 us).
+The tracer's writer thread runs this for every window: one compiled pass over the calls (~10 us for a step of
+the `small` model, where the equivalent NumPy expressions took ~300 us), without the GIL, so the training loop's
+thread is not held up meanwhile.
 """
 from __future__ import annotations  # noqa: I001  (trainer must be imported before numba, below)
 
@@ -64,7 +65,7 @@ def thread_states(times: np.ndarray, blocks: Blocks, nthreads: int, window: tupl
     return {"thread": th, "start": s, "end": e, "state": st}
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _states(enter, exit_, call, thread, start, end, nthreads, w0, w1, ov_s, ov_e, ov_st):
     nb = len(call)
     # Blocks grouped by thread, keeping call order (a stable counting sort).

@@ -1,15 +1,26 @@
-"""The tracer of one rank: the trainer's Observer plus the kernel recorder, flushed to Parquet every step.
+"""The tracer of one rank: the trainer's Observer plus the kernel recorder, written to Parquet parts as it goes.
 
 Kernels time themselves (inside Numba, CLOCK_MONOTONIC); phases and counters are read here with
 time.monotonic_ns(), the same clock. All times in the trace are ns since the trace's origin (rank 0's start;
 other ranks are shifted onto it by the clock synchronization of the MPI layer).
 
-A flush turns the window since the previous flush into one Parquet part (see gpt2trace.format.writer). It is on
-the training loop's critical path, so it works on whole NumPy columns and integer dictionary codes: no
-Python object per record. Measured on a step of the `small` model (~1,000 records) during training:
-~0.8 ms to build the table and ~1.1 ms to write the part (the version with np.vectorize, object arrays and
-NumPy thread states took ~3.7 ms in all); benchmarks/trace_overhead.py reports it per configuration. Rows of a part are grouped by kind (states, kernels,
-phases, MPI calls, counters), each group in (thread, start) order.
+Windows and parts. The records since the last cut form the open window. At the end of the first step that ends
+`flush_every_s` (0.5 s by default, gpt2trace.run.runner.TraceConfig) or more after the last cut, the window is
+closed and handed to the writer thread (gpt2trace.record.writer_thread), which builds its table and writes it as
+one part. So a part always holds whole steps, and the training loop pays only the hand-over (a copy of the
+recorder's slots, ~30 us) instead of building and writing a part every step (~1.7 ms a step on the `small`
+model, 10% of its step time); the writer spends ~200 ns a record, on another thread.
+
+What a kill loses. A SIGKILL at time t loses the open window and, if its write had not finished, the window
+being written: at most `flush_every_s` + one step + one part's write (~10 ms) of completed steps, plus the step
+in progress. `flush_every_s=0` writes every step's part before the next step starts (the loss is then only the
+step in progress), at ~1.7 ms a step on the loop's critical path. Ends other than a kill (`close`): a finished
+run keeps everything; a run stopped by an error keeps every whole step and drops the step it was in.
+
+Each step's end is recorded as a `trace_flush` phase on the main thread, in the next window: the tracer's own
+time on the loop (the bookkeeping at a step's end, the hand-over at a cut, a wait when the writer lags behind).
+Rows of a part are grouped by kind (states, kernels, phases, MPI calls, counters), each group in
+(thread, start) order.
 """
 from __future__ import annotations
 
@@ -17,19 +28,21 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from gpt2trace.format import communicators as comms, schema as S
-from gpt2trace.record.recorder import NO_VALUE, KernelRecorder
-from gpt2trace.record.thread_states import blocks_of, thread_states
 from gpt2trace.format.writer import KIND_CODES, NULL, PartWriter, records_table
+from gpt2trace.record.recorder import NO_VALUE, KernelRecorder, call_meta
+from gpt2trace.record.thread_states import blocks_of, thread_states
+from gpt2trace.record.writer_thread import WriterThread
 
 # Main-thread states of the phases that are not computation.
 _PHASE_STATES = {S.Phase.DATALOAD: S.State.IO, S.Phase.CHECKPOINT: S.State.IO}
-FLUSH_PHASE = S.Phase.TRACE_FLUSH  # the tracer's own flush, on the main thread
+FLUSH_PHASE = S.Phase.TRACE_FLUSH  # the tracer's own time at each step end, on the main thread
 # Columns some groups lack: their null and the dtype of the schema type.
 _FILL = {S.THREAD: (0, np.int32), S.STATE: (NULL, np.int16), S.NAME: (NULL, np.int32), S.STEP: (NULL, np.int32),
          S.LAYER: (NULL, np.int16), S.MICROSTEP: (NULL, np.int16), S.BYTES: (NULL, np.int64),
@@ -37,15 +50,41 @@ _FILL = {S.THREAD: (0, np.int32), S.STATE: (NULL, np.int16), S.NAME: (NULL, np.i
          S.COMMUNICATOR: (NULL, np.int32)}
 
 
+@dataclass(frozen=True)
+class _StepEnd:
+    """Where the open window stood when a step ended: its records up to here are whole steps."""
+    t_ns: int
+    calls: int
+    phases: int
+    counters: int
+    comms: int
+    step: int
+
+
+@dataclass(frozen=True)
+class Window:
+    """A closed window [start_ns, end_ns) as the writer thread receives it."""
+    start_ns: int
+    end_ns: int
+    times: np.ndarray
+    calls: list
+    phases: list
+    counters: list
+    comms: list
+    steps: tuple[int, int] | None     # the first and last step that ended in it
+
+
 class Tracer:
-    def __init__(self, path: Path, rank: int, nthreads: int, metadata: dict[bytes, bytes],
+    def __init__(self, path: Path, rank: int, nthreads: int, metadata: dict[bytes, bytes], *, flush_every_s: float,
                  origin_ns: int | None = None):
         self.rank, self.nthreads = rank, nthreads
         self.origin = time.monotonic_ns() if origin_ns is None else origin_ns
+        self.flush_every_ns = int(flush_every_s * 1e9)
         self.recorder = KernelRecorder(nthreads)
         self.schema = S.arrow_schema(metadata)
         self.writer = PartWriter(path, rank, self.schema)
         # OS thread ids -> thread index (main = 0, workers by first appearance), as two sorted lookup arrays.
+        # Used by the writer thread only, which sees the windows in order.
         self._tids = np.array([threading.get_native_id()], dtype=np.int64)
         self._tid_index = np.zeros(1, dtype=np.int32)
         self._window_start = self.origin
@@ -53,10 +92,14 @@ class Tracer:
         self._counters: list[tuple[str, int, float, int]] = []    # name, time, value, step
         self._comms: list[tuple] = []   # name, start, end, step, microstep, bytes, peer, seq, communicator, state
         self._communicators: dict[int, comms.Communicator] = {}
+        self._last_end: _StepEnd | None = None                     # of the open window
+        self._first_step: int | None = None                        # the first step ending in the open window
         self._names: list[str] = []                                # the `name` dictionary, append-only
         self._name_codes: dict[str, int] = {}
         self._names_array = pa.array([], type=pa.string())
-        self.records = 0
+        self.records = 0                                           # written so far
+        self.steps_written: tuple[int, int] | None = None          # first and last step on disk
+        self._thread = WriterThread(self._write)
 
     # -- the trainer's Observer -------------------------------------------------------------------------
     def begin_step(self, step: int) -> None:
@@ -97,26 +140,71 @@ class Tracer:
         self.writer.schema = self.schema
 
     def end_step(self, step: int) -> None:
-        self.flush()
+        """The step's records are complete: mark the boundary, and close the window when it is time. Raises
+        the writer thread's failure (an OutputError: a full disk), if any, here on the loop's thread."""
+        t = time.monotonic_ns()
+        self._thread.check()
+        self._last_end = _StepEnd(t, self.recorder.n, len(self._phases), len(self._counters), len(self._comms), step)
+        if self._first_step is None:
+            self._first_step = step
+        if t - self._window_start >= self.flush_every_ns:
+            self._cut(t, self._last_end)
+            if self.flush_every_ns == 0:
+                self._thread.wait()
+                self._thread.check()
+        # In the next window, as the time between steps it is.
+        self._phases.append((FLUSH_PHASE, t, time.monotonic_ns(), NO_VALUE, NO_VALUE))
         self.recorder.step = NO_VALUE
         self.recorder.microstep = NO_VALUE
 
-    def close(self) -> None:
-        self.flush()
+    def close(self, whole_run: bool = True) -> None:
+        """Write the open window and wait for the writer thread to finish.
 
-    # -- flushing -------------------------------------------------------------------------------------
-    def flush(self) -> None:
-        t_flush = time.monotonic_ns()
-        window = (self._window_start, t_flush)
-        times, meta = self.recorder.take()
-        table = self._window_table(times, meta, window)
+        `whole_run`: the run ended normally (or at a step boundary): everything is kept. Otherwise the run was
+        stopped inside a step (an error, a second interrupt): the window ends at the last step end, and the
+        step in progress is dropped, so the trace holds only whole steps."""
+        try:
+            if whole_run:
+                self._cut(time.monotonic_ns(), None)
+            elif self._last_end is not None:
+                self._cut(self._last_end.t_ns, self._last_end)
+            else:
+                self.recorder.take(0)
+        finally:
+            self._thread.close()
+        self._thread.check()
+
+    @property
+    def writer_busy_ns(self) -> int:
+        """Time the writer thread spent building and writing parts."""
+        return self._thread.busy_ns
+
+    # -- windows --------------------------------------------------------------------------------------
+    def _cut(self, end_ns: int, upto: _StepEnd | None) -> None:
+        """Hand the window [start, end_ns) to the writer thread: everything, or only what precedes `upto`."""
+        if upto is None:
+            times, calls = self.recorder.take()
+            phases, counters, comms = self._phases, self._counters, self._comms
+            last = self._last_end.step if self._last_end is not None else None
+        else:
+            times, calls = self.recorder.take(upto.calls)
+            phases, counters, comms = (self._phases[: upto.phases], self._counters[: upto.counters],
+                                       self._comms[: upto.comms])
+            last = upto.step
+        steps = (self._first_step, last) if self._first_step is not None and last is not None else None
+        self._thread.submit(Window(self._window_start, end_ns, times, calls, phases, counters, comms, steps))
+        self._window_start = end_ns
+        self._phases, self._counters, self._comms = [], [], []
+        self._last_end, self._first_step = None, None
+
+    def _write(self, window: Window) -> None:
+        """On the writer thread: the window's table, written as the next part."""
+        table = self._window_table(window)
         self.writer.write(table)
         self.records += table.num_rows
-        self._window_start = t_flush
-        # The flush itself is part of the next window, shown as a phase so analyses can tell it apart.
-        self._phases = [(FLUSH_PHASE, t_flush, time.monotonic_ns(), NO_VALUE, NO_VALUE)]
-        self._counters = []
-        self._comms = []
+        if window.steps is not None:
+            first = window.steps[0] if self.steps_written is None else self.steps_written[0]
+            self.steps_written = (first, window.steps[1])
 
     @property
     def threads_seen(self) -> int:
@@ -152,18 +240,21 @@ class Tracer:
             self._names_array = pa.array(self._names, type=pa.string())
         return codes
 
-    def _window_table(self, times: np.ndarray, meta: np.ndarray, window: tuple[int, int]) -> pa.Table:
+    def _window_table(self, w: Window) -> pa.Table:
+        times, meta = w.times, call_meta(w.calls)
         index = self._thread_indices(times[:, 1:, 2])
         blocks = blocks_of(times, index)
         nthreads = max(self.nthreads, self.threads_seen)
-        ph = sorted(self._phases, key=lambda p: p[1])
-        cm = self._comms
-        st = thread_states(times, blocks, nthreads, window, _main_overlays(ph, cm))
+        ph = sorted(w.phases, key=lambda p: p[1])
+        cm = w.comms
+        st = thread_states(times, blocks, nthreads, (w.start_ns, w.end_ns), _main_overlays(ph, cm))
 
-        kernel_codes = self._codes(self.recorder.kernel_names)
+        # A copy: the loop's thread may add a kernel name meanwhile (names only grow; the codes in this window
+        # are all below the length read here).
+        kernel_codes = self._codes(list(self.recorder.kernel_names))
         kmeta = meta[blocks.call]
         korder = np.lexsort((blocks.start, blocks.thread))
-        co = self._counters
+        co = w.counters
         phase_arr = np.array([p[1:] for p in ph], dtype=np.int64).reshape(-1, 4)     # start end step microstep
         comm_arr = np.array([c[1:9] for c in cm], dtype=np.int64).reshape(-1, 8)     # start end step micro bytes..
         counter_t = np.array([c[1] for c in co], dtype=np.int64)

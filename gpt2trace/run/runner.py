@@ -1,18 +1,19 @@
-"""`gpt2trace run` as a Python API: build the model, data and tracer from frozen configs, train, write files.
+"""`gpt2trace run` as a Python API: check the configuration, build the model, data and trace session from frozen
+configs, train, write the files.
 
 Import order matters: the CLI calls `prepare_process(threads)` before anything imports Numba or SciPy.
 """
 from __future__ import annotations
 
-import json
+import math
 import os
-import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 from trainer import names
 from trainer.config import ModelConfig, ParallelConfig, TrainConfig
+from trainer.errors import ConfigError
 
 DEFAULT_TRACE = Path("trace.parquet")
 SYNTHETIC_TOKENS = 1 << 20  # the built-in corpus: 1M tokens of a learnable Markov chain (trainer.data)
@@ -21,6 +22,13 @@ SYNTHETIC_TOKENS = 1 << 20  # the built-in corpus: 1M tokens of a learnable Mark
 @dataclass(frozen=True)
 class TraceConfig:
     path: Path | None = DEFAULT_TRACE   # None: --no-trace
+    # A part is written at the first step end this long after the previous one (0: after every step, before
+    # the next starts); a SIGKILL loses at most about this much of the run plus a step (gpt2trace.record.tracer).
+    flush_every_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.flush_every_s) and self.flush_every_s >= 0):
+            raise ConfigError("flush_every_s", self.flush_every_s, "must be a finite number of seconds >= 0")
 
     @property
     def enabled(self) -> bool:
@@ -41,10 +49,19 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class RunResult:
-    history: list                       # trainer.train.StepMetrics per step
-    trace_path: Path | None
-    trace_records: int
+    history: list                       # trainer.train.StepMetrics per completed step
+    kept: object | None                 # gpt2trace.run.session.KeptTrace; None with tracing off (or rank != 0)
     num_parameters: int
+    interrupted: int | None = None      # the signal that stopped the run at a step boundary
+    saved: bool = False                 # the --save checkpoint was written
+
+    @property
+    def trace_path(self) -> Path | None:
+        return self.kept.path if self.kept is not None else None
+
+    @property
+    def trace_records(self) -> int:
+        return self.kept.records if self.kept is not None else 0
 
 
 def prepare_process(threads: int, oversubscribed: bool = False) -> None:
@@ -60,7 +77,7 @@ def run_config_json(cfg: RunConfig, num_parameters: int) -> dict:
         "model": model,
         "train": asdict(cfg.train),
         "parallel": asdict(cfg.parallel),
-        "trace": {"path": str(cfg.trace.path) if cfg.trace.path else None},
+        "trace": {"path": str(cfg.trace.path) if cfg.trace.path else None, "flush_every_s": cfg.trace.flush_every_s},
         "data": str(cfg.data) if cfg.data else "synthetic",
         "init_from": str(cfg.init_from) if cfg.init_from else None,
     }
@@ -89,13 +106,6 @@ def _load_data(cfg: RunConfig, model: ModelConfig, grid, split, traced_comm):
     return ScatterLoader(traced_comm, root_loader, B, split.local_len, scatter_shares(grid, split, B))
 
 
-def _mpi_info() -> dict:
-    import mpi4py
-    from mpi4py import MPI
-    return {"library": MPI.Get_library_version().strip().splitlines()[0], "standard": "%d.%d" % MPI.Get_version(),
-            "mpi4py": mpi4py.__version__}
-
-
 class _InjectedFault(Exception):
     pass
 
@@ -119,19 +129,23 @@ class _FaultInjector:
 
 
 def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dict], None] | None = None,
-        comm=None) -> RunResult:
-    """Train as configured; returns the per-step metrics. Raises trainer.errors.TrainerError on bad input.
+        comm=None, on_trace: Callable | None = None) -> RunResult:
+    """Train as configured; returns the per-step metrics and what was kept of the trace.
+
+    Bad input raises trainer.errors.TrainerError or gpt2trace.format.errors.OutputError (one line) before
+    anything is built. SIGINT/SIGTERM stop the run at the next step boundary (`RunResult.interrupted`); a second
+    one, or an error, stops it inside a step and is raised after the trace's whole steps are kept. Whatever the
+    end, `on_trace(kept)` hears what is left of the trace before `run` returns or raises.
 
     With `comm` (an mpi4py communicator of cfg.parallel.ranks processes) this process is rank comm.rank of a
     data-parallel job: it traces its own part, MPI calls included, and rank 0 merges all parts at the end.
     """
-    from gpt2trace.format import schema as S
-    from gpt2trace.record.clocksync import estimate_offsets
-    from gpt2trace.record.machine import machine_info
     from gpt2trace.record.traced_comm import TracedComm
-    from gpt2trace.format.writer import merge_parts
-    from gpt2trace.record.tracer import Tracer
-    from trainer.checkpoint import read_checkpoint, write_checkpoint
+    from gpt2trace.run.metrics import MetricsLog
+    from gpt2trace.run.preflight import check_run
+    from gpt2trace.run.session import TraceSession
+    from gpt2trace.run.signals import Interrupted, StopAtStepBoundary, StopSignals
+    from trainer.checkpoint import read_checkpoint
     from trainer.dp import make_strategy
     from trainer.launcher import Launcher
     from trainer.model import GPT2
@@ -139,50 +153,25 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
     from trainer.parallel.sequence import make_sequence
     from trainer.parallel.split import SequenceSplit
     from trainer.params import init_params
-    from trainer.peak import sgemm_gflops
     from trainer.train import NullObserver, train
 
-    threads, rank, ranks = cfg.parallel.threads, cfg.parallel.rank, cfg.parallel.ranks
+    threads, rank = cfg.parallel.threads, cfg.parallel.rank
+    check_run(cfg, processes_here=_ranks_on_this_node(comm), first_rank=rank == 0)
     if cfg.init_from is not None:
         model_cfg, params = read_checkpoint(cfg.init_from)
     else:
         model_cfg, params = cfg.model, init_params(cfg.model, cfg.train.seed)
     cfg = replace(cfg, model=model_cfg)
 
-    tracer, clock_start, origin0 = None, None, 0
-    if cfg.trace.enabled:
-        if rank == 0:
-            _check_no_old_parts(cfg.trace.path)
-        peak = None
-        if rank == 0:  # measured once, while the other ranks wait: ranks measuring at once share the cores
-            peak = {"gflops_per_core": sgemm_gflops(1), f"gflops_{threads}_threads": sgemm_gflops(threads),
-                    "cores": threads, "kernel": "matmul_forward (cblas_sgemm), BT=256 x 768 -> 3072"}
-        if comm is not None:
-            peak = comm.bcast(peak, root=0)
-        clock = {"source": "CLOCK_MONOTONIC", "ranks": ranks, "offsets_ns": [0], "error_bound_ns": [0]}
-        origin = None
-        if comm is not None:
-            clock_start = estimate_offsets(comm)
-            origin0 = comm.bcast(time.monotonic_ns() if rank == 0 else None, root=0)
-            origin = origin0 + clock_start.offsets_ns[rank]  # rank 0's origin, read on this rank's clock
-            clock |= {"method": "ping-pong with rank 0, shortest of 20 round trips (Cristian)",
-                      "offsets_ns": clock_start.offsets_ns, "error_bound_ns": clock_start.error_ns,
-                      "start": clock_start.as_json()}
-        meta = {
-            S.META_RUN: json.dumps(run_config_json(cfg, params.size)).encode(),
-            S.META_MACHINE: json.dumps(machine_info(_mpi_info() if comm is not None else None)).encode(),
-            S.META_PEAK: json.dumps(peak).encode(),
-            S.META_CLOCK: json.dumps(clock).encode(),
-        }
-        if comm is not None:
-            comm.Barrier()  # rank 0 has cleared the way before anyone writes a part
-        tracer = Tracer(cfg.trace.path, rank, threads, meta, origin_ns=origin)
+    session = (TraceSession.open(cfg.trace.path, run_config_json(cfg, params.size), threads,
+                                 cfg.trace.flush_every_s, comm) if cfg.trace.enabled else None)
+    tracer = session.tracer if session is not None else None
     traced = TracedComm(comm, tracer) if comm is not None and tracer is not None else comm
     launcher = Launcher(threads, recorder=tracer.recorder if tracer else None)
     par, B, T = cfg.parallel, cfg.train.batch_size, cfg.train.seq_len
     grid = RankGrid.build(par, traced)
     split = SequenceSplit(T, par.sp, par.sp_split)
-    seq = make_sequence(split, grid, B, model_cfg.n_embd, launcher, par.sp_reduce)
+    seq = make_sequence(split, grid, B, model_cfg, launcher, par.sp_reduce)
     model = GPT2(model_cfg, params, B, T, launcher, seq=seq)
     loader = _load_data(cfg, model_cfg, grid, split, traced)
     dp = make_strategy(par.dp_sync, model, cfg.train, launcher, grid.grad_comm)
@@ -190,65 +179,73 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
         on_start({"model": model_cfg, "num_parameters": params.size,
                   "activations_bytes": model.acts.nbytes + seq.nbytes})
 
-    metrics_file = open(cfg.metrics_json, "w") if cfg.metrics_json and rank == 0 else None
-    observer = _FaultInjector(tracer if tracer is not None else NullObserver(), rank)
+    history = []
+    metrics = MetricsLog(cfg.metrics_json) if cfg.metrics_json is not None and rank == 0 else None
 
-    def step_done(m):
-        if metrics_file:
-            metrics_file.write(json.dumps(m.as_dict()) + "\n")
-            metrics_file.flush()
-        if on_step:
+    def step_done(m) -> None:
+        history.append(m)
+        if metrics is not None:
+            metrics.write(m.as_dict())
+        if on_step is not None:
             on_step(m)
 
-    records, finished = 0, False
+    # With MPI a second signal is only a request too: a rank that left inside a step would leave the others
+    # waiting in its collectives (mpiexec's own second Ctrl-C aborts the whole job).
+    with StopSignals(second_stops_at_once=comm is None) as signals:
+        observer = StopAtStepBoundary(_FaultInjector(tracer if tracer is not None else NullObserver(), rank),
+                                      signals, comm)
+        trained, saved, interrupted = False, False, None
+        try:
+            train(model, loader, cfg.train, dp, observer=observer, on_step=step_done)
+            trained = True
+            if cfg.save is not None and rank == 0:
+                with observer.phase(names.CHECKPOINT):
+                    _save(cfg.save, model_cfg, model.params)
+                saved = True
+        except Interrupted as stop:
+            if not (trained or stop.at_step_boundary):
+                _end(session, metrics, False, on_trace)
+                raise
+            interrupted = stop.signum
+        except BaseException:
+            _end(session, metrics, trained, on_trace)
+            raise
+        try:
+            kept = _end(session, metrics, True, on_trace)
+        except Interrupted as stop:   # a second signal while merging: the parts stay (on_trace heard so)
+            raise Interrupted(stop.signum, at_step_boundary=True, after_training=True) from None
+    return RunResult(history, kept if rank == 0 else None, params.size, interrupted, saved)
+
+
+def _end(session, metrics, whole_run: bool, on_trace: Callable | None):
+    """Keep what the run made: the metrics lines, the trace (merged, or parts); tell `on_trace` either way."""
     try:
-        history = train(model, loader, cfg.train, dp, observer=observer, on_step=step_done)
-        if cfg.save is not None and rank == 0:
-            with observer.phase(names.CHECKPOINT):
-                write_checkpoint(cfg.save, model_cfg, model.params)
-        finished = True
+        return session.finish(whole_run) if session is not None else None
     finally:
-        if metrics_file:
-            metrics_file.close()
-        if tracer is not None:
-            # Whatever happened, what was traced is kept: this rank's last window is flushed.
-            tracer.close()
-            if comm is None:
-                records = merge_parts(cfg.trace.path)
-    if tracer is not None and comm is not None and finished:
-        records = _merge_ranks(cfg.trace.path, comm, clock_start, origin0)
-    return RunResult(history, cfg.trace.path, records, params.size)
+        try:
+            if metrics is not None:
+                metrics.close()
+        finally:
+            if on_trace is not None and session is not None and session.kept is not None:
+                on_trace(session.kept)
 
 
-def _merge_ranks(path: Path, comm, clock_start, origin0: int) -> int:
-    """End of a clean MPI run: estimate the clocks again, then rank 0 merges every rank's parts."""
-    from gpt2trace.format import schema as S
-    from gpt2trace.record.clocksync import drift_slope, estimate_offsets
-    from gpt2trace.format.writer import merge_parts
+def _save(path: Path, model_cfg: ModelConfig, params) -> None:
+    """The --save checkpoint, written under a temporary name and renamed (a full disk: one line, no file)."""
+    from gpt2trace.format.outputs import atomic_output
+    from trainer.checkpoint import write_checkpoint
 
-    rank, ranks = comm.Get_rank(), comm.Get_size()
-    clock_end = estimate_offsets(comm)
-    comm.Barrier()   # every rank's parts are on disk
-    if rank != 0:
-        return 0
-    slopes = [drift_slope(clock_start, clock_end, r) for r in range(ranks)]
-    drift = {r: (slopes[r], clock_start.at_ns[r] - origin0) for r in range(ranks)}
-    error = [max(a, b) for a, b in zip(clock_start.error_ns, clock_end.error_ns)]
-    clock = {"source": "CLOCK_MONOTONIC", "ranks": ranks,
-             "method": "ping-pong with rank 0, shortest of 20 round trips (Cristian), at start and end; "
-                       "offset at start applied while tracing, drift between the two applied linearly at merge",
-             "offsets_ns": clock_start.offsets_ns, "error_bound_ns": error,
-             "start": clock_start.as_json(), "end": clock_end.as_json(), "drift_slope": slopes}
-    return merge_parts(path, extra_metadata={S.META_CLOCK: json.dumps(clock).encode()}, drift=drift)
+    with atomic_output(path) as tmp:
+        write_checkpoint(tmp, model_cfg, params)
 
 
-def _check_no_old_parts(path: Path) -> None:
-    """A new run replaces an old trace, but never silently deletes what a crashed run left to recover."""
-    from gpt2trace.format.writer import parts_dir
-    from trainer.errors import TrainerError
-
-    if parts_dir(path).exists():
-        raise TrainerError(f"{parts_dir(path)} holds the parts of an earlier run that did not finish; run "
-                           f"`gpt2trace recover {path}` to keep them, or delete that directory")
-    path.unlink(missing_ok=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _ranks_on_this_node(comm) -> int:
+    """Processes that share this node's memory: all of `comm`'s ranks on this host (MPI-3 shared-memory split)."""
+    if comm is None:
+        return 1
+    from mpi4py import MPI
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        return node.Get_size()
+    finally:
+        node.Free()

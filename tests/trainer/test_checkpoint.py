@@ -74,6 +74,9 @@ MALFORMED = [
     ("zero layers", _set_header(4, 0), ["nonsense config", "L=0"]),
     ("negative maxT", _set_header(2, -1), ["nonsense config", "maxT=-1"]),
     ("C not multiple of NH", _set_header(5, 5), ["C=32", "NH=5"]),
+    # V=1 padded to 128 is consistent, but no language model: the file is named, not the --vocab-size option
+    ("vocabulary of 1", lambda h, b: _set_header(7, 128)(*_set_header(3, 1)(h, b)),
+     ["header says vocab_size 1: a language model needs at least 2 tokens"]),
     ("truncated", _body(lambda b: b[:-4]), ["truncated"]),
     ("trailing bytes", _body(lambda b: b + b"\0" * 8), ["8 trailing bytes"]),
     ("header changed, body not", _set_header(6, 64), ["truncated", "C=64"]),

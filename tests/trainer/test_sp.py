@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from trainer.config import ParallelConfig, SPReduce, SPSplit
+from trainer.errors import ConfigError
 from trainer.parallel.grid import GridLayout, RankGrid
 from trainer.parallel.split import SequenceSplit
 
@@ -80,16 +81,19 @@ def test_positions_of_each_rank(split, want):
     assert sorted(s.table().reshape(-1)) == list(range(12))   # a partition of the sequence
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(ranks=3, sp=2), "--sp 2 does not divide --ranks 3"),
-    (dict(ranks=2, sp=0), "--sp must be >= 1"),
+@pytest.mark.parametrize("kwargs,field,message", [
+    (dict(ranks=3, sp=2), "sp", "sp 2: must divide the 3 ranks"),
+    (dict(ranks=2, sp=0), "sp", "sp 0: must be an integer >= 1"),
 ])
-def test_bad_parallel_config_names_the_option(kwargs, message):
-    with pytest.raises(ValueError, match=message):
+def test_bad_parallel_config_names_the_field(kwargs, field, message):
+    # the CLI turns the field into the option: "--sp 2: must divide the 3 ranks: ..."
+    with pytest.raises(ConfigError, match=message) as err:
         ParallelConfig(**kwargs)
+    assert err.value.field == field
 
 
-def test_sequence_length_must_divide():
-    with pytest.raises(ValueError, match="-T 10 is not divisible by --sp 4"):
+def test_sequence_length_must_be_a_multiple_of_the_group():
+    with pytest.raises(ConfigError, match="seq_len 10: must be a multiple of --sp 4") as err:
         SequenceSplit(10, 4)
+    assert err.value.field == "seq_len"
 

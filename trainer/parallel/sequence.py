@@ -29,10 +29,11 @@ from __future__ import annotations
 import contextlib
 import numpy as np
 
-from trainer.config import SPReduce, SPSplit
+from trainer.config import ModelConfig, SPReduce, SPSplit
 from trainer.kernels.kvgrad import kvgrad_add
 from trainer.kernels.zero import zero_fill
 from trainer.launcher import Launcher
+from trainer.memory import exchange_shapes
 from trainer.parallel.split import SequenceSplit
 
 
@@ -72,7 +73,7 @@ class SequenceParallel(WholeSequence):
     kernels of the exchange (zeroing and adding the dk, dv buffer), so they are traced like every other kernel.
     """
 
-    def __init__(self, split: SequenceSplit, index: int, B: int, C: int, run: Launcher, comm,
+    def __init__(self, split: SequenceSplit, index: int, B: int, cfg: ModelConfig, run: Launcher, comm,
                  reduce: SPReduce = SPReduce.allreduce, tails: dict | None = None):
         from mpi4py import MPI
         if comm.Get_size() != split.S:
@@ -84,10 +85,13 @@ class SequenceParallel(WholeSequence):
         self.kpos = split.table()
         self.tails = dict(tails or {})
         self.rows = B * split.local_len                                     # this rank's tokens: B*T/S
-        self.dkv = np.zeros((split.S * self.rows, 2 * C), dtype=np.float32)  # [dk | dv] of the group's tokens
-        self.dkv_own = (np.zeros((self.rows, 2 * C), dtype=np.float32)
-                        if self.reduce == SPReduce.reduce_scatter else self.block(self.dkv, index))
-        self.nbytes = self.dkv.nbytes + (self.dkv_own.nbytes if self.reduce == SPReduce.reduce_scatter else 0)
+        own = self.reduce == SPReduce.reduce_scatter
+        # [dk | dv] of the group's tokens, and with reduce-scatter the received sum of this rank's
+        shapes = exchange_shapes(cfg, B, split.T, split.S, own)
+        buffers = {name: np.zeros(shape, dtype=np.float32) for name, shape in shapes.items()}
+        self.dkv = buffers["dkv"]
+        self.dkv_own = buffers["dkv_own"] if own else self.block(self.dkv, index)
+        self.nbytes = sum(b.nbytes for b in buffers.values())
         self._exchange = True
 
     def block(self, rows_all: np.ndarray, index: int) -> np.ndarray:
@@ -150,11 +154,11 @@ class SequenceParallel(WholeSequence):
             self._exchange = True
 
 
-def make_sequence(split: SequenceSplit, grid, B: int, C: int, run: Launcher, reduce: SPReduce):
+def make_sequence(split: SequenceSplit, grid, B: int, cfg: ModelConfig, run: Launcher, reduce: SPReduce):
     """The sequence context of this rank: WholeSequence without sequence parallelism."""
     if split.S == 1:
         return WholeSequence(split.T)
-    return SequenceParallel(split, grid.coords["sp"], B, C, run, grid.comm("sp"), reduce, grid.sp_tails)
+    return SequenceParallel(split, grid.coords["sp"], B, cfg, run, grid.comm("sp"), reduce, grid.sp_tails)
 
 
 class SequenceShard:

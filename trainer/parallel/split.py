@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainer.config import SPSplit
+from trainer.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -18,10 +19,10 @@ class SequenceSplit:
 
     def __post_init__(self) -> None:
         if self.S < 1:
-            raise ValueError(f"--sp must be >= 1, got {self.S}")
+            raise ConfigError("sp", self.S, "must be an integer >= 1")
         if self.T % self.S:
-            raise ValueError(f"-T {self.T} is not divisible by --sp {self.S}: every rank of a sequence group "
-                             f"holds T/S positions; use a multiple of {self.S}")
+            raise ConfigError("seq_len", self.T, f"must be a multiple of --sp {self.S}: every rank of a sequence "
+                                                 f"group holds T/{self.S} positions")
 
     @property
     def local_len(self) -> int:

@@ -1,62 +1,168 @@
-"""`gpt2trace run` through the Typer app: bad inputs are one line and exit code 2; --metrics-json."""
+"""`gpt2trace run` through the Typer app: every bad input is one line naming the option or file, exit code 2, no
+traceback, nothing written and every input intact, all found before anything is built or launched; outputs
+written atomically; a full disk; an earlier run's parts folder; more threads than cores; non-UTF-8 names."""
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
 from gpt2trace.cli.main import app
-from trainer.data import HEADER_BYTES
+from gpt2trace.format import schema as S
+from gpt2trace.format.writer import PartWriter, part_files, parts_dir
+from gpt2trace.testing.invariants import check_trace
+from trainer.checkpoint import write_checkpoint
+from trainer.config import model_config
+from trainer.cpu import cores_available
+from trainer.data import HEADER_BYTES, write_tokens
+from trainer.params import init_params
 
 TINY = ["--model", "tiny", "-B", "2", "-T", "16", "--threads", "2"]
+RUN = [sys.executable, "-m", "gpt2trace", "run"]
 
 
 def _run(*args):
     return CliRunner().invoke(app, ["run", *map(str, args)])
 
 
-def _bad_tokens(path):
+def _bad_tokens(tmp):
+    path = tmp / "tokens.bin"
     path.write_bytes(np.zeros(HEADER_BYTES // 4 + 8, dtype=np.int32).tobytes())   # magic 0: not llm.c tokens
     return path
 
 
-def _bad_checkpoint(path):
+def _bad_checkpoint(tmp):
+    path = tmp / "model.bin"
     path.write_bytes(b"not a checkpoint")
     return path
 
 
+def _checkpoint(tmp):
+    """The tiny model as an llm.c checkpoint: context (max_seq_len) 32, shorter than the default T of 64."""
+    path = tmp / "ck.bin"
+    write_checkpoint(path, model_config("tiny"), init_params(model_config("tiny"), 1))
+    return path
+
+
+def _tokens(tmp):
+    path = tmp / "tok.bin"
+    write_tokens(path, np.arange(5000) % 200)
+    return path
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir() if p.is_file()}
+
+
+# (case, args from a temporary folder, what the one line says)
 BAD = [
-    ("unknown model", lambda tmp: ["--model", "d99"], "unknown model 'd99'; choose one of", None),
+    ("unknown model", lambda tmp: ["--model", "d99"], "unknown model 'd99'; choose one of"),
     ("T above max_seq_len", lambda tmp: ["--model", "tiny", "-T", "64"],
-     "--seq-len 64 exceeds the model's max_seq_len 32", None),
-    ("malformed checkpoint", lambda tmp: [*TINY, "--init-from", _bad_checkpoint(tmp / "model.bin")],
-     "is too short for the", "model.bin"),
-    ("malformed tokens", lambda tmp: [*TINY, "--data", _bad_tokens(tmp / "tokens.bin")],
-     "bad magic 0, not an llm.c token file", "tokens.bin"),
+     "-T/--seq-len 64: exceeds the model's context (max_seq_len 32); lower it"),
+    ("malformed checkpoint", lambda tmp: [*TINY, "--init-from", _bad_checkpoint(tmp)], "model.bin: "),
+    ("malformed tokens", lambda tmp: [*TINY, "--data", _bad_tokens(tmp)], "bad magic 0, not an llm.c token file"),
+    ("negative seed", lambda tmp: [*TINY, "--seed", "-1"], "--seed -1: must be an integer >= 0"),
+    ("vocabulary of 1", lambda tmp: [*TINY, "--vocab-size", "1"],
+     "--vocab-size 1: a language model needs at least 2 tokens"),
+    ("vocabulary too small for the corpus", lambda tmp: [*TINY, "--vocab-size", "4"],
+     "--vocab-size 4: the built-in corpus needs at least 8 tokens"),
+    ("lr nan", lambda tmp: [*TINY, "--lr", "nan"], "--lr nan: must be a finite number >= 0"),
+    ("lr inf", lambda tmp: [*TINY, "--lr", "inf"], "--lr inf: must be a finite number >= 0"),
+    ("negative weight decay", lambda tmp: [*TINY, "--weight-decay", "-1"], "--weight-decay -1.0: must be"),
+    ("batch 0", lambda tmp: [*TINY, "-B", "0"], "-B/--batch-size 0: must be an integer >= 1"),
+    ("negative steps", lambda tmp: [*TINY, "--steps", "-1"], "--steps -1: must be an integer >= 0"),
+    ("threads 0", lambda tmp: [*TINY, "--threads", "0"], "--threads 0: must be an integer >= 1"),
+    ("negative flush interval", lambda tmp: [*TINY, "--flush-every", "-1"], "--flush-every -1.0: must be"),
+    ("heads do not divide channels", lambda tmp: [*TINY, "--n-head", "5"], "--n-head 5: must divide n_embd (32)"),
+    # 26 TiB of activations: estimated (parameters, gradients, AdamW moments, activations) before allocating
+    ("batch too big for memory", lambda tmp: [*TINY, "-B", "100000000"], "the run needs about "),
     # sequence parallelism: refused before any rank starts
     ("--sp not dividing --ranks", lambda tmp: ["--model", "tiny", "--ranks", "3", "--sp", "2"],
-     "--sp 2 does not divide --ranks 3", None),
-    ("-T not divisible by --sp", lambda tmp: ["--model", "tiny", "--ranks", "4", "--sp", "4", "-T", "18"],
-     "-T 18 is not divisible by --sp 4", None),
+     "--sp 2: must divide the 3 ranks: each sequence group needs exactly 2 ranks"),
+    ("-T not a multiple of --sp", lambda tmp: ["--model", "tiny", "--ranks", "4", "--sp", "4", "-T", "18"],
+     "-T/--seq-len 18: must be a multiple of --sp 4"),
+    ("--sp 0", lambda tmp: ["--model", "tiny", "--sp", "0"], "--sp 0: must be an integer >= 1"),
+    ("layers too many for memory", lambda tmp: ["--model", "small", "--n-layer", "100000"], "the run needs about "),
+    ("checkpoint with a short context, -T too large", lambda tmp: ["--init-from", _checkpoint(tmp), "-T", "64"],
+     "-T/--seq-len 64: exceeds the model's context (max_seq_len 32 of "),
+    ("checkpoint and --model", lambda tmp: ["--init-from", _checkpoint(tmp), "--model", "d12"],
+     "sets the model (L=2 NH=4 C=32 V=200, context 32); drop --model"),
+    ("checkpoint and a size option", lambda tmp: ["--init-from", _checkpoint(tmp), "--n-layer", "3"],
+     "sets the model (L=2 NH=4 C=32 V=200, context 32); drop --n-layer"),
+    ("trace over the checkpoint", lambda tmp: ["--init-from", _checkpoint(tmp), "--trace", tmp / "ck.bin"],
+     "--trace {tmp}/ck.bin is also an input of this command"),
+    ("checkpoint over the tokens", lambda tmp: [*TINY, "--data", _tokens(tmp), "--save", tmp / "tok.bin"],
+     "--save {tmp}/tok.bin is also an input of this command"),
+    ("two outputs, one file", lambda tmp: [*TINY, "--save", tmp / "x", "--metrics-json", tmp / "x"],
+     "--save {tmp}/x and --metrics-json {tmp}/x name the same file"),
+    ("trace is a directory", lambda tmp: [*TINY, "--trace", tmp], "--trace {tmp} is a directory"),
+    ("trace under /proc", lambda tmp: [*TINY, "--trace", "/proc/self/x.parquet"], "--trace /proc/self/x.parquet: "
+                                                                                  "cannot write in /proc/self"),
+    ("metrics in a missing folder", lambda tmp: [*TINY, "--metrics-json", tmp / "no" / "m.jsonl"],
+     "the folder {tmp}/no does not exist"),
+    ("missing token file", lambda tmp: [*TINY, "--data", tmp / "none.bin"], "--data {tmp}/none.bin does not exist"),
+    ("token file is a directory", lambda tmp: [*TINY, "--data", tmp], "--data {tmp} is a directory"),
 ]
 
 
-@pytest.mark.parametrize("case,args,message,file", BAD, ids=[b[0] for b in BAD])
-def test_bad_input_is_one_line_and_exit_2(tmp_path, case, args, message, file):
-    r = _run(*args(tmp_path), "--steps", "1", "--trace", tmp_path / "trace.parquet")
+@pytest.mark.parametrize("case,args,message", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_is_one_line_and_exit_2_and_nothing_is_touched(tmp_path, case, args, message):
+    argv = ["--steps", "1", "--trace", tmp_path / "trace.parquet", *args(tmp_path)]
+    before = _digests(tmp_path)
+    r = _run(*argv)
     assert r.exit_code == 2, r.output
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], r.stderr
-    assert file is None or str(tmp_path / file) in lines[0]
-    assert "Traceback" not in r.output
-    assert not (tmp_path / "trace.parquet").exists()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert message.format(tmp=tmp_path) in lines[0], lines[0]
+    assert "Traceback" not in r.output and r.stdout == ""      # found before anything was built or printed
+    assert _digests(tmp_path) == before                         # inputs intact, nothing written
+    assert not (tmp_path / "trace.parquet").exists() and not parts_dir(tmp_path / "trace.parquet").exists()
 
 
-def test_metrics_json_one_object_per_step(tmp_path):
-    metrics, trace = tmp_path / "metrics.jsonl", tmp_path / "trace.parquet"
-    r = _run(*TINY, "--steps", "3", "--metrics-json", metrics, "--trace", trace)
+def test_a_read_only_folder_is_refused_before_training(tmp_path, readonly_dir):
+    for option in ("--trace", "--save", "--metrics-json"):
+        r = _run(*TINY, "--steps", "1", "--trace", tmp_path / "t.parquet", option, readonly_dir / "out")
+        assert r.exit_code == 2 and r.stdout == "" and "Traceback" not in r.output
+        assert f"error: {option} {readonly_dir}/out: cannot write in {readonly_dir} (Read-only file system)" \
+            in r.stderr.strip(), r.stderr
+
+
+def test_with_ranks_a_bad_option_is_found_before_mpiexec_and_said_once(tmp_path):
+    r = subprocess.run([*RUN, "--ranks", "2", "--model", "nosuch", "--trace", str(tmp_path / "t.parquet")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "starting" not in r.stdout
+    assert r.stderr.strip().splitlines() == ["error: unknown model 'nosuch'; choose one of d12, d24, d36, d48, small, "
+                                             "tiny"]
+
+
+def test_more_threads_than_cores_works_with_a_warning(tmp_path):
+    threads = cores_available() + 1
+    r = subprocess.run([*RUN, *TINY[:6], "--threads", str(threads), "--steps", "2", "--no-trace"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert f"warning: 1 rank(s) x {threads} thread(s) > {cores_available()} cores: oversubscribed" in r.stdout
+    assert f"threads={threads}" in r.stdout
+
+
+def test_a_checkpoint_with_a_short_context_sets_the_default_T(tmp_path):
+    ck = _checkpoint(tmp_path)
+    r = _run("--init-from", ck, "-B", "2", "--threads", "2", "--steps", "1", "--no-trace")
+    assert r.exit_code == 0, r.output
+    assert "T=32:" in r.stdout       # the checkpoint's context (32), not the default 64
+
+
+def test_metrics_json_one_object_per_step_written_atomically(tmp_path):
+    metrics, trace, ck = tmp_path / "metrics.jsonl", tmp_path / "trace.parquet", tmp_path / "ck.bin"
+    r = _run(*TINY, "--steps", "3", "--metrics-json", metrics, "--trace", trace, "--save", ck)
     assert r.exit_code == 0, r.output
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [row["step"] for row in rows] == [0, 1, 2]
@@ -64,9 +170,83 @@ def test_metrics_json_one_object_per_step(tmp_path):
         assert {"step", "loss", "ms", "tokens_per_s"} <= set(row)
         assert row["loss"] > 0 and row["ms"] > 0 and row["tokens_per_s"] > 0
     assert trace.is_file() and f"trace: {trace}" in r.stdout.replace("\n", "")
+    assert ck.stat().st_size == 1024 + 4 * 34_688        # header + the tiny model's 34,688 parameters
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.bin", "metrics.jsonl", "trace.parquet"]
 
 
 def test_no_trace_writes_no_trace(tmp_path):
     r = _run(*TINY, "--steps", "1", "--no-trace", "--trace", tmp_path / "trace.parquet")
     assert r.exit_code == 0, r.output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_empty_parts_folder_left_by_an_earlier_crash_does_not_block(tmp_path):
+    trace = tmp_path / "trace.parquet"
+    (parts_dir(trace) / "rank00000").mkdir(parents=True)      # what a crash at start-up used to leave
+    (parts_dir(trace) / "rank00000" / ".00000000.parquet.tmp").write_bytes(b"cut off")
+    r = _run(*TINY, "--steps", "1", "--trace", trace)
+    assert r.exit_code == 0, r.output
+    assert trace.is_file() and not parts_dir(trace).exists()
+
+
+def test_an_earlier_runs_parts_are_kept_and_block_with_a_hint(tmp_path):
+    trace = tmp_path / "trace.parquet"
+    PartWriter(trace, 0, S.arrow_schema()).write(S.arrow_schema().empty_table())
+    r = _run(*TINY, "--steps", "1", "--trace", trace)
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1
+    assert "holds the parts of an earlier run that did not finish; run `gpt2trace recover" in r.stderr
+    assert len(part_files(parts_dir(trace))) == 1
+
+
+def test_a_crash_in_step_0_leaves_nothing_that_blocks_the_next_run(tmp_path):
+    trace = tmp_path / "trace.parquet"
+    env = dict(os.environ, GPT2TRACE_INJECT_FAULT="0:0")    # rank 0 fails as step 0 starts
+    r = subprocess.run([*RUN, *TINY, "--steps", "2", "--trace", str(trace)], cwd=tmp_path, capture_output=True,
+                       text=True, env=env, timeout=600)
+    assert r.returncode != 0 and "fault injected at step 0" in r.stderr
+    assert "the trace keeps no complete step was traced" in r.stderr
+    assert list(tmp_path.iterdir()) == []
+    assert _run(*TINY, "--steps", "1", "--trace", trace).exit_code == 0
+
+
+def test_a_full_disk_stops_the_run_with_one_line_and_keeps_whole_steps(small_fs):
+    disk = small_fs(96)           # room for the first part (the set-up and step 0), not for the next
+    trace, metrics = disk / "trace.parquet", disk / "metrics.jsonl"
+    r = subprocess.run([*RUN, *TINY[:6], "--threads", "1", "--steps", "100000", "--flush-every", "0.05",
+                        "--trace", str(trace), "--metrics-json", str(metrics)], cwd=disk, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 2 and "Traceback" not in r.stdout + r.stderr
+    line = r.stderr.strip()
+    assert "\n" not in line and line.startswith(f"error: cannot write the trace part {parts_dir(trace)}/rank00000/")
+    assert ": No space left on device; kept step" in line, line
+    assert not [p.name for p in disk.rglob(".*")]               # no temporary anywhere
+    if f"in {trace} (" in line:                                # merged: the failed part's room was enough
+        trace_steps = pc.unique(pc.filter(pq.read_table(trace)[S.STEP], pc.equal(pq.read_table(trace)[S.KIND],
+                                                                                    S.Kind.COUNTER))).to_pylist()
+        check_trace(trace, threads=1, steps=len(trace_steps), tokens=2 * 16, closed=False)
+    else:                                                      # or parts, for `recover` once there is room
+        assert f"as parts in {parts_dir(trace)}" in line and part_files(parts_dir(trace))
+        table = pq.read_table(parts_dir(trace))
+        trace_steps = pc.unique(pc.filter(table[S.STEP], pc.equal(table[S.KIND], S.Kind.COUNTER))).to_pylist()
+    assert sorted(trace_steps) == list(range(len(trace_steps))) and trace_steps
+    kept_metrics = [json.loads(x)["step"] for x in metrics.read_text().splitlines()]
+    assert kept_metrics[: len(trace_steps)] == sorted(trace_steps)
+
+
+def test_a_full_disk_when_saving_is_one_line_and_leaves_no_file(small_fs):
+    disk = small_fs(64)           # the tiny checkpoint needs 139,776 bytes
+    r = _run(*TINY, "--steps", "1", "--no-trace", "--save", disk / "ck.bin")
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert r.stderr.strip().count("\n") == 0 and f"cannot write {disk}/ck.bin: No space left on device" in r.stderr
+    assert list(disk.iterdir()) == []
+
+
+def test_file_names_that_are_not_utf8(tmp_path):
+    trace, metrics = tmp_path / os.fsdecode(b"caf\xe9.parquet"), tmp_path / os.fsdecode(b"m\xff.jsonl")
+    r = subprocess.run([*RUN, *TINY, "--steps", "2", "--trace", os.fsencode(trace), "--metrics-json",
+                        os.fsencode(metrics)], capture_output=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert f"trace: {tmp_path}/caf\ufffd.parquet (".encode() in r.stdout   # shown with U+FFFD, written as named
+    assert sorted(os.listdir(os.fsencode(tmp_path))) == [b"caf\xe9.parquet", b"m\xff.jsonl"]
+    with open(trace, "rb") as f:
+        assert pq.read_table(f).num_rows > 0

@@ -1,5 +1,8 @@
-"""Parts and their merge: records_table's nulls and dictionaries, atomic parts, merge, recover."""
+"""Parts and their merge: records_table's nulls and dictionaries, atomic parts, merge, recover; a full disk and
+file names that are not UTF-8."""
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -7,9 +10,19 @@ import pyarrow.parquet as pq
 import pytest
 
 from gpt2trace.format import schema as S
-from gpt2trace.format.errors import TraceError
+from gpt2trace.format.errors import OutputError, TraceError
 from gpt2trace.format.reader import load
-from gpt2trace.format.writer import KIND_CODES, NULL, PartWriter, merge_parts, part_files, parts_dir, records_table, recover
+from gpt2trace.format.writer import (
+    KIND_CODES,
+    NULL,
+    PartWriter,
+    clear_unfinished,
+    merge_parts,
+    part_files,
+    parts_dir,
+    records_table,
+    recover,
+)
 
 SCHEMA = S.arrow_schema({S.META_RUN: b'{"model": {"n_layer": 2}}'})
 
@@ -59,8 +72,9 @@ def test_merge_unifies_dictionaries_keeps_order_and_metadata(tmp_path):
     w0.write(_table(["a"], [0], start=0))
     w0.write(_table(["a", "b"], [1, 0], start=10))          # the dictionary grew: b appeared
     w1.write(_table(["c"], [0], start=0, rank=1))
-    rows = merge_parts(trace, extra_metadata={S.META_CLOCK: b'{"source": "CLOCK_MONOTONIC"}'})
-    assert rows == 3 + 4 + 3 and not parts_dir(trace).exists()
+    merged = merge_parts(trace, extra_metadata={S.META_CLOCK: b'{"source": "CLOCK_MONOTONIC"}'})
+    assert merged.records == 3 + 4 + 3 and merged.ranks == 2 and not parts_dir(trace).exists()
+    assert merged.steps is None                              # no counter records: no complete step
     merged = pq.read_table(trace)
     assert merged.schema.equals(S.arrow_schema(), check_metadata=False)
     assert merged.column(S.NAME).num_chunks == 1             # one row group, one dictionary
@@ -82,11 +96,71 @@ def test_recover_from_the_trace_or_its_parts_directory(tmp_path):
         trace = tmp_path / name
         PartWriter(trace, 0, SCHEMA).write(_table(["k"], [0]))
         arg = trace if name == "a.parquet" else parts_dir(trace)
-        assert recover(arg) == (trace, 3) and load(trace).num_rows == 3
-    with pytest.raises(TraceError, match="a.parquet.parts: no parts directory to recover .* already complete"):
+        merged = recover(arg)
+        assert (merged.path, merged.records) == (trace, 3) and load(trace).num_rows == 3
+    with pytest.raises(TraceError, match=r"a.parquet.parts: no parts directory to recover .*a.parquet is already "
+                                         r"a complete trace \(3 records\)"):
         recover(tmp_path / "a.parquet")
     with pytest.raises(TraceError, match="check the path"):
         recover(tmp_path / "never.parquet")
+
+
+@pytest.mark.parametrize("content,says", [
+    (b"", "is not a complete trace either"),                            # what a crash may leave
+    (b"PAR1 garbage PAR1", "is not a complete trace either"),
+    (None, "is a Parquet file but not a gpt2trace trace"),               # plain Parquet, no schema version
+])
+def test_recover_says_what_a_file_without_parts_is(tmp_path, content, says):
+    trace = tmp_path / "x.parquet"
+    if content is None:
+        pq.write_table(pa.table({"a": [1]}), trace)
+    else:
+        trace.write_bytes(content)
+    with pytest.raises(TraceError, match=says) as err:
+        recover(trace)
+    assert "already" not in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_parts_folder_without_a_finished_part_is_nothing_to_recover_and_blocks_nothing(tmp_path):
+    trace = tmp_path / "trace.parquet"
+    rank_dir = parts_dir(trace) / "rank00000"
+    rank_dir.mkdir(parents=True)
+    (rank_dir / ".00000000.parquet.tmp").write_bytes(b"PAR1 cut off by a kill")
+    with pytest.raises(TraceError, match="holds no finished part: the run stopped before it wrote its first one"):
+        recover(trace)
+    assert clear_unfinished(trace) and not parts_dir(trace).exists()
+    PartWriter(trace, 0, SCHEMA).write(_table(["k"], [0]))
+    assert not clear_unfinished(trace) and part_files(parts_dir(trace))   # a finished part is never removed
+
+
+def test_merge_on_a_full_disk_leaves_the_parts_and_no_temporary(tmp_path, small_fs):
+    disk = small_fs(64)                                      # 64 KiB: room for the parts, not for parts + merge
+    trace = disk / "trace.parquet"
+    writer = PartWriter(trace, 0, SCHEMA)
+    big = [f"kernel_{i:04d}_" + "x" * 200 for i in range(60)]  # incompressible enough: ~20 KiB a part
+    written = []
+    try:
+        for k in range(100):
+            writer.write(_table(big, list(range(60)), start=10 * k))
+            written.append(k)
+    except OutputError as exc:                              # the disk filled up while writing a part
+        assert "No space left on device" in str(exc) and "00000" in str(exc)
+    assert written and len(part_files(parts_dir(trace))) == len(written)
+    assert not list(parts_dir(trace).rglob(".*"))           # the failed part's temporary is gone
+    before = {p: p.stat().st_size for p in part_files(parts_dir(trace))}
+    with pytest.raises(OutputError, match=r"cannot write .*trace.parquet: No space left on device; its parts are kept"):
+        recover(trace)
+    assert not trace.exists() and not list(disk.glob(".*"))  # no half-written trace, no temporary
+    assert {p: p.stat().st_size for p in part_files(parts_dir(trace))} == before
+
+
+def test_parts_and_merge_with_a_file_name_that_is_not_utf8(tmp_path):
+    trace = tmp_path / os.fsdecode(b"caf\xe9.parquet")       # Latin-1 bytes: legal on Linux, not UTF-8
+    PartWriter(trace, 0, SCHEMA).write(_table(["k"], [0]))
+    merged = recover(trace)
+    assert merged.records == 3 and os.listdir(os.fsencode(tmp_path)) == [b"caf\xe9.parquet"]
+    with open(trace, "rb") as f:
+        assert pq.read_table(f).num_rows == 3
 
 
 def test_drift_correction_keeps_times_at_or_after_the_origin(tmp_path):

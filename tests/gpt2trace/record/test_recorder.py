@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpt2trace.record.recorder import NO_VALUE, KernelRecorder
+from gpt2trace.record.recorder import NO_VALUE, KernelRecorder, call_meta
 
 
 def _fill(slot, enter, exit_, *blocks):
@@ -27,7 +27,8 @@ def test_take_returns_the_calls_and_their_meta():
     _fill(rec.slot("gelu_forward", -1), 210, 260, (215, 250, 7))      # the second block was not run
     rec.step = 5
     _fill(rec.slot("matmul_forward", 1), 300, 400, (301, 399, 7), (302, 398, 8))
-    times, meta = rec.take()
+    times, calls = rec.take()
+    meta = call_meta(calls)
     assert times.shape == (3, 3, 3) and meta.dtype == np.int32
     # kernel ids in order of first appearance: matmul_forward 0, gelu_forward 1
     assert rec.kernel_names == ["matmul_forward", "gelu_forward"]
@@ -51,6 +52,17 @@ def test_growth_keeps_the_recorded_calls():
     rec = KernelRecorder(nthreads=1, capacity=2)
     for i in range(5):                       # 2 -> 4 -> 8 slots
         _fill(rec.slot("k", i), 10 * i, 10 * i + 5, (10 * i, 10 * i + 5, 1))
-    times, meta = rec.take()
+    times, calls = rec.take()
+    meta = call_meta(calls)
     assert len(rec.times) == 8
     assert times[:, 0, 0].tolist() == [0, 10, 20, 30, 40] and meta[:, 1].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_take_upto_drops_the_calls_after_it_and_resets_every_slot():
+    rec = KernelRecorder(nthreads=1, capacity=4)
+    for i in range(3):
+        _fill(rec.slot("k", i), 10 * i, 10 * i + 5, (10 * i, 10 * i + 5, 1))
+    times, calls = rec.take(upto=2)             # the third call belonged to a step cut short
+    assert times[:, 0, 0].tolist() == [0, 10] and call_meta(calls)[:, 1].tolist() == [0, 1]
+    assert rec.n == 0 and (rec.times[:3, 1:, 2] == NO_VALUE).all()
+    assert call_meta([]).shape == (0, 4)

@@ -1,16 +1,19 @@
-"""The Tracer as the training loop drives it, with hand-filled kernel slots: one Parquet part per step,
-thread numbering, phases, counters, MPI calls (the comm sink), the flush phase, merge."""
+"""The Tracer as the training loop drives it, with hand-filled kernel slots: parts cut at step ends (every step,
+or by time), thread numbering, phases, counters, MPI calls (the comm sink), the flush phase, dropping a step cut
+short, a failing writer, merge."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pyarrow.parquet as pq
 import pytest
 
 from gpt2trace.format import schema as S
+from gpt2trace.format.errors import OutputError
 from gpt2trace.format.reader import check_states, load
-from gpt2trace.format.writer import merge_parts, parts_dir
-from gpt2trace.record.tracer import FLUSH_PHASE, Tracer
+from gpt2trace.format.writer import merge_parts, part_files, parts_dir
+from gpt2trace.record.tracer import FLUSH_PHASE, Tracer, Window
 
 WORKER_TID, OTHER_TID = 900_001, 900_002   # fake OS thread ids; the main thread's is the real one
 ORIGIN = 1_000_000
@@ -24,13 +27,25 @@ def _kernel(tracer, name, layer, enter, exit_, *blocks):
         slot[1 + t] = ORIGIN + s, ORIGIN + e, tid
 
 
-@pytest.fixture
-def tracer(tmp_path):
-    t = Tracer(tmp_path / "trace.parquet", rank=0, nthreads=2, metadata={S.META_RUN: b'{"model": {}}'},
-               origin_ns=ORIGIN)
+def _tracer(path, flush_every_s: float = 0.0) -> Tracer:
+    t = Tracer(path, rank=0, nthreads=2, metadata={S.META_RUN: b'{"model": {}}'}, origin_ns=ORIGIN,
+               flush_every_s=flush_every_s)
     # Clock reads are monotonic_ns; the windows here are forced onto small times for readable numbers.
     t._window_start = ORIGIN
     return t
+
+
+@pytest.fixture
+def tracer(tmp_path):
+    t = _tracer(tmp_path / "trace.parquet")
+    yield t
+    t._thread.close()
+
+
+def _window(tracer, end: int) -> Window:
+    """The open window as the writer thread would get it (everything recorded, up to ORIGIN + end)."""
+    times, calls = tracer.recorder.take()
+    return Window(ORIGIN, ORIGIN + end, times, calls, tracer._phases, tracer._counters, tracer._comms, None)
 
 
 def _step(tracer, step, main):
@@ -47,6 +62,7 @@ def test_a_part_per_step_and_thread_numbering(tracer, tmp_path):
     main = threading.get_native_id()
     _step(tracer, 0, main)
     _step(tracer, 1, main)
+    tracer._thread.wait()                      # flush_every_s=0: each step's part is on disk when it returns...
     files = sorted((parts_dir(tmp_path / "trace.parquet") / "rank00000").iterdir())
     assert [f.name for f in files] == ["00000000.parquet", "00000001.parquet"]
     part0 = pq.read_table(files[0]).to_pandas()
@@ -69,7 +85,7 @@ def test_new_worker_threads_get_the_next_index(tracer):
     tracer.begin_step(0)
     _kernel(tracer, "gelu_forward", 1, 10, 60, (12, 40, OTHER_TID), (15, 50, WORKER_TID))
     _kernel(tracer, "gelu_forward", 1, 70, 90, (71, 80, main), (72, 85, OTHER_TID))
-    table = tracer._window_table(*tracer.recorder.take(), (ORIGIN, ORIGIN + 100)).to_pandas()
+    table = tracer._window_table(_window(tracer, 100)).to_pandas()
     k = table[table[S.KIND] == S.Kind.KERNEL].sort_values(S.START_NS)
     # first appearance: OTHER_TID (block 0 of the first call) -> 1, WORKER_TID -> 2
     assert k[S.THREAD].tolist() == [1, 2, 0, 1]
@@ -84,7 +100,7 @@ def test_mpi_call_inside_dataload(tracer):
     tracer._phases.append(("dataload", ORIGIN + 5, ORIGIN + 40, 0, 0))
     tracer.comm("MPI_Scatter", ORIGIN + 10, ORIGIN + 30, 4096, 0, 7, S.State.GROUP_COMMUNICATION)
     _kernel(tracer, "encoder_forward", -1, 50, 60, (50, 60, main), (51, 59, WORKER_TID))
-    table = tracer._window_table(*tracer.recorder.take(), (ORIGIN, ORIGIN + 100)).to_pandas()
+    table = tracer._window_table(_window(tracer, 100)).to_pandas()
     st = table[(table[S.KIND] == S.Kind.STATE) & (table[S.THREAD] == 0)]
     assert st[[S.START_NS, S.END_NS, S.STATE]].values.tolist() == [
         [0, 5, S.State.RUNNING], [5, 10, S.State.IO], [10, 30, S.State.GROUP_COMMUNICATION],
@@ -101,8 +117,57 @@ def test_close_and_merge_make_a_valid_trace(tracer, tmp_path):
         _step(tracer, step, main)
     tracer.close()
     path = tmp_path / "trace.parquet"
-    assert merge_parts(path) == tracer.records
+    merged = merge_parts(path)
+    assert merged.records == tracer.records and merged.steps == (0, 2) == tracer.steps_written
     assert not parts_dir(path).exists()
     trace = load(path)
     assert check_states(trace) == [] and trace.run == {"model": {}}
     assert trace.records(S.Kind.COUNTER).column(S.VALUE).to_pylist() == [2.5, 1.5, 0.5]
+
+
+def test_parts_are_cut_by_time_at_step_ends(tmp_path):
+    # flush_every_s=1e9 (31 years, from the forced window start): no step end is due, so nothing reaches the
+    # disk until close, which writes one part with all three steps
+    tracer = _tracer(tmp_path / "trace.parquet", flush_every_s=1e9)
+    main = threading.get_native_id()
+    for step in range(3):
+        _step(tracer, step, main)
+    assert not parts_dir(tmp_path / "trace.parquet").exists()     # made with the first part, not before
+    tracer.close()
+    files = part_files(parts_dir(tmp_path / "trace.parquet"))
+    assert len(files) == 1 and tracer.steps_written == (0, 2)
+    part = pq.read_table(files[0]).to_pandas()
+    assert part[part[S.KIND] == S.Kind.COUNTER][S.STEP].tolist() == [0, 1, 2]
+    # one trace_flush phase per step end, each in the window after it (here: the same, only window)
+    assert (part[S.NAME] == FLUSH_PHASE).sum() == 3
+
+
+def test_a_step_cut_short_is_dropped(tracer, tmp_path):
+    # step 1 stops after its first kernel (an error, a second Ctrl-C): close(whole_run=False) keeps step 0
+    # only, and the trace ends where step 0 ended
+    main = threading.get_native_id()
+    _step(tracer, 0, main)
+    step0_end = time.monotonic_ns() - ORIGIN
+    tracer.begin_step(1)
+    with tracer.phase("forward"):
+        _kernel(tracer, "matmul_forward", 0, step0_end + 10, step0_end + 60, (step0_end + 12, step0_end + 40, main))
+    tracer.close(whole_run=False)
+    path = tmp_path / "trace.parquet"
+    merge_parts(path)
+    trace = load(path)
+    assert set(trace.records(S.Kind.KERNEL).column(S.STEP).to_pylist()) == {0}
+    assert set(trace.records(S.Kind.PHASE).column(S.STEP).to_pylist()) == {0}
+    assert trace.records(S.Kind.COUNTER).num_rows == 1 and check_states(trace) == []
+    # the last step's trace_flush phase would be in the next window, which is not written
+    assert FLUSH_PHASE not in trace.records(S.Kind.PHASE).column(S.NAME).to_pylist()
+
+
+def test_a_failing_writer_is_raised_on_the_loops_thread(tmp_path, readonly_dir):
+    tracer = _tracer(readonly_dir / "trace.parquet")      # a read-only file system: the first part fails
+    main = threading.get_native_id()
+    # flush_every_s=0: step 0's part is written (and fails) before end_step returns
+    with pytest.raises(OutputError, match=r"cannot write the trace part .*00000000.parquet: Read-only file system"):
+        _step(tracer, 0, main)
+    with pytest.raises(OutputError):                       # close says so too, and nothing was left behind
+        tracer.close()
+    assert list(readonly_dir.iterdir()) == []

@@ -5,10 +5,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from gpt2trace.testing.invariants import check_running_per_step, check_trace
 
 from gpt2trace.format import schema as S
 from gpt2trace.format.reader import load
+from gpt2trace.testing.invariants import check_running_per_step, check_trace
 
 CASES = [(2, 3, 1), (1, 3, 1), (2, 2, 2), (2, 0, 1), (1, 0, 1)]   # threads, steps, grad_accum
 

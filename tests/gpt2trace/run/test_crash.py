@@ -1,5 +1,7 @@
-"""A run killed with SIGKILL after step k leaves a readable trace of whole steps < k, and `gpt2trace recover`
-turns it into a trace that passes the invariants."""
+"""With --flush-every 0 (a part per step, written before the next step starts), a run killed with SIGKILL after
+step k leaves a readable trace of every whole step up to k, and `gpt2trace recover` turns it into a trace that
+passes the invariants. (The default, parts cut every 0.5 s, is tested against its loss bound in test_signals.py.)
+`recover` with nothing to recover says so in one line."""
 from __future__ import annotations
 
 import os
@@ -10,12 +12,13 @@ import time
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from gpt2trace.testing.invariants import check_trace
+import pytest
 from typer.testing import CliRunner
 
-from gpt2trace.format import schema as S
 from gpt2trace.cli.main import app
-from gpt2trace.format.writer import parts_dir
+from gpt2trace.format import schema as S
+from gpt2trace.format.writer import part_files, parts_dir
+from gpt2trace.testing.invariants import check_trace
 
 K = 4                 # kill once the part of step K exists
 STARTUP_S = 300       # a cold Numba cache compiles every kernel first
@@ -23,14 +26,14 @@ STARTUP_S = 300       # a cold Numba cache compiles every kernel first
 
 def _run_until_step(trace, k: int) -> None:
     cmd = [sys.executable, "-c", "from gpt2trace.cli.main import app; app()", "run", "--model", "tiny",
-           "-B", "2", "-T", "16", "--threads", "2", "--steps", "100000", "--trace", str(trace)]
+           "-B", "2", "-T", "16", "--threads", "2", "--steps", "100000", "--trace", str(trace), "--flush-every", "0"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     part = parts_dir(trace) / "rank00000" / f"{k:08d}.parquet"
     deadline = time.monotonic() + STARTUP_S
     try:
         while not part.exists():
             assert proc.poll() is None, f"the run ended early: {proc.stderr.read().decode()}"
-            assert time.monotonic() < deadline, "no part for step {k} after {STARTUP_S} s"
+            assert time.monotonic() < deadline, f"no part for step {k} after {STARTUP_S} s"
             time.sleep(0.002)
     finally:
         os.kill(proc.pid, signal.SIGKILL)
@@ -57,11 +60,48 @@ def test_sigkill_leaves_whole_steps(tmp_path):
 
     result = CliRunner().invoke(app, ["recover", str(trace)])
     assert result.exit_code == 0, result.output
-    assert f"steps 0..{steps[-1]}" in result.stdout and not parts_dir(trace).exists()
+    assert f"steps 0-{steps[-1]}" in result.stdout and not parts_dir(trace).exists()
     check_trace(trace, threads=2, steps=len(steps), tokens=2 * 16, closed=False)
 
 
-def test_recover_without_parts_is_a_one_line_error(tmp_path):
-    result = CliRunner().invoke(app, ["recover", str(tmp_path / "trace.parquet")])
+def _empty_parts(tmp):
+    (tmp / "trace.parquet.parts" / "rank00000").mkdir(parents=True)   # what a crash at start-up used to leave
+    return tmp / "trace.parquet"
+
+
+def _empty_file(tmp):
+    (tmp / "empty.parquet").write_bytes(b"")
+    return tmp / "empty.parquet"
+
+
+RECOVER_NOTHING = [
+    ("no parts", lambda tmp: tmp / "trace.parquet", "no parts directory to recover"),
+    ("empty parts folder", _empty_parts, "holds no finished part: the run stopped before it wrote its first one"),
+    ("empty file", _empty_file, "is not a complete trace either"),
+]
+
+
+@pytest.mark.parametrize("case,make,message", RECOVER_NOTHING, ids=[r[0] for r in RECOVER_NOTHING])
+def test_recover_with_nothing_to_recover_is_a_one_line_error(tmp_path, case, make, message):
+    result = CliRunner().invoke(app, ["recover", str(make(tmp_path))])
     assert result.exit_code == 2 and "Traceback" not in result.output
-    assert result.stderr.strip().count("\n") == 0 and "no parts directory to recover" in result.stderr
+    assert result.stderr.strip().count("\n") == 0 and message in result.stderr, result.stderr
+    assert "already complete" not in result.stderr
+
+
+def test_recover_on_a_full_disk_is_one_line_and_writes_nothing(small_fs):
+    disk = small_fs(160)
+    trace = disk / "trace.parquet"
+    _run_until_step(trace, K)
+    parts = {p: p.read_bytes() for p in part_files(parts_dir(trace))}
+    with open(disk / "filler", "wb", buffering=0) as f:    # fill the disk: no room for the merged trace
+        try:
+            while f.write(b"\0" * 4096):
+                pass
+        except OSError:
+            pass
+    result = CliRunner().invoke(app, ["recover", str(trace)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.stderr.strip().count("\n") == 0 and "No space left on device" in result.stderr, result.stderr
+    assert not trace.exists() and not [p for p in disk.iterdir() if p.name.startswith(".")]
+    assert {p: p.read_bytes() for p in part_files(parts_dir(trace))} == parts     # the parts are untouched

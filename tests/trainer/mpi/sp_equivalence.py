@@ -52,7 +52,7 @@ def sequence_parallel(par: ParallelConfig, grad_accum: int, comm) -> tuple[list,
     launcher = Launcher(par.threads)
     grid = RankGrid.build(par, comm)
     split = SequenceSplit(T, par.sp, par.sp_split)
-    seq = make_sequence(split, grid, B, cfg.n_embd, launcher, par.sp_reduce)
+    seq = make_sequence(split, grid, B, cfg, launcher, par.sp_reduce)
     model = GPT2(cfg, init_params(cfg, 7), B, T, launcher, seq=seq)
     groups = grid.degree("dp")
     if par.data_loading == DataLoading.scatter:
@@ -83,7 +83,7 @@ def overflow_blame(comm, threads: int) -> str:
     grid = RankGrid.build(par, comm)
     split = SequenceSplit(T, 2, par.sp_split)
     model = GPT2(cfg, init_params(cfg, 7), B, T, launcher,
-                 seq=make_sequence(split, grid, B, cfg.n_embd, launcher, par.sp_reduce))
+                 seq=make_sequence(split, grid, B, cfg, launcher, par.sp_reduce))
     model.p["lnfw"][...] = 3e38          # near float32's max: the final layernorm overflows on every rank
     whole = TokenLoader(synthetic_corpus(cfg.vocab_size, TOKENS, 7), B, T, rank=grid.coords["dp"],
                         world=grid.degree("dp"))

@@ -1,0 +1,108 @@
+"""SIGINT and SIGTERM during a run: stop at a step boundary, keep the whole steps, exit 128 + the signal.
+
+The first signal asks the run to stop after the step in progress: the loop sees the request when the next step
+would begin (`StopAtStepBoundary.begin_step`), and the run ends as a finished run does (the trace is merged, the
+metrics file renamed). Slurm sends SIGTERM at a job's time limit and SIGKILL some time later (KillWait, 30 s by
+default), so finishing the step is the right trade for steps well under that; a second signal stops at once
+(`Interrupted` with `at_step_boundary=False`), and the step in progress is dropped from the trace.
+
+With MPI (`mpiexec` forwards both signals to every rank, `srun` sends them to every task) the ranks must stop
+after the same step, or the ones that go on wait forever in the next step's collectives. So at every step
+boundary the ranks combine their requests (one Allreduce MAX of an int on the raw communicator, a few
+microseconds) and all stop together; the end of the run is then the normal one (clock sync, rank 0 merges).
+
+Python runs signal handlers on the main thread between bytecodes, i.e. after the Numba kernel or MPI call in
+progress returns. A second signal while the tracer marks a step's end (`deferred`) is only a request: that step
+is complete a few microseconds later, so the run stops at the boundary, and the bookkeeping is never cut in half.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(Exception):
+    """The run was stopped by `signum`: at a step boundary (every step so far is complete), inside a step, or
+    after training, while its files were being written (`after_training`)."""
+
+    def __init__(self, signum: int, at_step_boundary: bool, after_training: bool = False):
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum, self.at_step_boundary, self.after_training = signum, at_step_boundary, after_training
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum     # the shell's convention: 130 for SIGINT, 143 for SIGTERM
+
+
+class StopSignals:
+    """While active (a context manager, on the main thread), SIGINT and SIGTERM request a stop instead of
+    killing the process; the previous handlers come back on exit."""
+
+    def __init__(self, second_stops_at_once: bool = True):
+        self.second_stops_at_once = second_stops_at_once
+        self.requested: int | None = None     # the first signal received
+        self._deferred = 0
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for s in SIGNALS:
+                self._previous[s] = signal.signal(s, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame) -> None:
+        if self.requested is None or not self.second_stops_at_once or self._deferred:
+            self.requested = self.requested or signum
+        else:
+            raise Interrupted(signum, at_step_boundary=False)
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """In this block a second signal, too, only requests a stop at the next step boundary."""
+        self._deferred += 1
+        try:
+            yield
+        finally:
+            self._deferred -= 1
+
+
+class StopAtStepBoundary:
+    """The trainer's Observer around another one: raises `Interrupted` at the start of a step once a stop was
+    requested (on any rank of `comm`), and marks step ends with signals deferred."""
+
+    def __init__(self, inner, signals: StopSignals, comm=None):
+        self.inner, self.signals, self.comm = inner, signals, comm
+        self._request = np.zeros(1, dtype=np.int32)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def begin_step(self, step: int) -> None:
+        requested = self.signals.requested or 0
+        if self.comm is not None:
+            from mpi4py import MPI
+            self._request[0] = requested
+            self.comm.Allreduce(MPI.IN_PLACE, self._request, op=MPI.MAX)
+            requested = int(self._request[0])
+        if requested:
+            raise Interrupted(requested, at_step_boundary=True)
+        self.inner.begin_step(step)
+
+    def end_step(self, step: int) -> None:
+        with self.signals.deferred():
+            self.inner.end_step(step)
