@@ -12,14 +12,16 @@ library's own writer.
                    from the sender `format.matching` pairs it with: the trace keeps one peer), MpiIsend /
                    MpiIrecvRequest and NonBlockingCollectiveRequest at a posting, completed (MpiIsendComplete,
                    MpiIrecv, NonBlockingCollectiveComplete) inside the next MPI_Wait* of the thread (the request its
-                   seq names, else every one still open); all on MPI_COMM_WORLD (`_communicator` is the one place
-                   that decides, for when the trace names its communicators)
+                   seq names, else every one still open); each on its communicator: one OTF2 communicator per
+                   communicator of the trace (MPI_COMM_WORLD, then the trace's `sp`, `dp`, ... groups over their
+                   world ranks), roots and peers as ranks in it, as MPI numbers them
   counters         metrics (loss, lr, grad_norm, tokens: absolute values at a point; PAPI counts: since the previous
                    read), with the step as an attribute
   states           the `Paraver state` metric of each thread: the state id from where each state starts (OTF2's
                    ABSOLUTE_NEXT mode), -1 where the thread's states stop; Vampir draws it as a counter, and our
                    import rebuilds the state records from it exactly
-  metadata         run, machine, sgemm peak and clock as JSON archive properties (GPT2TRACE::RUN, ...)
+  metadata         run, machine, sgemm peak, clock and the communicator table as JSON archive properties
+                   (GPT2TRACE::RUN, ...); the communicator id of each MPI call as an attribute of its Enter
 Timestamps are our nanoseconds since the trace's start (1e9 ticks per second). A thread's kernel, phase and MPI
 records must nest (one call stack per location, as OTF2 requires): the export refuses a trace where two cross,
 naming them, and writes nothing under DIR. The archive is written into a hidden folder beside DIR and renamed
@@ -39,19 +41,19 @@ from pathlib import Path
 
 import numpy as np
 
-from gpt2trace.format import mpi_calls, schema
+from gpt2trace.format import communicators, mpi_calls, schema
 from gpt2trace.format.errors import OutputError, TraceError
 from gpt2trace.format.matching import match_messages
 from gpt2trace.format.outputs import check_output, same_file, temp_name
 from gpt2trace.format.reader import Trace, check_states
-from gpt2trace.format.schema import (BYTES, END_NS, LAYER, MICROSTEP, NAME, PEER, RANK, SEQ, START_NS, STATE, STEP,
-                                     THREAD, VALUE, Kind)
+from gpt2trace.format.schema import (BYTES, COMMUNICATOR, END_NS, LAYER, MICROSTEP, NAME, PEER, RANK, SEQ,
+                                     START_NS, STATE, STEP, THREAD, VALUE, Kind)
 from gpt2trace.interop import otf2_format as F
 
 # Order of records that start and end together on one thread: the phase encloses the kernel, the kernel the call.
 _NESTING = {Kind.PHASE: 0, Kind.KERNEL: 1, Kind.COMM: 2}
 _ATTRIBUTE_TYPES = {STEP: "INT32", LAYER: "INT32", MICROSTEP: "INT32", SEQ: "INT64", PEER: "INT32",
-                    BYTES: "INT64"}
+                    BYTES: "INT64", COMMUNICATOR: "INT32"}
 
 
 @dataclass(frozen=True)
@@ -196,7 +198,8 @@ def _write(trace: Trace, folder: Path) -> tuple[int, int]:
 def _records(trace: Trace, kind: str) -> dict[str, list]:
     part = trace.records(kind)
     cols = {}
-    for name in (RANK, THREAD, START_NS, END_NS, NAME, STATE, STEP, LAYER, MICROSTEP, BYTES, PEER, SEQ, VALUE):
+    for name in (RANK, THREAD, START_NS, END_NS, NAME, STATE, STEP, LAYER, MICROSTEP, BYTES, PEER, SEQ, VALUE,
+                 COMMUNICATOR):
         cols[name] = part.column(name).to_pylist() if name in part.column_names else [None] * part.num_rows
     return cols
 
@@ -239,9 +242,11 @@ class _Definitions:
         import otf2
         self.otf2, self.writer, self.d = otf2, writer, writer.definitions
         d = self.d
+        mpi = any(Kind.COMM in kinds for kinds in lanes.values())
+        table = {"communicators": [c.as_json() for c in sorted(trace.communicators.values(), key=lambda c: c.id)]}
         for key, prop in F.PROPERTIES.items():
             value = {schema.META_RUN: trace.run, schema.META_MACHINE: trace.machine, schema.META_PEAK: trace.peak,
-                     schema.META_CLOCK: trace.clock}[key]
+                     schema.META_CLOCK: trace.clock, schema.META_COMMUNICATORS: table if mpi else None}[key]
             if value is not None:
                 _set_property(writer, prop, json.dumps(value))
         _set_property(writer, F.PROPERTY_VERSION, str(trace.version))
@@ -260,8 +265,10 @@ class _Definitions:
         self.regions: dict[tuple[str, str], object] = {}
         self.counters: dict[str, object] = {}
         self.world = None
-        if any(Kind.COMM in kinds for kinds in lanes.values()):
+        self.comms: dict[int, tuple[object, tuple[int, ...]]] = {}      # our id -> (OTF2 comm, world ranks)
+        if mpi:
             self._world(ranks, lanes)
+            self._communicators(trace)
 
     def _world(self, ranks, lanes) -> None:
         """MPI_COMM_WORLD over ranks 0..max: its locations are each rank's thread 0 (where MPI runs)."""
@@ -277,6 +284,23 @@ class _Definitions:
         group = d.group(F.WORLD, group_type=otf2.GroupType.COMM_GROUP, paradigm=otf2.Paradigm.MPI,
                         members=list(range(len(members))))
         self.world = d.comm(F.WORLD, group=group)
+        self.comms[communicators.WORLD_ID] = (self.world, tuple(range(len(members))))
+
+    def _communicators(self, trace: Trace) -> None:
+        """Every other communicator of the trace: a group of world ranks (positions in the MPI group above, whose
+        k-th member is rank k's thread 0) and its communicator, named as the trace names it."""
+        otf2, d = self.otf2, self.d
+        for c in sorted(trace.communicators.values(), key=lambda c: c.id):
+            if c.id == communicators.WORLD_ID:
+                continue
+            group = d.group(c.name, group_type=otf2.GroupType.COMM_GROUP, paradigm=otf2.Paradigm.MPI,
+                            members=list(c.ranks))
+            self.comms[c.id] = (d.comm(c.name, group=group), c.ranks)
+
+    def comm_of(self, rec: dict) -> tuple[object, tuple[int, ...]]:
+        """(OTF2 communicator, its world ranks) of an MPI call; a communicator the table lacks is the world."""
+        cid = rec.get(COMMUNICATOR)
+        return self.comms.get(communicators.WORLD_ID if cid is None else cid, self.comms[communicators.WORLD_ID])
 
     def region(self, kind: str, name: str):
         key = (kind, name)
@@ -368,7 +392,8 @@ def _region_events(where: str, lane, recs, defs: _Definitions) -> Iterator[Event
                              f"[{start}, {rec[END_NS]}] ns starts inside the {outer[0]} {outer[1][NAME]!r} "
                              f"[{outer[1][START_NS]}, {outer[1][END_NS]}] ns and ends after it; OTF2 keeps one "
                              "call stack per thread, so a thread's kernels, phases and MPI calls must nest")
-        columns = (STEP, LAYER, MICROSTEP, SEQ, PEER, BYTES) if kind == Kind.COMM else (STEP, LAYER, MICROSTEP)
+        columns = ((STEP, LAYER, MICROSTEP, SEQ, PEER, BYTES, COMMUNICATOR) if kind == Kind.COMM
+                   else (STEP, LAYER, MICROSTEP))
         yield start, "enter", (defs.region(kind, rec[NAME]),), _attrs(rec, defs, columns)
         if kind == Kind.COMM:
             yield from mpi.begin(rec)
@@ -390,12 +415,21 @@ class _Mpi:
         self.defs, self.open, self.next_id = defs, {}, 1
 
     def _comm(self, rec: dict):
-        return _communicator(rec, self.defs)
+        return self.defs.comm_of(rec)[0]
+
+    def _local(self, rec: dict, rank: int | None) -> int | None:
+        """A world rank as its rank in the call's communicator (OTF2's, as MPI's); None when it is not a member."""
+        ranks = self.defs.comm_of(rec)[1]
+        return ranks.index(rank) if rank is not None and rank in ranks else None
+
+    def _root(self, rec: dict) -> int:
+        root = self._local(rec, rec[PEER]) if rec[NAME] in mpi_calls.ROOTED else None
+        return F.UNDEFINED_RANK if root is None else root
 
     def begin(self, rec: dict) -> Iterator[Event]:
         op = mpi_calls.operation(rec[NAME])
         t, comm, nbytes = rec[START_NS], self._comm(rec), int(rec[BYTES] or 0)
-        peer = rec[PEER]
+        peer = self._local(rec, rec[PEER])
         if op == mpi_calls.COLL:
             yield t, "mpi_collective_begin", (), {}
         elif op == mpi_calls.COLL_POST:
@@ -409,13 +443,14 @@ class _Mpi:
 
     def end(self, rec: dict) -> Iterator[Event]:
         op = mpi_calls.operation(rec[NAME])
-        t, comm, nbytes, peer = rec[END_NS], self._comm(rec), int(rec[BYTES] or 0), rec[PEER]
+        t, comm, nbytes, peer = rec[END_NS], self._comm(rec), int(rec[BYTES] or 0), self._local(rec, rec[PEER])
+        source = self._local(rec, rec.get(SOURCE))
         if op == mpi_calls.COLL:
-            yield t, "mpi_collective_end", (F.collective_op(rec[NAME]), comm, _root(rec), nbytes, nbytes), {}
+            yield t, "mpi_collective_end", (F.collective_op(rec[NAME]), comm, self._root(rec), nbytes, nbytes), {}
         elif op == mpi_calls.RECV and peer is not None:
             yield t, "mpi_recv", (int(peer), comm, 0, nbytes), {}
-        elif op == mpi_calls.SENDRECV and rec.get(SOURCE) is not None:
-            yield t, "mpi_recv", (rec[SOURCE], comm, 0, nbytes), {}
+        elif op == mpi_calls.SENDRECV and source is not None:
+            yield t, "mpi_recv", (source, comm, 0, nbytes), {}
         elif op == mpi_calls.WAIT:
             yield from self._complete(rec)
 
@@ -426,29 +461,20 @@ class _Mpi:
 
     def _complete(self, wait: dict) -> Iterator[Event]:
         """Completes the request the wait's seq names (a collective posting with that seq), else every open one."""
-        named = [rid for rid, r in self.open.items() if wait[SEQ] is not None and r[SEQ] == wait[SEQ]]
+        named = [rid for rid, r in self.open.items() if wait[SEQ] is not None and r[SEQ] == wait[SEQ]
+                 and r.get(COMMUNICATOR) == wait.get(COMMUNICATOR)]
         for rid in named or list(self.open):
             rec = self.open.pop(rid)
-            t, comm, nbytes, peer = wait[END_NS], self._comm(rec), int(rec[BYTES] or 0), rec[PEER]
+            t, comm, nbytes = wait[END_NS], self._comm(rec), int(rec[BYTES] or 0)
+            peer = self._local(rec, rec[PEER])
             op = mpi_calls.operation(rec[NAME])
             if op == mpi_calls.COLL_POST:
-                yield t, "non_blocking_collective_complete", (F.collective_op(rec[NAME]), comm, _root(rec), nbytes,
-                                                               nbytes, rid), {}
+                yield t, "non_blocking_collective_complete", (F.collective_op(rec[NAME]), comm, self._root(rec),
+                                                               nbytes, nbytes, rid), {}
             elif op == mpi_calls.ISEND:
                 yield t, "mpi_isend_complete", (rid,), {}
             elif op == mpi_calls.IRECV and peer is not None:
                 yield t, "mpi_irecv", (int(peer), comm, 0, nbytes, rid), {}
-
-
-def _communicator(rec: dict, defs: _Definitions):
-    """The OTF2 communicator of an MPI call: MPI_COMM_WORLD until the trace names communicators (then a column
-    read here picks one of the communicators `_Definitions` defines)."""
-    return defs.world
-
-
-def _root(rec: dict) -> int:
-    rooted = rec[NAME] in mpi_calls.ROOTED
-    return int(rec[PEER]) if rooted and rec[PEER] is not None else F.UNDEFINED_RANK
 
 
 def _state_samples(states: list[dict], defs: _Definitions) -> Iterator[Event]:

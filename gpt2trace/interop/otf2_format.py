@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gpt2trace.format import mpi_calls, schema
 from gpt2trace.format.errors import TraceError
-from gpt2trace.format.schema import BYTES, LAYER, MICROSTEP, PEER, SEQ, STEP
+from gpt2trace.format.schema import BYTES, COMMUNICATOR, LAYER, MICROSTEP, PEER, SEQ, STEP
 
 ARCHIVE_NAME = "traces"                  # Score-P's: DIR/traces.otf2 (anchor), DIR/traces.def, DIR/traces/
 ANCHOR_SUFFIX = ".otf2"
@@ -22,12 +22,14 @@ TICKS_PER_SECOND = 1_000_000_000          # timestamps are our nanoseconds since
 # Archive properties (the anchor file's NAMESPACE::NAME = value pairs): our metadata, JSON text.
 PROPERTY_VERSION = "GPT2TRACE::SCHEMA_VERSION"
 PROPERTIES = {key: "GPT2TRACE::" + key.decode().split(".", 1)[1].upper()
-              for key in (schema.META_RUN, schema.META_MACHINE, schema.META_PEAK, schema.META_CLOCK)}
+              for key in (schema.META_RUN, schema.META_MACHINE, schema.META_PEAK, schema.META_CLOCK,
+                          schema.META_COMMUNICATORS)}
 
 # Our optional columns as event attributes: on Enter of kernels, phases and MPI calls, and on counter metrics.
 ATTRIBUTES = {STEP: "the training step", LAYER: "the transformer block (0-based)",
               MICROSTEP: "the gradient-accumulation micro-step", SEQ: "the call's sequence number on its communicator",
-              PEER: "the partner rank, or the root of a collective", BYTES: "bytes sent by the MPI call"}
+              PEER: "the partner rank, or the root of a collective (a world rank)", BYTES: "bytes sent by the MPI call",
+              COMMUNICATOR: "the communicator's id (the GPT2TRACE::COMMUNICATORS table)"}
 
 # A thread's Paraver state, as a metric that holds from one sample to the next (OTF2's ABSOLUTE_NEXT mode):
 # sampled where each state starts, and NO_STATE where the thread's states stop (its end, or a gap).

@@ -7,8 +7,11 @@
                    step, layer and microstep from their attributes
   comm             every MPI region (paradigm MPI, or named MPI_*): bytes and peer from our attributes, else from
                    the MPI records inside (the receiver of an MpiSend, the sender of an MpiRecv, the root and bytes
-                   sent of an MpiCollectiveEnd, a request's completion for nonblocking calls); seq from our attribute,
-                   else the call's order among the collectives of its communicator on its rank
+                   sent of an MpiCollectiveEnd, a request's completion for nonblocking calls; ranks in the record's
+                   communicator, turned into world ranks); seq from our attribute, else the call's order among the
+                   collectives of its communicator on its rank; communicator from our attribute, else the MPI
+                   records' (the one over every rank is the world, id 0; the others 1, 2, ... in definition order,
+                   with their OTF2 names), listed in the metadata (ours: restored from GPT2TRACE::COMMUNICATORS)
   counter          metrics (each member of a metric class is one counter), step from the attribute
   state            our `Paraver state` metric when the archive has it (our export: exact); else from the call
                    stack: inside an MPI call its MPI state (Group Communication for collectives, Waiting a message
@@ -25,11 +28,11 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from gpt2trace.format import mpi_calls, schema
+from gpt2trace.format import communicators, mpi_calls, schema
 from gpt2trace.format.errors import TraceError
 from gpt2trace.format.reader import Trace
-from gpt2trace.format.schema import (BYTES, END_NS, FIELDS, KIND, LAYER, MICROSTEP, NAME, PEER, RANK, SEQ, START_NS,
-                                     STATE, STEP, THREAD, VALUE, Kind, State)
+from gpt2trace.format.schema import (BYTES, COMMUNICATOR, END_NS, FIELDS, KIND, LAYER, MICROSTEP, NAME, PEER, RANK,
+                                     SEQ, START_NS, STATE, STEP, THREAD, VALUE, Kind, State)
 from gpt2trace.interop import otf2_format as F
 
 # The MPI state of a thread inside a call, by the call's operation type (Extrae's states for the same calls).
@@ -38,7 +41,7 @@ MPI_STATE = {mpi_calls.COLL: State.GROUP_COMMUNICATION, mpi_calls.COLL_POST: Sta
               mpi_calls.RECV: State.WAITING_A_MESSAGE, mpi_calls.IRECV: State.IMMEDIATE_RECEIVE,
               mpi_calls.SENDRECV: State.SEND_RECEIVE, mpi_calls.WAIT: State.WAIT_WAITALL,
               mpi_calls.LOCAL: State.OTHERS}
-_COLUMNS = (START_NS, END_NS, NAME, STATE, STEP, LAYER, MICROSTEP, BYTES, PEER, SEQ, VALUE)
+_COLUMNS = (START_NS, END_NS, NAME, STATE, STEP, LAYER, MICROSTEP, BYTES, PEER, SEQ, VALUE, COMMUNICATOR)
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,7 @@ class _Reader:
         self.phases = {r for g in defs.groups if g.group_type == otf2.GroupType.REGIONS and g.name == F.PHASE_GROUP
                        for r in g.members}
         self.lanes, skipped = self._lanes(defs)
+        self.comms = self._communicators(defs)   # OTF2 communicator -> ours
         self.notes: list[str] = []
         if skipped:
             self.notes.append(f"{skipped} location(s) that are not CPU threads (metric or accelerator locations) "
@@ -128,6 +132,43 @@ class _Reader:
             t = counts[loc.group] = counts.get(loc.group, -1) + 1
             lanes[loc] = _Lane(rank_of[loc.group], t)
         return lanes, skipped
+
+    def _communicators(self, defs) -> dict:
+        """Each OTF2 communicator as ours: the id our table gives its (name, ranks) in our archives, else the world
+        (the first over every rank, id 0) and 1, 2, ... in definition order. Members are world ranks: the ranks of
+        the MPI locations a communicator group names."""
+        otf2 = self.otf2
+        ranks = {lane.rank for lane in self.lanes.values()}
+        known = {}
+        table = self.props.get(F.PROPERTIES[schema.META_COMMUNICATORS]) if self.ours else None
+        if table:
+            try:
+                parsed = communicators.from_metadata({schema.META_COMMUNICATORS: table.encode()}) or {}
+            except (ValueError, KeyError, TypeError):
+                raise TraceError(f"{self.anchor}: archive property {F.PROPERTIES[schema.META_COMMUNICATORS]} is not "
+                                 "a communicator table") from None
+            known = {(c.name, c.ranks): c.id for c in parsed.values()}
+        out, others, world = {}, 1, False
+        for comm in defs.comms:
+            group = comm.group
+            if group is None or group.group_type != otf2.GroupType.COMM_GROUP:
+                continue
+            # the bindings give a communicator group's members as the MPI locations they stand for
+            members = tuple(self.lanes[m].rank if m in self.lanes else int(m) for m in group.members)
+            name = communicators.WORLD_NAME if comm.name == F.WORLD else comm.name
+            if (name, members) in known:
+                cid = known[(name, members)]
+            elif not world and set(members) >= ranks:
+                cid, name, world = communicators.WORLD_ID, communicators.WORLD_NAME, True
+            else:
+                cid, others = others + max(known.values(), default=0), others + 1
+            out[comm] = communicators.Communicator(cid, name, members)
+        return out
+
+    def _world_rank(self, comm, rank: int) -> int:
+        """A rank of an MPI record's communicator as a world rank."""
+        c = self.comms.get(comm)
+        return c.ranks[rank] if c is not None and 0 <= rank < len(c.ranks) else rank
 
     # --- events ---------------------------------------------------------------------------------------------
 
@@ -180,6 +221,9 @@ class _Reader:
             for col in (SEQ, PEER, BYTES):
                 ours = _int(attrs.get(col))
                 rec[col] = ours if ours is not None else mpi.get(col)
+            ours = _int(attrs.get(COMMUNICATOR))
+            comm = self.comms.get(mpi.get("comm"))
+            rec[COMMUNICATOR] = ours if ours is not None else (comm.id if comm is not None else None)
             for rid in mpi.get("requests", ()):
                 lane.requests[rid] = rec
         self._add(kind, rec)
@@ -207,8 +251,9 @@ class _Reader:
     def _send(self, lane: _Lane, ev) -> None:
         mpi = self._mpi(lane)
         if mpi is not None:
-            mpi.setdefault(PEER, int(ev.receiver))
+            mpi.setdefault(PEER, self._world_rank(ev.communicator, int(ev.receiver)))
             mpi.setdefault(BYTES, int(ev.msg_length))
+            mpi.setdefault("comm", ev.communicator)
 
     def _recv(self, lane: _Lane, ev) -> None:
         rec = lane.requests.pop(getattr(ev, "request_id", None), None)
@@ -216,9 +261,10 @@ class _Reader:
         if target is None:
             return
         if target.get(PEER) is None:
-            target[PEER] = int(ev.sender)
+            target[PEER] = self._world_rank(ev.communicator, int(ev.sender))
         if target.get(BYTES) is None:
             target[BYTES] = int(ev.msg_length)
+        target.setdefault("comm", ev.communicator)
 
     def _collective(self, lane: _Lane, ev) -> None:
         rid = getattr(ev, "request_id", None)
@@ -229,7 +275,11 @@ class _Reader:
             target[BYTES] = int(ev.size_sent) or int(ev.size_received)
         root = int(ev.root)
         if target.get(PEER) is None and root != F.UNDEFINED_RANK:
-            target[PEER] = root
+            target[PEER] = self._world_rank(ev.communicator, root)
+        target.setdefault("comm", ev.communicator)
+        if RANK in target and target.get(COMMUNICATOR) is None:     # a posting's record, completed now
+            comm = self.comms.get(ev.communicator)
+            target[COMMUNICATOR] = comm.id if comm is not None else None
 
     def _request(self, lane: _Lane, ev) -> None:
         mpi = self._mpi(lane)
@@ -274,11 +324,13 @@ class _Reader:
                                            STATE: state})
 
     def _fill_seq(self) -> None:
-        """A collective's seq, where no attribute gave one: its order among its rank's collectives."""
-        count: dict[int, int] = {}
+        """A collective's seq, where no attribute gave one: its order among its rank's collectives on its
+        communicator."""
+        count: dict[tuple, int] = {}
         for rec in sorted(self.records[Kind.COMM], key=lambda r: (r[RANK], r[START_NS], r[END_NS])):
             if mpi_calls.operation(rec[NAME]) in (mpi_calls.COLL, mpi_calls.COLL_POST):
-                k = count[rec[RANK]] = count.get(rec[RANK], -1) + 1
+                key = (rec[RANK], rec.get(COMMUNICATOR))
+                k = count[key] = count.get(key, -1) + 1
                 if rec.get(SEQ) is None:
                     rec[SEQ] = k
 
@@ -308,6 +360,9 @@ class _Reader:
                 except ValueError:
                     raise TraceError(f"{self.anchor}: archive property {prop} is not valid JSON") from None
                 out[key] = self.props[prop].encode()
+        used = {r.get(COMMUNICATOR) for r in self.records[Kind.COMM]} - {None}
+        if schema.META_COMMUNICATORS not in out and used:
+            out.update(communicators.to_metadata(c for c in self.comms.values() if c.id in used))
         return out
 
 
