@@ -4,8 +4,8 @@ The shape tables here are the ones trainer.model carves its buffers from, so the
 not a guess: parameters, gradients and both AdamW moments (4 x P float32), every layer's activations, one layer
 of activation gradients and the scratch buffers, and under sequence parallelism the dK/dV exchange buffers
 (trainer.parallel.sequence). With S ranks per sequence a rank holds T/S positions: its buffers have B*T/S rows,
-except the layer's qkv, which holds the whole group's rows, and attention's scores, (T/S) x T. Imports nothing heavy (no Numba): the CLI checks a run with it
-before anything is built.
+except the layer's qkv, which holds the whole group's rows, and attention's scores, (T/S) x T. Imports nothing
+heavy (no Numba): the CLI checks a run with it before anything is built.
 """
 from __future__ import annotations
 
