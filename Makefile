@@ -11,6 +11,7 @@ demo: install
 
 # The whole test suite, expensive checks included (CI runs exactly this).
 test: install-test
+	$(PYTHON) -m ruff check .
 	$(PYTHON) -m pytest -q
 
 install:

@@ -9,8 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis import bursts, groups, mpi, pop, rootcause, scaling, segments, waits
-from analysis import counters
+from analysis import bursts, counters, groups, mpi, pop, rootcause, scaling, segments, waits
 from analysis.findings import findings
 from analysis.imbalance import imbalance
 from analysis.kernel_threads import kernel_threads

@@ -16,7 +16,19 @@ from analysis.records import NS, Records, records
 from analysis.window import Window
 from gpt2trace.format.lanes import lane_key, time_key, time_key_fits
 from gpt2trace.format.reader import Trace
-from gpt2trace.format.schema import CYCLES, END_NS, INSTRUCTIONS, NAME, RANK, START_NS, STATE, THREAD, VALUE, Kind, State
+from gpt2trace.format.schema import (
+    CYCLES,
+    END_NS,
+    INSTRUCTIONS,
+    NAME,
+    RANK,
+    START_NS,
+    STATE,
+    THREAD,
+    VALUE,
+    Kind,
+    State,
+)
 
 KEYS = ("useful_instructions", "useful_cycles", "ipc", "frequency_ghz")
 

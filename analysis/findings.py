@@ -94,7 +94,7 @@ def _details(result: dict, mpi_losses: list[str]) -> dict[str, list[dict]]:
         total = result["waits"]["total_wait_s"]
         group_calls = [c for c in result["waits"]["calls"]
                        if c.get("group") not in (None, WORLD_NAME) and c["wait_s"] and c["wait_s"] > 0]
-        for i, row in enumerate(group_calls[:2]):
+        for row in group_calls[:2]:
             split = f" ({row['split']} sequence split)" if row.get("split") else ""
             out.setdefault(key, []).append(_finding(
                 f"waits.calls[{result['waits']['calls'].index(row)}]", None,

@@ -14,9 +14,18 @@ import pandas as pd
 from analysis.records import Records, decode, records
 from analysis.window import Window
 from gpt2trace.format import communicators
-from gpt2trace.format.mpi_calls import (ALL_TO_ONE, COLL, COLL_POST, IRECV, NXN, ONE_TO_ALL,
-                                        SYNCHRONIZING, WAIT, classify)
 from gpt2trace.format.matching import match_messages
+from gpt2trace.format.mpi_calls import (
+    ALL_TO_ONE,
+    COLL,
+    COLL_POST,
+    IRECV,
+    NXN,
+    ONE_TO_ALL,
+    SYNCHRONIZING,
+    WAIT,
+    classify,
+)
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import BYTES, COMMUNICATOR, END_NS, NAME, PEER, RANK, SEQ, START_NS, STEP, THREAD, Kind
 

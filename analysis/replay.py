@@ -53,7 +53,7 @@ def replay(calls: pd.DataFrame, ranks: np.ndarray, t0_ns: int, t1_ns: int) -> Re
     root_present = np.zeros(n_inst, dtype=np.bool_)
     root_present[df["inst"].to_numpy()[df["is_root"].to_numpy() & (df["inst"].to_numpy() >= 0)]] = True
     send_of = _renumber(df["send_of"].to_numpy(), df.index.to_numpy())
-    from analysis.replay_kernels import replay_calls      # Numba: only when there is something to replay
+    from analysis.replay_kernels import replay_calls  # Numba: only when there is something to replay
     t_ideal, forced = replay_calls(ptr, df["op"].to_numpy().astype(np.int64), df["cls"].to_numpy().astype(np.int64),
                                    df["inst"].to_numpy().astype(np.int64), df["is_root"].to_numpy().astype(np.bool_),
                                    send_of, df["wait_inst"].to_numpy().astype(np.int64), burst,

@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 
 from analysis import mpi
-from gpt2trace.format import mpi_calls as C
 from analysis.mpi import GROUP
 from analysis.records import NS
+from gpt2trace.format import mpi_calls as C
 from gpt2trace.format.schema import BYTES, COMMUNICATOR, END_NS, NAME, RANK, START_NS
 
 LATE_SENDER, LATE_RECEIVER = "Late Sender", "Late Receiver"

@@ -35,7 +35,7 @@ def profile_torch(opts, out: Path) -> None:
     from trainer.config import model_config
     from trainer.params import init_params
     sys.path.insert(0, str(ROOT / "tests" / "trainer" / "reference"))
-    from torch_reference import GPT, load_flat        # a test tool: it imports torch, which we do not depend on
+    from torch_reference import GPT, load_flat  # a test tool: it imports torch, which we do not depend on
 
     torch.set_num_threads(opts.threads)
     cfg = model_config(opts.model)

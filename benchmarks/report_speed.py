@@ -83,8 +83,8 @@ def first_views(html: Path, loads: int) -> list[dict]:
         for _ in range(loads):
             page = browser.new_page(viewport={"width": 1500, "height": 1000})
             errors: list[str] = []
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("console", lambda m, errors=errors: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
             t = time.perf_counter()
             page.goto(html.as_uri())
             while not page.evaluate("document.body.dataset.firstView || document.body.dataset.error || ''"):

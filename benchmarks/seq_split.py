@@ -121,7 +121,7 @@ def main() -> None:
                 print(f"round {rnd + 1}: {ranks} rank(s) {split if ranks > 1 else '':<11} "
                       f"{statistics.median(row['step_ms']):9.1f} ms/step", flush=True)
     rows = []
-    for (ranks, split), rs in runs.items():
+    for (ranks, _split), rs in runs.items():
         steps = [ms for r in rs for ms in r["step_ms"]]
         row = {"ranks": ranks, "split": rs[0]["split"], "oversubscribed": rs[0]["oversubscribed"],
                "ms_per_step": statistics.median(steps), "spread_ms": max(steps) - min(steps),

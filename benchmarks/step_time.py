@@ -37,11 +37,11 @@ def worker_ours(model: str, B: int, T: int, threads: int, steps: int) -> dict:
     prepare_process(threads)
     import numpy as np
 
-    from trainer.config import TrainConfig, model_config
     from trainer.blas import blas_info
+    from trainer.config import TrainConfig, model_config
+    from trainer.dp import Local
     from trainer.launcher import Launcher
     from trainer.model import GPT2
-    from trainer.dp import Local
     from trainer.params import init_params
     from trainer.peak import sgemm_gflops
     from trainer.train import train
@@ -96,7 +96,7 @@ def worker_torch(model: str, B: int, T: int, threads: int, steps: int) -> dict:
     from trainer.config import model_config
     from trainer.params import init_params
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "trainer" / "reference"))
-    from torch_reference import GPT, load_flat       # a test tool: it imports torch, which we do not depend on
+    from torch_reference import GPT, load_flat  # a test tool: it imports torch, which we do not depend on
 
     torch.set_num_threads(threads)
     cfg = model_config(model)

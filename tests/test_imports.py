@@ -142,8 +142,9 @@ def test_every_runtime_import_is_declared():
     """A module our packages import must come from a distribution pyproject.toml declares as a dependency
     (CI also runs the demo in a fresh virtual environment, which catches the same at run time)."""
     import re
-    import tomllib
     from importlib.metadata import packages_distributions
+
+    import tomllib
 
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     declared = {re.split(r"[<>=!;\[ ]", d, maxsplit=1)[0].lower().replace("_", "-") for d in deps}

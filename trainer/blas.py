@@ -13,6 +13,7 @@ import os
 
 from trainer.cpu import AVX512_FLAGS, cpu_flags
 
+
 def _scipy_openblas() -> dict:
     import scipy.linalg  # noqa: F401  (loads SciPy's OpenBLAS into the process)
     from threadpoolctl import threadpool_info

@@ -8,7 +8,7 @@ reused layer after layer as backward walks down, plus two buffers for the residu
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -121,7 +121,7 @@ class GPT2:
     def zero_grad(self) -> None:
         self.run(zero_fill, NO_LAYER, self.grads)
 
-    def backward(self, loss_scale: float, after_layer: Callable[["GPT2", int], None] | None = None) -> None:
+    def backward(self, loss_scale: float, after_layer: Callable[[GPT2, int], None] | None = None) -> None:
         """Accumulate d(loss_scale * sum of per-token losses) into self.grads (call zero_grad first).
 
         loss_scale = 1 / (B * T * grad_accum) gives the gradient of the mean loss over an optimizer step.

@@ -52,7 +52,7 @@ class ParamLayout:
     size: int
 
     @classmethod
-    def for_model(cls, cfg: ModelConfig) -> "ParamLayout":
+    def for_model(cls, cfg: ModelConfig) -> ParamLayout:
         shapes = param_shapes(cfg)
         offsets, pos = {}, 0
         for name in NON_LAYER:

@@ -8,8 +8,9 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -151,7 +152,8 @@ def train(model: GPT2, data: Batches, tcfg: TrainConfig, dp: DataParallel, *, ob
                 raise _blame_non_finite(model, step_data, step, tcfg, "the loss" if not math.isfinite(local_loss)
                                         else "the gradient norm", dp)
             dp.update(model, tcfg.lr)
-        for name, value in ((names.LOSS, loss), (names.LR, tcfg.lr), (names.GRAD_NORM, gnorm), (names.TOKENS, rank_tokens)):
+        counters = ((names.LOSS, loss), (names.LR, tcfg.lr), (names.GRAD_NORM, gnorm), (names.TOKENS, rank_tokens))
+        for name, value in counters:
             if value is not None:
                 obs.counter(name, value)
         obs.end_step(step)

@@ -17,7 +17,6 @@ from typer.core import TyperCommand, TyperGroup
 from gpt2trace.cli import analyze, export, importer, info, recover, report, run
 from gpt2trace.cli.common import EXIT_USAGE, err_console, plain
 
-
 # What to type for an option that names no metavar of its own, by its Python type (choices keep <a|b>).
 _METAVARS = {int: "N", float: "NUMBER", str: "TEXT", Path: "PATH"}
 

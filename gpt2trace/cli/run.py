@@ -12,7 +12,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.text import Text
@@ -36,22 +36,22 @@ _SIZE_OPTIONS = ("--n-layer", "--n-head", "--n-embd", "--vocab-size", "--max-seq
 
 
 def run(
-    model: Annotated[Optional[str], typer.Option(help=_MODEL_HELP, show_default=False)] = None,
-    init_from: Annotated[Optional[Path], typer.Option(
+    model: Annotated[str | None, typer.Option(help=_MODEL_HELP, show_default=False)] = None,
+    init_from: Annotated[Path | None, typer.Option(
         "--init-from", help="llm.c checkpoint to start from; it sets the model (so --model and the size options "
                             "are refused).")] = None,
-    data: Annotated[Optional[Path], typer.Option(
+    data: Annotated[Path | None, typer.Option(
         help="llm.c token file (.bin); default: the built-in synthetic corpus.")] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", "-B", help="Sequences per micro-step, per rank (>= 1).")
                           ] = 4,
-    seq_len: Annotated[Optional[int], typer.Option(
+    seq_len: Annotated[int | None, typer.Option(
         "--seq-len", "-T", show_default=False,
         help=f"Tokens per sequence (default: {DEFAULT_T}, or the model's context if shorter).")] = None,
     steps: Annotated[int, typer.Option(help="Optimizer steps (>= 0).")] = 60,
     lr: Annotated[float, typer.Option(help="AdamW learning rate (constant, finite, >= 0).")] = 1e-3,
     weight_decay: Annotated[float, typer.Option("--weight-decay", help="AdamW weight decay (>= 0).")] = 0.0,
     grad_accum: Annotated[int, typer.Option("--grad-accum", help="Micro-steps per optimizer step (>= 1).")] = 1,
-    threads: Annotated[Optional[int], typer.Option(
+    threads: Annotated[int | None, typer.Option(
         show_default=False, help="Numba threads per rank (default: the cores available, shared among the ranks; "
                                  "more than the cores works, with a warning).")] = None,
     ranks: Annotated[int, typer.Option(help="MPI ranks (data parallel); starts mpiexec itself unless already "
@@ -69,8 +69,8 @@ def run(
         "--sp-reduce", help="How a sequence group sums key/value gradients after attention backward.")
     ] = SPReduce.allreduce,
     seed: Annotated[int, typer.Option(help="Seed for initialization and the synthetic corpus (>= 0).")] = 1337,
-    save: Annotated[Optional[Path], typer.Option(help="Write an llm.c checkpoint at the end.")] = None,
-    metrics_json: Annotated[Optional[Path], typer.Option(
+    save: Annotated[Path | None, typer.Option(help="Write an llm.c checkpoint at the end.")] = None,
+    metrics_json: Annotated[Path | None, typer.Option(
         "--metrics-json", help="Per-step JSON lines: step, loss, ms, tokens_per_s.")] = None,
     trace: Annotated[Path, typer.Option(help="Where the trace goes (an existing trace there is replaced when "
                                              "the run ends).")] = DEFAULT_TRACE,
@@ -78,11 +78,11 @@ def run(
     flush_every: Annotated[float, typer.Option(
         "--flush-every", help="Seconds between the trace parts written during the run: a kill loses at most "
                               "about this much plus a step. 0: write every step before the next starts.")] = 0.5,
-    n_layer: Annotated[Optional[int], typer.Option("--n-layer", show_default=False)] = None,
-    n_head: Annotated[Optional[int], typer.Option("--n-head", show_default=False)] = None,
-    n_embd: Annotated[Optional[int], typer.Option("--n-embd", show_default=False)] = None,
-    vocab_size: Annotated[Optional[int], typer.Option("--vocab-size", show_default=False)] = None,
-    max_seq_len: Annotated[Optional[int], typer.Option("--max-seq-len", show_default=False)] = None,
+    n_layer: Annotated[int | None, typer.Option("--n-layer", show_default=False)] = None,
+    n_head: Annotated[int | None, typer.Option("--n-head", show_default=False)] = None,
+    n_embd: Annotated[int | None, typer.Option("--n-embd", show_default=False)] = None,
+    vocab_size: Annotated[int | None, typer.Option("--vocab-size", show_default=False)] = None,
+    max_seq_len: Annotated[int | None, typer.Option("--max-seq-len", show_default=False)] = None,
 ) -> None:
     """Train GPT-2 on the data (default: a built-in learnable corpus) and trace every thread to Parquet.
 

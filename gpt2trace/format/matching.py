@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpt2trace.format.lanes import ordinal
-from gpt2trace.format.mpi_calls import RECV, IRECV, SENDING, SENDRECV
+from gpt2trace.format.mpi_calls import IRECV, RECV, SENDING, SENDRECV
 
 _NONE = np.zeros(0, dtype=np.int64)
 

@@ -20,7 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from gpt2trace.format import communicators as comms, schema
+from gpt2trace.format import communicators as comms
+from gpt2trace.format import schema
 from gpt2trace.format.errors import TraceError
 from gpt2trace.format.lanes import lane_order
 from gpt2trace.format.schema import END_NS, FIELDS, KIND, RANK, REQUIRED, START_NS, STATE, THREAD, Kind
@@ -99,7 +100,8 @@ class Trace:
 
 
 def load(path: str | Path) -> Trace:
-    """Reads and checks a Parquet trace file (`gpt2trace.load` reads the other formats too); every problem is a TraceError whose one-line message names the file."""
+    """Reads and checks a Parquet trace file (`gpt2trace.load` reads the other formats too); every problem is a
+    TraceError whose one-line message names the file."""
     path = Path(path)
     check_file(path)
     try:

@@ -23,7 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from gpt2trace.format import communicators as comms, schema as S
+from gpt2trace.format import communicators as comms
+from gpt2trace.format import schema as S
 from gpt2trace.format.errors import OutputError, TraceError
 
 # zstd + delta-encoded timestamps: ~5 bytes per record on trainer traces (benchmarks/trace_overhead.py).

@@ -31,14 +31,31 @@ import pyarrow.compute as pc
 from gpt2trace.format import communicators, schema
 from gpt2trace.format.mpi_calls import COLL, classify
 from gpt2trace.format.outputs import atomic_output, check_output
+from gpt2trace.format.schema import (
+    BYTES,
+    COMMUNICATOR,
+    END_NS,
+    KIND,
+    LAYER,
+    MICROSTEP,
+    NAME,
+    PEER,
+    RANK,
+    SEQ,
+    START_NS,
+    STATE,
+    STEP,
+    THREAD,
+    VALUE,
+    Kind,
+)
 from gpt2trace.interop import paraver_format as F
 from gpt2trace.interop.labels import LONG_NAME, shorten
 from gpt2trace.interop.layout import Layout, messages, scan
 from gpt2trace.interop.linesort import write_lines
 from gpt2trace.interop.source import input_files, open_source
-from gpt2trace.interop.textcols import as_text as _s, join as _join
-from gpt2trace.format.schema import (BYTES, COMMUNICATOR, END_NS, KIND, LAYER, MICROSTEP, NAME, PEER, RANK, SEQ,
-                                     START_NS, STATE, STEP, THREAD, VALUE, Kind)
+from gpt2trace.interop.textcols import as_text as _s
+from gpt2trace.interop.textcols import join as _join
 
 STATE_TID, KERNEL_TID, MPI_TID, PHASE_TID = 0, 100_000, 200_000, 300_000
 TRACKS = {Kind.STATE: (STATE_TID, "thread {t}"), Kind.KERNEL: (KERNEL_TID, "thread {t} kernels"),

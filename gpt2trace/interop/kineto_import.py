@@ -39,8 +39,21 @@ import pyarrow as pa
 from gpt2trace.format import mpi_calls, schema
 from gpt2trace.format.errors import TraceError
 from gpt2trace.format.reader import Trace
-from gpt2trace.format.schema import (BYTES, END_NS, FIELDS, KIND, NAME, RANK, SEQ, START_NS, STATE, STEP, THREAD,
-                                     Kind, State)
+from gpt2trace.format.schema import (
+    BYTES,
+    END_NS,
+    FIELDS,
+    KIND,
+    NAME,
+    RANK,
+    SEQ,
+    START_NS,
+    STATE,
+    STEP,
+    THREAD,
+    Kind,
+    State,
+)
 from gpt2trace.interop.otf2_import import MPI_STATE
 
 SUFFIXES = (".json", ".json.gz")

@@ -17,10 +17,24 @@ from gpt2trace.format.errors import TraceError
 from gpt2trace.format.lanes import distinct_lanes
 from gpt2trace.format.matching import match_messages
 from gpt2trace.format.mpi_calls import LOCAL, operation
+from gpt2trace.format.schema import (
+    BYTES,
+    COMMUNICATOR,
+    END_NS,
+    FIELDS,
+    KIND,
+    NAME,
+    PEER,
+    RANK,
+    SEQ,
+    START_NS,
+    STEP,
+    THREAD,
+    Kind,
+)
 from gpt2trace.interop.source import Source
-from gpt2trace.interop.validate import COLUMNS as CHECKED, RecordCheck
-from gpt2trace.format.schema import (BYTES, COMMUNICATOR, END_NS, FIELDS, KIND, NAME, PEER, RANK, SEQ, START_NS,
-                                     STEP, THREAD, Kind)
+from gpt2trace.interop.validate import COLUMNS as CHECKED
+from gpt2trace.interop.validate import RecordCheck
 
 COMM_COLUMNS = (RANK, THREAD, START_NS, END_NS, NAME, BYTES, PEER, SEQ, STEP, COMMUNICATOR)
 

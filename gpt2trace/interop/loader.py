@@ -6,7 +6,6 @@ from pathlib import Path
 
 from gpt2trace.format.reader import Trace, check_file
 from gpt2trace.format.reader import load as load_parquet
-
 from gpt2trace.interop.otf2_format import ANCHOR_SUFFIX, is_archive_dir
 
 PARAVER_SUFFIXES = (".prv", ".prv.gz")

@@ -46,8 +46,23 @@ from gpt2trace.format.errors import OutputError, TraceError
 from gpt2trace.format.matching import match_messages
 from gpt2trace.format.outputs import check_output, same_file, temp_name
 from gpt2trace.format.reader import Trace, check_states
-from gpt2trace.format.schema import (BYTES, COMMUNICATOR, END_NS, LAYER, MICROSTEP, NAME, PEER, RANK, SEQ,
-                                     START_NS, STATE, STEP, THREAD, VALUE, Kind)
+from gpt2trace.format.schema import (
+    BYTES,
+    COMMUNICATOR,
+    END_NS,
+    LAYER,
+    MICROSTEP,
+    NAME,
+    PEER,
+    RANK,
+    SEQ,
+    START_NS,
+    STATE,
+    STEP,
+    THREAD,
+    VALUE,
+    Kind,
+)
 from gpt2trace.interop import otf2_format as F
 
 # Order of records that start and end together on one thread: the phase encloses the kernel, the kernel the call.

@@ -31,8 +31,26 @@ import pyarrow as pa
 from gpt2trace.format import communicators, mpi_calls, schema
 from gpt2trace.format.errors import TraceError
 from gpt2trace.format.reader import Trace
-from gpt2trace.format.schema import (BYTES, COMMUNICATOR, END_NS, FIELDS, KIND, LAYER, MICROSTEP, NAME, PEER, RANK,
-                                     SEQ, START_NS, STATE, STEP, THREAD, VALUE, Kind, State)
+from gpt2trace.format.schema import (
+    BYTES,
+    COMMUNICATOR,
+    END_NS,
+    FIELDS,
+    KIND,
+    LAYER,
+    MICROSTEP,
+    NAME,
+    PEER,
+    RANK,
+    SEQ,
+    START_NS,
+    STATE,
+    STEP,
+    THREAD,
+    VALUE,
+    Kind,
+    State,
+)
 from gpt2trace.interop import otf2_format as F
 
 # The MPI state of a thread inside a call, by the call's operation type (Extrae's states for the same calls).

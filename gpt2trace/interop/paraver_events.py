@@ -18,13 +18,13 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
+from gpt2trace.format import communicators
 from gpt2trace.format.errors import TraceError
+from gpt2trace.format.schema import BYTES, COMMUNICATOR, FIELDS, LAYER, MICROSTEP, PEER, SEQ, STEP, VALUE, Kind
 from gpt2trace.interop import paraver_format as F
 from gpt2trace.interop.paraver_parse import Body, Header
 from gpt2trace.interop.paraver_pcf import Pcf
 from gpt2trace.interop.paraver_records import Lanes, kind_table, require, to_ns
-from gpt2trace.format import communicators
-from gpt2trace.format.schema import BYTES, COMMUNICATOR, FIELDS, LAYER, MICROSTEP, PEER, SEQ, STEP, VALUE, Kind
 
 MPI_ATTRS = (F.MPI_SEND_SIZE, F.MPI_RECV_SIZE, F.MPI_ROOT, F.MPI_COMM)
 FUNCTIONS = tuple(F.FUNCTION_LABELS)

@@ -40,15 +40,32 @@ from gpt2trace.format import communicators, schema
 from gpt2trace.format.errors import TraceError
 from gpt2trace.format.mpi_calls import ROOTED
 from gpt2trace.format.outputs import atomic_outputs, check_output
+from gpt2trace.format.schema import (
+    BYTES,
+    COMMUNICATOR,
+    END_NS,
+    KIND,
+    LAYER,
+    MICROSTEP,
+    NAME,
+    PEER,
+    RANK,
+    SEQ,
+    START_NS,
+    STATE,
+    STEP,
+    THREAD,
+    VALUE,
+    Kind,
+)
 from gpt2trace.interop import paraver_format as F
 from gpt2trace.interop.labels import ESCAPED, LABELS_KEY
 from gpt2trace.interop.layout import Layout, messages, scan
 from gpt2trace.interop.linesort import LineSorter
 from gpt2trace.interop.paraver_pcf import EventType, write_pcf, write_row
 from gpt2trace.interop.source import input_files, open_source
-from gpt2trace.interop.textcols import as_text as _s, join as _join
-from gpt2trace.format.schema import (BYTES, COMMUNICATOR, END_NS, KIND, LAYER, MICROSTEP, NAME, PEER, RANK, SEQ,
-                                     START_NS, STATE, STEP, THREAD, VALUE, Kind)
+from gpt2trace.interop.textcols import as_text as _s
+from gpt2trace.interop.textcols import join as _join
 
 INT64_LIMIT = 9.2e18
 

@@ -34,14 +34,14 @@ import pyarrow.parquet as pq
 from gpt2trace.format import communicators, schema
 from gpt2trace.format.errors import TraceError
 from gpt2trace.format.outputs import atomic_output, check_output
+from gpt2trace.format.reader import Trace
+from gpt2trace.format.schema import STATE, Kind, State
 from gpt2trace.interop import paraver_format as F
 from gpt2trace.interop.labels import ESCAPED, LABELS_KEY
 from gpt2trace.interop.paraver_events import Events, header_communicators
 from gpt2trace.interop.paraver_parse import Body, Header, read
 from gpt2trace.interop.paraver_pcf import Pcf, read_pcf, read_row
 from gpt2trace.interop.paraver_records import Lanes, kind_table, require, to_ns
-from gpt2trace.format.reader import Trace
-from gpt2trace.format.schema import STATE, Kind, State
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ import pyarrow as pa
 
 from gpt2trace.format import schema
 from gpt2trace.format.errors import TraceError
-from gpt2trace.interop.paraver_parse import Header
 from gpt2trace.format.schema import END_NS, FIELDS, KIND, NAME, RANK, START_NS, THREAD
+from gpt2trace.interop.paraver_parse import Header
 
 
 class Lanes:

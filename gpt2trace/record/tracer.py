@@ -12,8 +12,9 @@ recorder's slots, ~30 us) instead of building and writing a part every step (~1.
 model, 10% of its step time); the writer spends ~200 ns a record, on another thread.
 
 What a kill loses. A SIGKILL at time t loses the open window and, if its write had not finished, the window
-being written: at most `flush_every_s` + one step + one part's write (~10 ms) of completed steps, plus the step
-in progress. `flush_every_s=0` writes every step's part before the next step starts (the loss is then only the
+being written (the writer takes a window only when the previous one is on disk): less than 2 x `flush_every_s`
++ two steps of completed steps, plus the step in progress; usually only the open window, a part's write taking
+~10 ms. `flush_every_s=0` writes every step's part before the next step starts (the loss is then only the
 step in progress), at ~1.7 ms a step on the loop's critical path. Ends other than a kill (`close`): a finished
 run keeps everything; a run stopped by an error keeps every whole step and drops the step it was in.
 
@@ -34,7 +35,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from gpt2trace.format import communicators as comms, schema as S
+from gpt2trace.format import communicators as comms
+from gpt2trace.format import schema as S
 from gpt2trace.format.writer import KIND_CODES, NULL, PartWriter, records_table
 from gpt2trace.record.recorder import NO_VALUE, KernelRecorder, call_meta
 from gpt2trace.record.thread_states import blocks_of, thread_states

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 W = TypeVar("W")
 
@@ -32,9 +33,11 @@ class WriterThread(Generic[W]):
         self._thread.start()
 
     def submit(self, window: W) -> None:
-        """Queue `window`; waits while an earlier one is still queued. Dropped after a failure."""
+        """Queue `window`; waits while an earlier one is still queued or being written (a writer starved of the
+        GIL by a busy loop must not let windows pile up: a kill loses at most the one being written and the one
+        being filled). Dropped after a failure."""
         with self._cv:
-            while self._pending is not None and self.error is None:
+            while (self._pending is not None or self._busy) and self.error is None:
                 self._cv.wait()
             if self.error is None:
                 self._pending = window

@@ -15,8 +15,8 @@ from gpt2trace.report import colors, figures, page, tables
 from gpt2trace.report.pack import Blobs
 from gpt2trace.report.payload import page_data
 from gpt2trace.report.tables import esc
-from gpt2trace.report.timeline import EXACT_BUDGET, RUN_BUDGET, build as build_timeline
-
+from gpt2trace.report.timeline import EXACT_BUDGET, RUN_BUDGET
+from gpt2trace.report.timeline import build as build_timeline
 
 MAX_BYTES = 24 * 2**20        # the target is 25 MB for a 10-million-record trace
 

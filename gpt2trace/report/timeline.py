@@ -17,8 +17,21 @@ from analysis.records import records, threads
 from analysis.steps import steps_table
 from gpt2trace.format.lanes import key_width, lane_key, lane_order
 from gpt2trace.format.reader import Trace
-from gpt2trace.format.schema import (BYTES, END_NS, LAYER, NAME, PEER, RANK, SEQ, START_NS, STATE, STEP, THREAD, Kind,
-                                     State)
+from gpt2trace.format.schema import (
+    BYTES,
+    END_NS,
+    LAYER,
+    NAME,
+    PEER,
+    RANK,
+    SEQ,
+    START_NS,
+    STATE,
+    STEP,
+    THREAD,
+    Kind,
+    State,
+)
 from gpt2trace.report import colors
 from gpt2trace.report.lod import Level, coverage, pyramid
 

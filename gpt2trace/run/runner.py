@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable
 
 from trainer import names
 from trainer.config import ModelConfig, ParallelConfig, TrainConfig

@@ -137,5 +137,6 @@ class TraceSession:
 def _mpi_info() -> dict:
     import mpi4py
     from mpi4py import MPI
-    return {"library": MPI.Get_library_version().strip().splitlines()[0], "standard": "%d.%d" % MPI.Get_version(),
+    return {"library": MPI.Get_library_version().strip().splitlines()[0],
+            "standard": "{}.{}".format(*MPI.Get_version()),
             "mpi4py": mpi4py.__version__}

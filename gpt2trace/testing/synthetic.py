@@ -18,8 +18,26 @@ import pyarrow.parquet as pq
 
 from gpt2trace.format import schema
 from gpt2trace.format.lanes import lane_order
-from gpt2trace.format.schema import (BYTES, COMMUNICATOR, END_NS, KIND, LAYER, NAME, PEER, RANK, SEQ, START_NS,
-                                     STATE, STEP, THREAD, VALUE, Counter, Kind, Phase, State)
+from gpt2trace.format.schema import (
+    BYTES,
+    COMMUNICATOR,
+    END_NS,
+    KIND,
+    LAYER,
+    NAME,
+    PEER,
+    RANK,
+    SEQ,
+    START_NS,
+    STATE,
+    STEP,
+    THREAD,
+    VALUE,
+    Counter,
+    Kind,
+    Phase,
+    State,
+)
 
 _LAYER_FORWARD = ("layernorm_forward", "matmul_forward", "attention_forward", "matmul_forward", "residual_forward",
                   "layernorm_forward", "matmul_forward", "gelu_forward", "matmul_forward", "residual_forward")
@@ -156,7 +174,8 @@ def generate(cfg: SyntheticConfig) -> pa.Table:
                 step=s_idx, nbytes=cfg.allreduce_bytes, seq=s_idx)
     tokens = 4 * 64
     step_end = start[:, 1:]
-    for counter, value in ((Counter.LOSS, 4.0 - 0.01 * s_idx), (Counter.LR, 3e-4 + 0 * s_idx), (Counter.GRAD_NORM, 1.0 + 0 * s_idx),
+    for counter, value in ((Counter.LOSS, 4.0 - 0.01 * s_idx), (Counter.LR, 3e-4 + 0 * s_idx),
+                           (Counter.GRAD_NORM, 1.0 + 0 * s_idx),
                            (Counter.TOKENS, tokens + 0 * s_idx)):
         out.add(Kind.COUNTER, r_idx, 0 * r_idx, step_end, step_end, name=code[counter], step=s_idx, value=value)
     meta = _metadata(cfg, tokens) if cfg.metadata else {}

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpt2trace.testing import synthetic as syn
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import State
+from gpt2trace.testing import synthetic as syn
 
 RUN, SYNC, FORK, IDLE = State.RUNNING, State.SYNCHRONIZATION, State.SCHEDULING_FORK_JOIN, State.IDLE
 GROUP, WAIT, IO = State.GROUP_COMMUNICATION, State.WAIT_WAITALL, State.IO

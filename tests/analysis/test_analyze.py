@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analysis.analyze import analyze, analyze_many
-from gpt2trace.testing import synthetic
 from gpt2trace.format.reader import Trace, check_states
+from gpt2trace.testing import synthetic
 
 KEYS = {
     "summary": {"runtime_s", "steps", "ranks", "threads_per_rank", "step_s_median", "tokens_per_s",

@@ -4,10 +4,9 @@ from analysis.analyze import analyze
 from analysis.counters import counters
 from analysis.scaling import modelfactors
 from analysis.window import select
-from gpt2trace.testing import synthetic as syn
-from gpt2trace.format.schema import CYCLES, INSTRUCTIONS
 from gpt2trace.format.reader import Trace
-from gpt2trace.format.schema import STEP, State
+from gpt2trace.format.schema import CYCLES, INSTRUCTIONS, STEP, State
+from gpt2trace.testing import synthetic as syn
 
 RUN, SYNC = State.RUNNING, State.SYNCHRONIZATION
 

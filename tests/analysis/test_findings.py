@@ -3,10 +3,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analysis.analyze import analyze
-from gpt2trace.testing import synthetic
-from gpt2trace.testing import synthetic as syn
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import State
+from gpt2trace.testing import synthetic
+from gpt2trace.testing import synthetic as syn
 
 FIXTURES = ["late_rank", "slow_thread", "serial", "nonblocking", "bucketed", "fork_join", "io_rank"]
 

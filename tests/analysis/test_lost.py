@@ -4,8 +4,8 @@ from hypothesis import strategies as st
 
 from analysis import lost, pop
 from analysis.window import select
-from gpt2trace.testing import synthetic
 from gpt2trace.format.reader import Trace
+from gpt2trace.testing import synthetic
 
 # (fixture, expected shares of the thread time P x T), worked out by hand from conftest.py.
 CASES = [

@@ -43,4 +43,5 @@ def test_serial_section(serial):
 def test_single_thread_ranks_have_no_serial_time(late_rank):
     out = _occ(late_rank)
     # One thread per rank: Running 6 s and 9 s of 10.
-    assert out["per_rank"][["mean_occupancy", "serial_s"]].to_numpy().ravel().tolist() == pytest.approx([0.6, 0, 0.9, 0])
+    got = out["per_rank"][["mean_occupancy", "serial_s"]].to_numpy().ravel().tolist()
+    assert got == pytest.approx([0.6, 0, 0.9, 0])

@@ -7,9 +7,9 @@ from analysis import openmp
 from analysis.records import records
 from analysis.segments import kernel_records
 from analysis.window import select
-from gpt2trace.testing import synthetic
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import RANK, STATE, THREAD, Kind
+from gpt2trace.testing import synthetic
 
 
 def _split(trace):

@@ -3,9 +3,9 @@ import pytest
 
 from analysis import mpi, replay
 from analysis.window import select
-from gpt2trace.testing import synthetic as syn
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import State
+from gpt2trace.testing import synthetic as syn
 
 
 def _replay(comm_records, end_s, ranks=2):

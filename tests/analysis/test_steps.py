@@ -1,9 +1,9 @@
 import numpy as np
 
 from analysis.steps import outliers, steps_table
-from gpt2trace.testing import synthetic as syn
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import STEP, State
+from gpt2trace.testing import synthetic as syn
 
 
 def test_steps_tile_the_run(three_steps):

@@ -5,9 +5,9 @@ import pytest
 from analysis.summary import flops_per_token, summary
 from analysis.window import select
 from gpt2trace.format import schema
-from gpt2trace.testing import synthetic as syn
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import State
+from gpt2trace.testing import synthetic as syn
 
 RUN = {"model": {"n_layer": 2, "n_head": 2, "n_embd": 8, "vocab_size": 16, "max_seq_len": 4,
                  "padded_vocab_size": 16, "num_parameters": 1000},

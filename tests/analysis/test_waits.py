@@ -2,8 +2,8 @@ import pytest
 
 from analysis import mpi, waits
 from analysis.window import select
-from gpt2trace.testing import synthetic as syn
 from gpt2trace.format.reader import Trace
+from gpt2trace.testing import synthetic as syn
 
 
 def _waits(trace):

@@ -1,9 +1,9 @@
 import pytest
 
 from analysis.window import WindowError, parse_steps, select
-from gpt2trace.testing import synthetic as syn
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import State
+from gpt2trace.testing import synthetic as syn
 
 
 @pytest.mark.parametrize("spec,expected", [("1:3", (1, 3)), (":2", (None, 2)), ("2:", (2, None)), ("4", (4, 5)),

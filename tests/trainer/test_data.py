@@ -6,8 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainer.data import (HEADER_BYTES, TokenLoader, read_tokens, synthetic_corpus, synthetic_entropy_rate,
-                          write_tokens)
+from trainer.data import HEADER_BYTES, TokenLoader, read_tokens, synthetic_corpus, synthetic_entropy_rate, write_tokens
 from trainer.errors import FileFormatError, TrainerError
 
 # ----------------------------------------------------------------------------------------------------------------

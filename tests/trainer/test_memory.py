@@ -51,9 +51,9 @@ def test_the_sequence_parallel_estimate_is_what_a_rank_allocates(S, own_rows):
     from trainer.config import SPReduce
     from trainer.launcher import Launcher
     from trainer.model import GPT2
-    from trainer.params import init_params
     from trainer.parallel.sequence import SequenceParallel
     from trainer.parallel.split import SequenceSplit
+    from trainer.params import init_params
 
     class OneGroup:      # SequenceParallel only asks a communicator for its size when it is built
         def Get_size(self):

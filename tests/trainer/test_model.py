@@ -19,11 +19,11 @@ import pytest
 
 from trainer.checkpoint import read_checkpoint
 from trainer.config import TrainConfig
+from trainer.dp import Local
 from trainer.errors import NonFiniteError
 from trainer.launcher import Launcher
 from trainer.model import GPT2
 from trainer.params import PARAM_NAMES
-from trainer.dp import Local
 from trainer.train import train
 
 REF = Path(__file__).parent / "reference"

@@ -31,7 +31,7 @@ class GridLayout:
     dims: tuple[tuple[str, int], ...]
 
     @classmethod
-    def from_config(cls, par: ParallelConfig) -> "GridLayout":
+    def from_config(cls, par: ParallelConfig) -> GridLayout:
         return cls(((SP, par.sp), (DP, par.ranks // par.sp)))
 
     @property
@@ -92,11 +92,11 @@ class RankGrid:
         self.sp_tails = dict(sp_tails or {})
 
     @classmethod
-    def single(cls) -> "RankGrid":
+    def single(cls) -> RankGrid:
         return cls(GridLayout(((SP, 1), (DP, 1))), 0)
 
     @classmethod
-    def build(cls, par: ParallelConfig, world) -> "RankGrid":
+    def build(cls, par: ParallelConfig, world) -> RankGrid:
         """Split `world` (mpi4py's communicator or gpt2trace's traced proxy) into the groups `par` describes.
 
         Each new communicator is named after its dimension (MPI_Comm_set_name), which is how traces label it."""

@@ -27,6 +27,7 @@ of the global mean loss. `WholeSequence` is the S = 1 case: plain attention, not
 from __future__ import annotations
 
 import contextlib
+
 import numpy as np
 
 from trainer.config import ModelConfig, SPReduce, SPSplit
@@ -35,7 +36,6 @@ from trainer.kernels.zero import zero_fill
 from trainer.launcher import Launcher
 from trainer.memory import exchange_shapes
 from trainer.parallel.split import SequenceSplit
-
 
 
 class WholeSequence:

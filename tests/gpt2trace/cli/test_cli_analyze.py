@@ -6,8 +6,8 @@ import pytest
 from typer.testing import CliRunner
 
 from gpt2trace.format import schema
-from gpt2trace.testing import synthetic as syn
 from gpt2trace.format.schema import KIND, State
+from gpt2trace.testing import synthetic as syn
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from gpt2trace.format import schema as S
 from gpt2trace.cli.main import app
+from gpt2trace.format import schema as S
 from gpt2trace.format.info import trace_info
 from gpt2trace.format.reader import load
 

@@ -5,10 +5,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from gpt2trace.format import schema
-from gpt2trace.testing import synthetic as syn
 from gpt2trace.format.errors import TraceError
 from gpt2trace.format.reader import Trace, check_states, load
 from gpt2trace.format.schema import END_NS, KIND, NAME, RANK, START_NS, STATE, STEP, THREAD, State
+from gpt2trace.testing import synthetic as syn
 
 
 def _write(tmp_path, table, name="t.parquet"):

@@ -4,10 +4,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gpt2trace.testing.invariants import check_trace
 
 from gpt2trace.format import schema as S
 from gpt2trace.format.reader import load
+from gpt2trace.testing.invariants import check_trace
 
 SAMPLES = Path(__file__).resolve().parents[3] / "sample_traces"
 FILES = sorted(SAMPLES.glob("*.parquet"))

@@ -94,7 +94,7 @@ def check(path: Path) -> list[str]:
         f = next(x for x in evs if x[0] == "f")
         if f[1] < s[1]:
             problems.append(f"flow {key}: f before s")
-        for ph, ts, pid, tid, k in (s, f):
+        for ph, ts, pid, tid, _ in (s, f):
             if not any(a <= ts <= b for a, b, _ in slices.get((pid, tid), [])):
                 problems.append(f"flow {key}: {ph} at {ts} ns is inside no slice of {(pid, tid)}")
     return problems

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpt2trace.testing import synthetic as syn
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import State
+from gpt2trace.testing import synthetic as syn
 
 RUN, IDLE, GROUP = State.RUNNING, State.IDLE, State.GROUP_COMMUNICATION
 

@@ -2,12 +2,12 @@
 here (the `perfetto` package downloads its trace_processor_shell binary on first use, which needs the network)."""
 import json
 
-
 import chrome_checker
-from gpt2trace.testing import synthetic as syn
-from gpt2trace.interop.chrome_export import KERNEL_TID, MPI_TID, export_chrome
+
 from gpt2trace.format.reader import Trace, load
 from gpt2trace.format.schema import State
+from gpt2trace.interop.chrome_export import KERNEL_TID, MPI_TID, export_chrome
+from gpt2trace.testing import synthetic as syn
 
 
 def test_checker_passes_on_exports(tmp_path, real_trace, synthetic_path, mpi_zoo_path):

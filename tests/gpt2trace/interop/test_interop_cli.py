@@ -3,11 +3,11 @@ import json
 import subprocess
 import sys
 
+import chrome_checker
+import prv_checker
 import pytest
 from typer.testing import CliRunner
 
-import chrome_checker
-import prv_checker
 import gpt2trace
 from gpt2trace.format.schema import SCHEMA_VERSION
 

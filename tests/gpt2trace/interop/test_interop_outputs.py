@@ -1,10 +1,10 @@
 """Nothing is lost: the export and import functions never write one of their inputs, refuse an unwritable folder
 before any work, and write all their files or none (a full disk on a real small tmpfs leaves the previous files
 as they were and no temporary file behind)."""
-import pytest
-
 import chrome_checker
 import prv_checker
+import pytest
+
 from gpt2trace.format.errors import OutputError
 from gpt2trace.interop.chrome_export import export_chrome
 from gpt2trace.interop.paraver_export import export_paraver

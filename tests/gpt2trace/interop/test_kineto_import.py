@@ -141,9 +141,10 @@ def test_bad_input_is_one_line(tmp_path, content, words):
 
 
 def test_our_own_chrome_export_is_not_taken_for_a_profiler_trace(tmp_path):
+    from pathlib import Path
+
     from gpt2trace.cli.main import app
     from gpt2trace.interop.chrome_export import export_chrome
-    from pathlib import Path
     sample = Path(__file__).resolve().parents[3] / "sample_traces" / "tiny_1thread.parquet"
     export_chrome(sample, tmp_path / "ours.json")
     r = CliRunner().invoke(app, ["import", str(tmp_path / "ours.json"), "-o", str(tmp_path / "x.parquet")])
@@ -152,6 +153,7 @@ def test_our_own_chrome_export_is_not_taken_for_a_profiler_trace(tmp_path):
 
 def test_a_truncated_gzip_is_one_line(tmp_path, profiled):
     import gzip
+
     from gpt2trace.cli.main import app
     folder, _ = profiled
     data = gzip.compress((folder / "rank0.json").read_bytes())

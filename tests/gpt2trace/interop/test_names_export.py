@@ -2,8 +2,9 @@
 1 MB name), through both exports and back through the import."""
 import json
 
-import prv_checker
 import chrome_checker
+import prv_checker
+
 from gpt2trace.format import schema
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import State

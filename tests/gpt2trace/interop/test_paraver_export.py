@@ -4,17 +4,17 @@ from datetime import datetime
 from pathlib import Path
 
 import numpy as np
+import prv_checker
 import pyarrow as pa
 import pytest
 
-import prv_checker
-from gpt2trace.testing import synthetic as syn
 from gpt2trace.format.errors import TraceError
+from gpt2trace.format.reader import Trace
+from gpt2trace.format.schema import State
 from gpt2trace.interop.linesort import LineSorter
 from gpt2trace.interop.paraver_export import export_paraver
 from gpt2trace.interop.paraver_pcf import read_pcf
-from gpt2trace.format.reader import Trace
-from gpt2trace.format.schema import State
+from gpt2trace.testing import synthetic as syn
 
 US = 1e-6
 DATE = datetime(2024, 2, 1, 3, 4)

@@ -7,8 +7,8 @@ from typer.testing import CliRunner
 
 from analysis.analyze import analyze
 from gpt2trace.format.errors import TraceError
-from gpt2trace.interop.paraver_import import import_paraver, load_paraver
 from gpt2trace.format.schema import State
+from gpt2trace.interop.paraver_import import import_paraver, load_paraver
 
 HEAD = "#Paraver (01/01/2024 at 10:00):"
 

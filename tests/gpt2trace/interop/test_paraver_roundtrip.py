@@ -7,10 +7,10 @@ import pytest
 from typer.testing import CliRunner
 
 from analysis.analyze import analyze
-from gpt2trace.interop.paraver_export import export_paraver
-from gpt2trace.interop.paraver_import import import_paraver
 from gpt2trace import load
 from gpt2trace.format.reader import Trace
+from gpt2trace.interop.paraver_export import export_paraver
+from gpt2trace.interop.paraver_import import import_paraver
 
 
 def _same_analysis(original, exported_prv):

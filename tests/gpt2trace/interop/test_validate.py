@@ -1,10 +1,10 @@
 """What an export refuses before writing anything (`interop.validate`), and what it accepts: both formats, from a
 Parquet file (streamed, batch by batch) and from a trace in memory. Times are in ns (US = 1000 ns)."""
+import chrome_checker
+import prv_checker
 import pytest
 from typer.testing import CliRunner
 
-import chrome_checker
-import prv_checker
 from gpt2trace.format.errors import TraceError
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import State
@@ -91,7 +91,8 @@ def test_the_cli_says_it_in_one_line(tmp_path):
 ACCEPTED = [
     # a [0,4000] holds b [1000,2000], b holds a zero-length c at 1000; d duplicates b; e is zero-length at a's end
     [_base(), syn.kernel(0, 0, 0, 4 * US, "a"), syn.kernel(0, 0, 1 * US, 2 * US, "b"),
-     syn.kernel(0, 0, 1 * US, 1 * US, "c"), syn.kernel(0, 0, 1 * US, 2 * US, "d"), syn.kernel(0, 0, 4 * US, 4 * US, "e")],
+     syn.kernel(0, 0, 1 * US, 1 * US, "c"), syn.kernel(0, 0, 1 * US, 2 * US, "d"),
+     syn.kernel(0, 0, 4 * US, 4 * US, "e")],
     # back-to-back states with a zero-length one at their boundary
     [syn.state(0, 0, 0, 2 * US, RUN), syn.state(0, 0, 2 * US, 2 * US, IDLE), syn.state(0, 0, 2 * US, 4 * US, IDLE)],
     # records of different kinds or threads may cross: a kernel across a phase's end, another thread's kernel

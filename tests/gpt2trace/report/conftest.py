@@ -10,11 +10,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from report_traces import FILE_EVIL, KERNEL_EVIL, META_EVIL, MPI_EVIL, PHASE_EVIL
 
 from gpt2trace.format import schema
-from gpt2trace.testing import synthetic as syn
 from gpt2trace.format.schema import State
-from report_traces import FILE_EVIL, KERNEL_EVIL, META_EVIL, MPI_EVIL, PHASE_EVIL
+from gpt2trace.testing import synthetic as syn
 
 SCREENSHOTS = pytest.StashKey[Path]()
 REPO = Path(__file__).resolve().parents[3]

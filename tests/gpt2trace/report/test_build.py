@@ -8,9 +8,9 @@ import re
 import pytest
 from report_traces import KERNEL_EVIL, META_EVIL, MPI_EVIL, PHASE_EVIL
 
-from gpt2trace.testing import synthetic as syn
 from gpt2trace.format.reader import Trace, load
 from gpt2trace.report import build
+from gpt2trace.testing import synthetic as syn
 
 
 def page_data(html: str) -> dict:

@@ -4,8 +4,8 @@ import sys
 
 import pytest
 
-from gpt2trace.report import colors
 from gpt2trace.format.schema import State
+from gpt2trace.report import colors
 
 
 @pytest.mark.parametrize("state,color", [(State.IDLE, "#75c3ff"), (State.RUNNING, "#0000ff"),

@@ -3,8 +3,8 @@ the comments, then against a brute-force reference on random lanes."""
 import numpy as np
 import pytest
 
-from gpt2trace.report.lod import coverage, dominant, pyramid
 from gpt2trace.format.schema import State
+from gpt2trace.report.lod import coverage, dominant, pyramid
 
 IDLE, RUN, SYNC, FORK = State.IDLE, State.RUNNING, State.SYNCHRONIZATION, State.SCHEDULING_FORK_JOIN
 NCAT = 17

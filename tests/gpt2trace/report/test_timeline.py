@@ -5,10 +5,10 @@ import pytest
 
 from analysis.steps import steps_table
 from analysis.window import select
-from gpt2trace.testing import synthetic as syn
 from gpt2trace.format.reader import Trace
-from gpt2trace.report.timeline import build
 from gpt2trace.format.schema import END_NS, RANK, START_NS, STATE, Kind, State
+from gpt2trace.report.timeline import build
+from gpt2trace.testing import synthetic as syn
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def test_occupancy_levels_hold_the_running_time(two_ranks):
     tl = build(two_ranks, analyzed(two_ranks))
     states = two_ranks.records(Kind.STATE).to_pandas()
     run = states[states[STATE] == State.RUNNING]
-    for bins, bin_ns, values in tl.occupancy.levels:
+    for _bins, bin_ns, values in tl.occupancy.levels:
         for i, rank in enumerate(tl.occupancy.ranks):
             sel = run[run[RANK] == rank]
             # mean Running threads per bin x bin width = the rank's Running time

@@ -5,8 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainer.kernels.attention import (ROWS, attention_backward, attention_backward_ref, attention_forward,
-                                       attention_forward_ref, whole_sequence_positions)
+from trainer.kernels.attention import (
+    ROWS,
+    attention_backward,
+    attention_backward_ref,
+    attention_forward,
+    attention_forward_ref,
+    whole_sequence_positions,
+)
 from trainer.kernels.launch import NO_TRACE
 
 # Tolerances for float32 kernels (sgemm, expf) against the float64 reference. Values here are O(1) (inputs

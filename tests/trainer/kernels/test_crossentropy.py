@@ -5,8 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainer.kernels.crossentropy import (crossentropy_backward, crossentropy_backward_ref,
-                                          crossentropy_forward, crossentropy_forward_ref)
+from trainer.kernels.crossentropy import (
+    crossentropy_backward,
+    crossentropy_backward_ref,
+    crossentropy_forward,
+    crossentropy_forward_ref,
+)
 from trainer.kernels.launch import NO_TRACE
 
 # The kernel sees the same float32 logits as the float64 reference. It takes logit - max and exp in float32

@@ -4,8 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainer.kernels.encoder import (encoder_backward, encoder_backward_ref, encoder_forward,
-                                     encoder_forward_ref)
+from trainer.kernels.encoder import encoder_backward, encoder_backward_ref, encoder_forward, encoder_forward_ref
 from trainer.kernels.launch import NO_TRACE
 
 # The kernel sees the same float32 inputs the float64 reference does, so results differ only by float32

@@ -6,8 +6,12 @@ import numpy as np
 import pytest
 
 from trainer.kernels.launch import NO_TRACE
-from trainer.kernels.layernorm import (layernorm_backward, layernorm_backward_ref, layernorm_forward,
-                                       layernorm_forward_ref)
+from trainer.kernels.layernorm import (
+    layernorm_backward,
+    layernorm_backward_ref,
+    layernorm_forward,
+    layernorm_forward_ref,
+)
 
 # The kernel sees the same float32 inputs as the float64 reference; it sums rows in float64 and columns in
 # float32 (at most BT=12 terms here), so the difference is a few float32 roundings (~6e-8 relative each):

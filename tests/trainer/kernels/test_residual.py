@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 
 from trainer.kernels.launch import NO_TRACE
-from trainer.kernels.residual import (residual_backward, residual_backward_ref, residual_forward,
-                                      residual_forward_ref)
+from trainer.kernels.residual import residual_backward, residual_backward_ref, residual_forward, residual_forward_ref
 
 # One float32 add per element: the result is the float64 sum rounded once (<= 6e-8 relative), so rtol 1e-5
 # is loose; atol 1e-6 covers sums that cancel to near 0.

@@ -19,8 +19,8 @@ from mpi4py import MPI
 
 from trainer.config import DataLoading, DPSync, ParallelConfig, SPReduce, SPSplit, TrainConfig, model_config
 from trainer.data import TokenLoader, synthetic_corpus
-from trainer.errors import NonFiniteError
 from trainer.dp import Local, ScatterLoader, make_strategy
+from trainer.errors import NonFiniteError
 from trainer.launcher import Launcher
 from trainer.model import GPT2
 from trainer.parallel.grid import RankGrid

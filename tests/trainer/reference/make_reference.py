@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch_reference import GPT, load_flat, to_flat      # beside this script, whose folder is on sys.path
+from torch_reference import GPT, load_flat, to_flat  # beside this script, whose folder is on sys.path
 
 from trainer.checkpoint import write_checkpoint
 from trainer.config import MODELS, ModelConfig
