@@ -2,10 +2,12 @@
 file names that are not UTF-8."""
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
@@ -57,11 +59,11 @@ def test_parts_are_atomic_and_hidden_temporaries_are_ignored(tmp_path):
     writer.write(_table(["a"], [0], start=0))
     writer.write(_table(["a", "b"], [1], start=10))
     rank_dir = parts_dir(trace) / "rank00003"
-    assert sorted(p.name for p in rank_dir.iterdir()) == ["00000000.parquet", "00000001.parquet"]
+    assert sorted(p.name for p in rank_dir.iterdir()) == ["00000000.arrow", "00000001.arrow"]
     # what a SIGKILL in the middle of writing part 2 leaves: a half-written hidden temporary
-    (rank_dir / ".00000002.parquet.tmp").write_bytes(b"PAR1 half a part")
-    assert [p.name for p in part_files(parts_dir(trace))] == ["00000000.parquet", "00000001.parquet"]
-    read = pq.read_table(parts_dir(trace))                   # what a user reads after a crash
+    (rank_dir / ".00000002.arrow.tmp").write_bytes(b"ARROW1 half a part")
+    assert [p.name for p in part_files(parts_dir(trace))] == ["00000000.arrow", "00000001.arrow"]
+    read = ds.dataset(parts_dir(trace), format="arrow").to_table()                   # what a user reads after a crash
     assert read.num_rows == 6 and sorted(set(read.column(S.NAME).to_pylist()) - {None}) == ["a", "b"]
     assert writer.bytes == sum(p.stat().st_size for p in part_files(parts_dir(trace)))
 
@@ -84,6 +86,17 @@ def test_merge_unifies_dictionaries_keeps_order_and_metadata(tmp_path):
     starts = merged.column(S.START_NS).to_pylist()
     assert starts[:7] == sorted(starts[:7]) and starts[7:] == sorted(starts[7:])
     assert load(trace).run == {"model": {"n_layer": 2}} and load(trace).clock == {"source": "CLOCK_MONOTONIC"}
+
+
+def test_parquet_parts_of_an_earlier_version_are_still_merged(tmp_path):
+    trace = tmp_path / "trace.parquet"
+    rank_dir = parts_dir(trace) / "rank00000"
+    rank_dir.mkdir(parents=True)
+    pq.write_table(_table(["old"], [0], start=0), rank_dir / "00000000.parquet")   # as earlier versions wrote them
+    assert not clear_unfinished(trace)                       # a finished part, whatever its format, is kept
+    merged = recover(trace)
+    # 2 states + 1 kernel named "old"
+    assert merged.records == 3 and [n for n in pq.read_table(trace).column(S.NAME).to_pylist() if n] == ["old"]
 
 
 def test_merge_without_parts_names_the_directory(tmp_path):
@@ -125,7 +138,7 @@ def test_a_parts_folder_without_a_finished_part_is_nothing_to_recover_and_blocks
     trace = tmp_path / "trace.parquet"
     rank_dir = parts_dir(trace) / "rank00000"
     rank_dir.mkdir(parents=True)
-    (rank_dir / ".00000000.parquet.tmp").write_bytes(b"PAR1 cut off by a kill")
+    (rank_dir / ".00000000.arrow.tmp").write_bytes(b"ARROW1 cut off by a kill")
     with pytest.raises(TraceError, match="holds no finished part: the run stopped before it wrote its first one"):
         recover(trace)
     assert clear_unfinished(trace) and not parts_dir(trace).exists()
@@ -148,6 +161,7 @@ def test_merge_on_a_full_disk_leaves_the_parts_and_no_temporary(tmp_path, small_
     assert written and len(part_files(parts_dir(trace))) == len(written)
     assert not list(parts_dir(trace).rglob(".*"))           # the failed part's temporary is gone
     before = {p: p.stat().st_size for p in part_files(parts_dir(trace))}
+    _fill(disk / "filler")                                  # the parts' room left over could hold the merged file
     with pytest.raises(OutputError, match=r"cannot write .*trace.parquet: No space left on device; its parts are kept"):
         recover(trace)
     assert not trace.exists() and not list(disk.glob(".*"))  # no half-written trace, no temporary
@@ -187,3 +201,11 @@ def test_merge_lists_every_ranks_communicators(tmp_path):
         PartWriter(trace, rank, schema).write(_table(["a"], [0], rank=rank))
     merge_parts(trace)
     assert sorted(load(trace).communicators) == [0, 4, 6]
+
+
+def _fill(path):
+    """Take every byte left on path's file system."""
+    with open(path, "wb", buffering=0) as f:
+        with contextlib.suppress(OSError):
+            while f.write(b"\0" * 4096):
+                pass

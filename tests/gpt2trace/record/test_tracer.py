@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-import pyarrow.parquet as pq
+import pyarrow.feather as feather
 import pytest
 
 from gpt2trace.format import schema as S
@@ -64,8 +64,8 @@ def test_a_part_per_step_and_thread_numbering(tracer, tmp_path):
     _step(tracer, 1, main)
     tracer._thread.wait()                      # flush_every_s=0: each step's part is on disk when it returns...
     files = sorted((parts_dir(tmp_path / "trace.parquet") / "rank00000").iterdir())
-    assert [f.name for f in files] == ["00000000.parquet", "00000001.parquet"]
-    part0 = pq.read_table(files[0]).to_pandas()
+    assert [f.name for f in files] == ["00000000.arrow", "00000001.arrow"]
+    part0 = feather.read_table(files[0]).to_pandas()
     kernels = part0[part0[S.KIND] == S.Kind.KERNEL]
     # the main thread's OS id is thread 0, the first worker seen is thread 1; times are ns since the origin
     assert kernels[[S.THREAD, S.START_NS, S.END_NS]].values.tolist() == [[0, 12, 40], [1, 15, 50]]
@@ -75,7 +75,7 @@ def test_a_part_per_step_and_thread_numbering(tracer, tmp_path):
     assert counters[[S.NAME, S.STEP, S.VALUE]].values.tolist() == [["loss", 0, 2.5]]
     # rows grouped by kind, each kind in (thread, start) order
     assert list(dict.fromkeys(part0[S.KIND])) == [S.Kind.STATE, S.Kind.KERNEL, S.Kind.PHASE, S.Kind.COUNTER]
-    part1 = pq.read_table(files[1]).to_pandas()
+    part1 = feather.read_table(files[1]).to_pandas()
     flush = part1[part1[S.NAME] == FLUSH_PHASE]
     assert len(flush) == 1 and flush[S.STEP].isna().all() and FLUSH_PHASE in S.PHASES
 
@@ -136,7 +136,7 @@ def test_parts_are_cut_by_time_at_step_ends(tmp_path):
     tracer.close()
     files = part_files(parts_dir(tmp_path / "trace.parquet"))
     assert len(files) == 1 and tracer.steps_written == (0, 2)
-    part = pq.read_table(files[0]).to_pandas()
+    part = feather.read_table(files[0]).to_pandas()
     assert part[part[S.KIND] == S.Kind.COUNTER][S.STEP].tolist() == [0, 1, 2]
     # one trace_flush phase per step end, each in the window after it (here: the same, only window)
     assert (part[S.NAME] == FLUSH_PHASE).sum() == 3
@@ -166,7 +166,7 @@ def test_a_failing_writer_is_raised_on_the_loops_thread(tmp_path, readonly_dir):
     tracer = _tracer(readonly_dir / "trace.parquet")      # a read-only file system: the first part fails
     main = threading.get_native_id()
     # flush_every_s=0: step 0's part is written (and fails) before end_step returns
-    with pytest.raises(OutputError, match=r"cannot write the trace part .*00000000.parquet: Read-only file system"):
+    with pytest.raises(OutputError, match=r"cannot write the trace part .*00000000.arrow: Read-only file system"):
         _step(tracer, 0, main)
     with pytest.raises(OutputError):                       # close says so too, and nothing was left behind
         tracer.close()

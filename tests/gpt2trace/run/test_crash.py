@@ -11,7 +11,7 @@ import sys
 import time
 
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
+import pyarrow.dataset as ds
 import pytest
 from typer.testing import CliRunner
 
@@ -28,7 +28,7 @@ def _run_until_step(trace, k: int) -> None:
     cmd = [sys.executable, "-c", "from gpt2trace.cli.main import app; app()", "run", "--model", "tiny",
            "-B", "2", "-T", "16", "--threads", "2", "--steps", "100000", "--trace", str(trace), "--flush-every", "0"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    part = parts_dir(trace) / "rank00000" / f"{k:08d}.parquet"
+    part = parts_dir(trace) / "rank00000" / f"{k:08d}.arrow"
     deadline = time.monotonic() + STARTUP_S
     try:
         while not part.exists():
@@ -47,7 +47,7 @@ def test_sigkill_leaves_whole_steps(tmp_path):
     assert not trace.exists()
 
     # pyarrow reads the parts as they are (a write the kill interrupted is a hidden temporary, skipped)
-    table = pq.read_table(parts_dir(trace))
+    table = ds.dataset(parts_dir(trace), format="arrow").to_table()
     kind, step = table.column(S.KIND), table.column(S.STEP)
     counters = pc.value_counts(pc.filter(step, pc.equal(kind, S.Kind.COUNTER))).to_pylist()
     steps = sorted(c["values"] for c in counters)
@@ -90,7 +90,7 @@ def test_recover_with_nothing_to_recover_is_a_one_line_error(tmp_path, case, mak
 
 
 def test_recover_on_a_full_disk_is_one_line_and_writes_nothing(small_fs):
-    disk = small_fs(160)
+    disk = small_fs(1024)                     # room for step K's part (Arrow IPC, uncompressed: ~40 KiB a part)
     trace = disk / "trace.parquet"
     _run_until_step(trace, K)
     parts = {p: p.read_bytes() for p in part_files(parts_dir(trace))}
