@@ -2,28 +2,70 @@
 
 The launcher asks `slot(kernel, layer)` before each kernel call and passes the returned int64 view
 (nthreads + 1, 3) to the kernel, which fills it from inside Numba code (see trainer/kernels/launch.py).
-Per call, Python does one dict lookup, one tuple append and hands out a view made in advance: nothing is
-allocated but the tuple (~0.4 us a call), and the buffer grows only in the first steps.
+Per call, Python does one dict lookup, one addition and one list append, and hands out a view made in advance:
+nothing is allocated but a small int, and the buffer grows only in the first steps.
+
+A call's kernel and layer are one int (`_key`); its step and microstep are not stored per call but as the call
+index at which they changed (they change a few times a step, calls come by the hundred): the writer thread
+turns both into columns with a few NumPy operations instead of a Python loop over the calls.
 """
 from __future__ import annotations
 
-import itertools
+from dataclasses import dataclass
 
 import numpy as np
 
 NO_VALUE = -1
+_LAYER_BITS = 32          # a call's key: kernel id << 32, plus its layer (-1: none); key + 1 splits cleanly
+
+
+@dataclass(frozen=True)
+class Calls:
+    """The calls `KernelRecorder.take` returned: `keys` (kernel id and layer, one int a call) and `marks`,
+    (first call, step, microstep) where those changed, the first at call 0. `call_meta` makes them an array."""
+    keys: list[int]
+    marks: list[tuple[int, int, int]]
+
+    def __len__(self) -> int:
+        return len(self.keys)
 
 
 class KernelRecorder:
     def __init__(self, nthreads: int, capacity: int = 4096):
         self.nthreads = nthreads
         self.kernel_names: list[str] = []
-        self._kernel_ids: dict[str, int] = {}
-        self.step = NO_VALUE
-        self.microstep = NO_VALUE
+        self._kernel_keys: dict[str, int] = {}   # kernel name -> its id << _LAYER_BITS
+        self._step = NO_VALUE
+        self._microstep = NO_VALUE
         self.n = 0
-        self._calls: list[tuple[int, int, int, int]] = []   # kernel id, layer, step, microstep per call
+        self._keys: list[int] = []
+        self._marks = [(0, NO_VALUE, NO_VALUE)]
         self._alloc(capacity)
+
+    @property
+    def step(self) -> int:
+        return self._step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self._step = value
+        self._mark()
+
+    @property
+    def microstep(self) -> int:
+        return self._microstep
+
+    @microstep.setter
+    def microstep(self, value: int) -> None:
+        self._microstep = value
+        self._mark()
+
+    def _mark(self) -> None:
+        mark = (self.n, self._step, self._microstep)
+        if self._marks[-1][0] == self.n:       # no call since the last change: it applies to none
+            self._marks[-1] = mark
+        else:
+            self._marks.append(mark)
 
     def _alloc(self, capacity: int) -> None:
         self.times = np.zeros((capacity, self.nthreads + 1, 3), dtype=np.int64)
@@ -39,30 +81,40 @@ class KernelRecorder:
         i = self.n
         if i == len(self._slots):
             self._grow()
-        kid = self._kernel_ids.get(kernel)
-        if kid is None:
-            kid = self._kernel_ids[kernel] = len(self.kernel_names)
+        base = self._kernel_keys.get(kernel)
+        if base is None:
+            base = self._kernel_keys[kernel] = len(self.kernel_names) << _LAYER_BITS
             self.kernel_names.append(kernel)
-        self._calls.append((kid, layer, self.step, self.microstep))
+        self._keys.append(base + layer)
         self.n = i + 1
         return self._slots[i]
 
-    def take(self, upto: int | None = None) -> tuple[np.ndarray, list[tuple[int, int, int, int]]]:
+    def take(self, upto: int | None = None) -> tuple[np.ndarray, Calls]:
         """The first `upto` calls recorded since the last take (all by default): times (n, nthreads+1, 3) as a
-        copy, and their (kernel id, layer, step, microstep) tuples (`call_meta` makes them an array). Every slot
-        is reset for reuse, including the calls after `upto`, which are dropped (a step cut short).
+        copy, and their kernels, layers, steps and microsteps (`Calls`). Every slot is reset for reuse,
+        including the calls after `upto`, which are dropped (a step cut short).
 
         Runs on the training loop's thread at a window's end, so it only copies: ~30 us for the ~3,000 calls of
         0.5 s of the `small` model; the per-call conversion happens on the writer thread."""
         n = self.n if upto is None else min(upto, self.n)
         times = self.times[:n].copy()
         self.times[: self.n, 1:, 2] = NO_VALUE
-        calls, self._calls, self.n = self._calls[:n], [], 0
+        calls = Calls(self._keys[:n], [m for m in self._marks if m[0] < n])
+        self._keys, self.n = [], 0
+        self._marks = [(0, self._step, self._microstep)]
         return times, calls
 
 
-def call_meta(calls: list[tuple[int, int, int, int]]) -> np.ndarray:
-    """(n, 4) int32: kernel id, layer, step, microstep of each call `KernelRecorder.take` returned (flattened
-    first: half the time of np.array over the tuples, on the writer thread's ~3,000 calls a window)."""
-    flat = np.fromiter(itertools.chain.from_iterable(calls), dtype=np.int32, count=4 * len(calls))
-    return flat.reshape(len(calls), 4)
+def call_meta(calls: Calls) -> np.ndarray:
+    """(n, 4) int32: kernel id, layer, step, microstep of each call `KernelRecorder.take` returned."""
+    n = len(calls)
+    meta = np.empty((n, 4), dtype=np.int32)
+    keys = np.array(calls.keys, dtype=np.int64).reshape(n) + 1
+    meta[:, 0] = keys >> _LAYER_BITS
+    meta[:, 1] = (keys & ((1 << _LAYER_BITS) - 1)) - 1
+    if n:
+        first = [m[0] for m in calls.marks]
+        counts = np.diff(np.array(first + [n], dtype=np.int64))
+        meta[:, 2] = np.repeat(np.array([m[1] for m in calls.marks], dtype=np.int32), counts)
+        meta[:, 3] = np.repeat(np.array([m[2] for m in calls.marks], dtype=np.int32), counts)
+    return meta

@@ -38,7 +38,7 @@ import pyarrow as pa
 from gpt2trace.format import communicators as comms
 from gpt2trace.format import schema as S
 from gpt2trace.format.writer import KIND_CODES, NULL, PartWriter, records_table
-from gpt2trace.record.recorder import NO_VALUE, KernelRecorder, call_meta
+from gpt2trace.record.recorder import NO_VALUE, Calls, KernelRecorder, call_meta
 from gpt2trace.record.thread_states import blocks_of, thread_states
 from gpt2trace.record.writer_thread import WriterThread
 
@@ -69,7 +69,7 @@ class Window:
     start_ns: int
     end_ns: int
     times: np.ndarray
-    calls: list
+    calls: Calls
     phases: list
     counters: list
     comms: list

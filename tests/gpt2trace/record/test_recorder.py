@@ -65,4 +65,21 @@ def test_take_upto_drops_the_calls_after_it_and_resets_every_slot():
     times, calls = rec.take(upto=2)             # the third call belonged to a step cut short
     assert times[:, 0, 0].tolist() == [0, 10] and call_meta(calls)[:, 1].tolist() == [0, 1]
     assert rec.n == 0 and (rec.times[:3, 1:, 2] == NO_VALUE).all()
-    assert call_meta([]).shape == (0, 4)
+    assert call_meta(rec.take()[1]).shape == (0, 4)
+
+
+def test_step_changes_between_takes_and_without_calls():
+    rec = KernelRecorder(nthreads=1, capacity=4)
+    rec.step, rec.microstep = 0, 0
+    rec.slot("a", 2)
+    rec.microstep = 1
+    rec.step = NO_VALUE                         # changed twice with no call between: only the last counts
+    rec.step = 1
+    rec.slot("b", -1)
+    rec.slot("a", 70_000)                      # layers beyond 16 bits keep their value
+    _, calls = rec.take()
+    assert call_meta(calls).tolist() == [[0, 2, 0, 0], [1, -1, 1, 1], [0, 70_000, 1, 1]]
+    rec.slot("b", 0)                            # the next window starts in the step the last one ended in
+    rec.step = 2
+    _, calls = rec.take()
+    assert call_meta(calls).tolist() == [[1, 0, 1, 1]]
