@@ -18,7 +18,7 @@ start-up or memory placement. Per configuration:
   the traced wall time;
 - writer share: the writer thread's busy time (building and writing the parts, off the loop's critical path
   but on the same cores), over the traced wall time;
-- records per step, bytes per record (compressed, merged trace).
+- records per step, bytes per record (compressed, merged trace) and of the parts while the run goes.
 
 Prints a table and writes benchmarks/results/trace_overhead.json (a configuration measured again replaces its
 row), with the load average before and after each configuration.
@@ -73,7 +73,8 @@ def worker(model: str, B: int, T: int, threads: int, steps: int, blocks: int, tm
     train(m, data, replace(tcfg, steps=2), dp, observer=warm)
     warm.close()
     merge_parts(Path(tmp) / "warm.parquet").path.unlink()
-    out = {"blocks": [], "records": 0, "bytes": 0, "traced_steps": 0, "flush_ns": 0, "writer_ns": 0, "parts": 0}
+    out = {"blocks": [], "records": 0, "bytes": 0, "traced_steps": 0, "flush_ns": 0, "writer_ns": 0, "parts": 0,
+           "part_bytes": 0}
     for i in range(blocks):
         traced = (i % 4) in (0, 3)                               # A B B A: drift cancels in pairs
         path = Path(tmp) / f"block{i}.parquet"
@@ -85,6 +86,7 @@ def worker(model: str, B: int, T: int, threads: int, steps: int, blocks: int, tm
             tracer.close()
             wall = time.perf_counter_ns() - t0
             out["parts"] += tracer.writer.seq
+            out["part_bytes"] += tracer.writer.bytes
             out["writer_ns"] += tracer.writer_busy_ns
             merged = merge_parts(path)
             out["records"] += merged.records
@@ -126,6 +128,7 @@ def measure(name: str, blocks: int, steps: int, tmp: Path) -> dict:
             "overhead_pairs": [p - 1 for p in pairs],
             "flush_share": res["flush_ns"] / traced_wall_ns, "writer_share": res["writer_ns"] / traced_wall_ns,
             "parts": res["parts"], "records_per_step": per_step, "bytes_per_record": res["bytes"] / res["records"],
+            "part_bytes_per_record": res["part_bytes"] / res["records"],
             "blocks_ms_traced": traced, "blocks_ms_untraced": untraced}
 
 
@@ -153,12 +156,13 @@ def main() -> None:
         print(f"  {r['config']}: {' '.join(f'{x:.2f}' for x in r['load_before'])} -> "
               f"{' '.join(f'{x:.2f}' for x in r['load_after'])}")
     print(f"{'config':<7} {'threads':>7} {'traced ms':>10} {'untraced':>9} {'overhead':>9} {'pairs min..max':>16} "
-          f"{'flush %':>8} {'writer %':>9} {'rec/step':>9} {'B/rec':>6}")
+          f"{'flush %':>8} {'writer %':>9} {'rec/step':>9} {'B/rec':>6} {'part B/rec':>10}")
     for r in rows:
         lo, hi = min(r["overhead_pairs"]), max(r["overhead_pairs"])
         print(f"{r['config']:<7} {r['threads']:>7} {r['ms_traced']:>10.2f} {r['ms_untraced']:>9.2f} "
               f"{100 * r['overhead']:>8.2f}% {100 * lo:>7.2f}..{100 * hi:.2f}% {100 * r['flush_share']:>7.2f}% "
-              f"{100 * r['writer_share']:>8.2f}% {r['records_per_step']:>9.0f} {r['bytes_per_record']:>6.2f}")
+              f"{100 * r['writer_share']:>8.2f}% {r['records_per_step']:>9.0f} {r['bytes_per_record']:>6.2f} "
+              f"{r.get('part_bytes_per_record', float('nan')):>10.2f}")
     print("ms: block wall time / steps, median over blocks; overhead: traced/untraced - 1 (pairs: each traced block "
           "against its neighbour); flush: the tracer's time on the loop's thread; writer: the writer thread's busy "
           "time; both as a share of the traced wall time")

@@ -1,4 +1,4 @@
-"""The tracer of one rank: the trainer's Observer plus the kernel recorder, written to Parquet parts as it goes.
+"""The tracer of one rank: the trainer's Observer plus the kernel recorder, written to parts as it goes.
 
 Kernels time themselves (inside Numba, CLOCK_MONOTONIC); phases and counters are read here with
 time.monotonic_ns(), the same clock. All times in the trace are ns since the trace's origin (rank 0's start;
@@ -8,14 +8,15 @@ Windows and parts. The records since the last cut form the open window. At the e
 `flush_every_s` (0.5 s by default, gpt2trace.run.runner.TraceConfig) or more after the last cut, the window is
 closed and handed to the writer thread (gpt2trace.record.writer_thread), which builds its table and writes it as
 one part. So a part always holds whole steps, and the training loop pays only the hand-over (a copy of the
-recorder's slots, ~30 us) instead of building and writing a part every step (~1.7 ms a step on the `small`
-model, 10% of its step time); the writer spends ~200 ns a record, on another thread.
+recorder's slots, ~30 us) instead of building and writing a part every step (~0.75 ms a step on the `small`
+model, most of it a part's fixed cost); the writer spends ~105 ns a record (~60 building the table, ~45 writing
+it as an LZ4 Arrow IPC file), on another thread.
 
 What a kill loses. A SIGKILL at time t loses the open window and, if its write had not finished, the window
 being written (the writer takes a window only when the previous one is on disk): less than 2 x `flush_every_s`
 + two steps of completed steps, plus the step in progress; usually only the open window, a part's write taking
-~10 ms. `flush_every_s=0` writes every step's part before the next step starts (the loss is then only the
-step in progress), at ~1.7 ms a step on the loop's critical path. Ends other than a kill (`close`): a finished
+~3 ms. `flush_every_s=0` writes every step's part before the next step starts (the loss is then only the
+step in progress), at ~0.75 ms a step on the loop's critical path. Ends other than a kill (`close`): a finished
 run keeps everything; a run stopped by an error keeps every whole step and drops the step it was in.
 
 Each step's end is recorded as a `trace_flush` phase on the main thread, in the next window: the tracer's own
@@ -229,18 +230,16 @@ class Tracer:
         order = np.argsort(keys)
         self._tids, self._tid_index = keys[order], vals[order]
 
-    def _codes(self, names) -> np.ndarray:
+    def _codes(self, names: list[str]) -> np.ndarray:
         """Dictionary codes of names, adding the new ones to the trace's `name` dictionary."""
-        codes = np.empty(len(names), dtype=np.int32)
-        for i, n in enumerate(names):
-            c = self._name_codes.get(n)
-            if c is None:
-                c = self._name_codes[n] = len(self._names)
-                self._names.append(n)
-            codes[i] = c
-        if len(self._names) != len(self._names_array):
+        known = self._name_codes
+        new = [n for n in dict.fromkeys(names) if n not in known]
+        for n in new:
+            known[n] = len(self._names)
+            self._names.append(n)
+        if new:
             self._names_array = pa.array(self._names, type=pa.string())
-        return codes
+        return np.array([known[n] for n in names], dtype=np.int32).reshape(len(names))
 
     def _window_table(self, w: Window) -> pa.Table:
         times, meta = w.times, call_meta(w.calls)
@@ -255,7 +254,9 @@ class Tracer:
         # are all below the length read here).
         kernel_codes = self._codes(list(self.recorder.kernel_names))
         kmeta = meta[blocks.call]
-        korder = np.lexsort((blocks.start, blocks.thread))
+        # (thread, start) order: a thread's blocks come in call order, which is their start order (each block is
+        # clipped into its call's region, and a call's region starts after the previous one ended)
+        korder = np.argsort(blocks.thread, kind="stable")
         co = w.counters
         phase_arr = np.array([p[1:] for p in ph], dtype=np.int64).reshape(-1, 4)     # start end step microstep
         comm_arr = np.array([c[1:9] for c in cm], dtype=np.int64).reshape(-1, 8)     # start end step micro bytes..
