@@ -228,13 +228,24 @@ class _StepRange:
 
 
 def _read_schema(path: Path) -> pa.Schema:
-    with open(path, "rb") as f:
+    with _unreadable_part(path), open(path, "rb") as f:
         return pq.read_schema(f) if path.suffix == _LEGACY_PART_SUFFIX else ipc.open_file(f).schema
 
 
 def _read_table(path: Path) -> pa.Table:
-    with open(path, "rb") as f:
+    with _unreadable_part(path), open(path, "rb") as f:
         return pq.read_table(f) if path.suffix == _LEGACY_PART_SUFFIX else ipc.open_file(f).read_all()
+
+
+@contextlib.contextmanager
+def _unreadable_part(path: Path):
+    """A part we did not write (parts are renamed into place whole): a TraceError naming it, not a traceback."""
+    try:
+        yield
+    except pa.ArrowException as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise TraceError(f"{path}: not a readable trace part ({reason}); move it out of the folder to merge "
+                         "the others") from None
 
 
 def _remove(path: Path) -> None:

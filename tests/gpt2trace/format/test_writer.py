@@ -99,6 +99,17 @@ def test_parquet_parts_of_an_earlier_version_are_still_merged(tmp_path):
     assert merged.records == 3 and [n for n in pq.read_table(trace).column(S.NAME).to_pylist() if n] == ["old"]
 
 
+def test_a_damaged_part_is_named_and_nothing_is_written(tmp_path):
+    trace = tmp_path / "trace.parquet"
+    writer = PartWriter(trace, 0, SCHEMA)
+    writer.write(_table(["a"], [0]))
+    damaged = writer.write(_table(["b"], [0], start=10))
+    damaged.write_bytes(damaged.read_bytes()[:100])          # cut short by something other than us
+    with pytest.raises(TraceError, match=r"00000001.arrow: not a readable trace part .*move it out") as err:
+        recover(trace)
+    assert "\n" not in str(err.value) and not trace.exists() and len(part_files(parts_dir(trace))) == 2
+
+
 def test_merge_without_parts_names_the_directory(tmp_path):
     with pytest.raises(TraceError, match=r"trace.parquet.parts: no trace parts to merge"):
         merge_parts(tmp_path / "trace.parquet")
