@@ -17,7 +17,7 @@ start-up or memory placement. Per configuration:
   step end: the bookkeeping, the hand-over of a window to the writer thread, a wait if the writer lags), over
   the traced wall time;
 - writer share: the writer thread's busy time (building and writing the parts, off the loop's critical path
-  but on the same cores), over the traced wall time;
+  but on the same cores), over the traced wall time, and its CPU time (less when the cores are shared);
 - records per step, bytes per record (compressed, merged trace) and of the parts while the run goes.
 
 Prints a table and writes benchmarks/results/trace_overhead.json (a configuration measured again replaces its
@@ -73,8 +73,8 @@ def worker(model: str, B: int, T: int, threads: int, steps: int, blocks: int, tm
     train(m, data, replace(tcfg, steps=2), dp, observer=warm)
     warm.close()
     merge_parts(Path(tmp) / "warm.parquet").path.unlink()
-    out = {"blocks": [], "records": 0, "bytes": 0, "traced_steps": 0, "flush_ns": 0, "writer_ns": 0, "parts": 0,
-           "part_bytes": 0}
+    out = {"blocks": [], "records": 0, "bytes": 0, "traced_steps": 0, "flush_ns": 0, "writer_ns": 0,
+           "writer_cpu_ns": 0, "parts": 0, "part_bytes": 0}
     for i in range(blocks):
         traced = (i % 4) in (0, 3)                               # A B B A: drift cancels in pairs
         path = Path(tmp) / f"block{i}.parquet"
@@ -88,6 +88,7 @@ def worker(model: str, B: int, T: int, threads: int, steps: int, blocks: int, tm
             out["parts"] += tracer.writer.seq
             out["part_bytes"] += tracer.writer.bytes
             out["writer_ns"] += tracer.writer_busy_ns
+            out["writer_cpu_ns"] += tracer.writer_cpu_ns
             merged = merge_parts(path)
             out["records"] += merged.records
             out["bytes"] += path.stat().st_size
@@ -127,6 +128,7 @@ def measure(name: str, blocks: int, steps: int, tmp: Path) -> dict:
             "steps_per_block": steps, "ms_traced": on, "ms_untraced": off, "overhead": on / off - 1,
             "overhead_pairs": [p - 1 for p in pairs],
             "flush_share": res["flush_ns"] / traced_wall_ns, "writer_share": res["writer_ns"] / traced_wall_ns,
+            "writer_cpu_share": res["writer_cpu_ns"] / traced_wall_ns,
             "parts": res["parts"], "records_per_step": per_step, "bytes_per_record": res["bytes"] / res["records"],
             "part_bytes_per_record": res["part_bytes"] / res["records"],
             "blocks_ms_traced": traced, "blocks_ms_untraced": untraced}
@@ -156,16 +158,17 @@ def main() -> None:
         print(f"  {r['config']}: {' '.join(f'{x:.2f}' for x in r['load_before'])} -> "
               f"{' '.join(f'{x:.2f}' for x in r['load_after'])}")
     print(f"{'config':<7} {'threads':>7} {'traced ms':>10} {'untraced':>9} {'overhead':>9} {'pairs min..max':>16} "
-          f"{'flush %':>8} {'writer %':>9} {'rec/step':>9} {'B/rec':>6} {'part B/rec':>10}")
+          f"{'flush %':>8} {'writer %':>9} {'cpu %':>6} {'rec/step':>9} {'B/rec':>6} {'part B/rec':>10}")
     for r in rows:
         lo, hi = min(r["overhead_pairs"]), max(r["overhead_pairs"])
         print(f"{r['config']:<7} {r['threads']:>7} {r['ms_traced']:>10.2f} {r['ms_untraced']:>9.2f} "
               f"{100 * r['overhead']:>8.2f}% {100 * lo:>7.2f}..{100 * hi:.2f}% {100 * r['flush_share']:>7.2f}% "
-              f"{100 * r['writer_share']:>8.2f}% {r['records_per_step']:>9.0f} {r['bytes_per_record']:>6.2f} "
+              f"{100 * r['writer_share']:>8.2f}% {100 * r.get('writer_cpu_share', float('nan')):>5.2f}% "
+              f"{r['records_per_step']:>9.0f} {r['bytes_per_record']:>6.2f} "
               f"{r.get('part_bytes_per_record', float('nan')):>10.2f}")
     print("ms: block wall time / steps, median over blocks; overhead: traced/untraced - 1 (pairs: each traced block "
           "against its neighbour); flush: the tracer's time on the loop's thread; writer: the writer thread's busy "
-          "time; both as a share of the traced wall time")
+          "time (cpu: its CPU time); all as a share of the traced wall time")
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / "trace_overhead.json"
     previous = json.loads(out.read_text()) if out.exists() else {}

@@ -182,6 +182,11 @@ class Tracer:
         """Time the writer thread spent building and writing parts."""
         return self._thread.busy_ns
 
+    @property
+    def writer_cpu_ns(self) -> int:
+        """CPU time the writer thread spent building and writing parts."""
+        return self._thread.cpu_ns
+
     # -- windows --------------------------------------------------------------------------------------
     def _cut(self, end_ns: int, upto: _StepEnd | None) -> None:
         """Hand the window [start, end_ns) to the writer thread: everything, or only what precedes `upto`."""

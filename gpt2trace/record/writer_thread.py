@@ -28,7 +28,8 @@ class WriterThread(Generic[W]):
         self._busy = False
         self._closing = False
         self.error: BaseException | None = None
-        self.busy_ns = 0          # time spent building and writing parts (benchmarks/trace_overhead.py)
+        self.busy_ns = 0          # wall time spent building and writing parts (benchmarks/trace_overhead.py)
+        self.cpu_ns = 0           # CPU time of that (less than busy_ns when the cores are shared)
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
@@ -70,13 +71,14 @@ class WriterThread(Generic[W]):
                     return
                 window, self._pending, self._busy = self._pending, None, True
                 self._cv.notify_all()
-            t0 = time.perf_counter_ns()
+            t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
             try:
                 self._write(window)
             except BaseException as exc:   # kept for the loop's thread, which reports it
                 self.error = exc
             finally:
                 self.busy_ns += time.perf_counter_ns() - t0
+                self.cpu_ns += time.thread_time_ns() - c0
                 with self._cv:
                     self._busy = False
                     if self.error is not None:
