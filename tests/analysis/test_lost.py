@@ -1,6 +1,6 @@
 import pytest
+import random_traces
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from analysis import lost, pop
 from analysis.window import select
@@ -33,14 +33,7 @@ def test_lost_time_partition_hand_checked(fixture, expected, request):
         assert (out[key] is None) if value is None else out[key] == pytest.approx(value), key
 
 
-configs = st.builds(
-    synthetic.SyntheticConfig,
-    ranks=st.integers(1, 3), threads=st.integers(1, 4), steps=st.integers(1, 3), layers=st.integers(1, 2),
-    seed=st.integers(0, 10_000), noise=st.floats(0.0, 0.5), allreduce=st.booleans(),
-    serial_ns=st.integers(0, 300_000), transfer_ns=st.integers(0, 200_000),
-    late_rank=st.one_of(st.none(), st.tuples(st.just(0), st.floats(1.0, 3.0))),
-    slow_thread=st.one_of(st.none(), st.tuples(st.just(0), st.just(0), st.floats(1.0, 3.0))),
-)
+configs = random_traces.configs()
 
 
 @settings(max_examples=40, deadline=None)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
+import random_traces
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from analysis import pop
 from analysis.window import select
@@ -124,14 +124,7 @@ def test_efficiencies_with_no_useful_time_are_none():
     assert out["parallel_efficiency"] is None and out["mpi"]["load_balance"] is None
 
 
-configs = st.builds(
-    synthetic.SyntheticConfig,
-    ranks=st.integers(1, 3), threads=st.integers(1, 3), steps=st.integers(1, 4), layers=st.integers(1, 2),
-    seed=st.integers(0, 10_000), noise=st.floats(0.0, 0.5), allreduce=st.booleans(),
-    serial_ns=st.integers(0, 300_000), transfer_ns=st.integers(0, 200_000),
-    late_rank=st.one_of(st.none(), st.tuples(st.just(0), st.floats(1.0, 3.0))),
-    slow_thread=st.one_of(st.none(), st.tuples(st.just(0), st.just(0), st.floats(1.0, 3.0))),
-)
+configs = random_traces.configs(max_threads=3, max_steps=4)
 
 
 @settings(max_examples=40, deadline=None)
