@@ -10,19 +10,6 @@ from gpt2trace.format.schema import KIND, State
 from gpt2trace.testing import synthetic as syn
 
 
-@pytest.fixture(scope="module")
-def app():
-    from gpt2trace.cli.main import app
-    return app
-
-
-@pytest.fixture(scope="module")
-def trace_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("traces") / "trace.parquet"
-    syn.write(syn.generate(syn.SyntheticConfig(ranks=2, threads=2, steps=3, layers=1, late_rank=(1, 1.5))), path)
-    return path
-
-
 def _run(app, *args):
     return CliRunner().invoke(app, ["analyze", *map(str, args)])
 

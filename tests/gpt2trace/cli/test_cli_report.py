@@ -6,12 +6,6 @@ from gpt2trace.testing import synthetic as syn
 
 
 @pytest.fixture(scope="module")
-def app():
-    from gpt2trace.cli.main import app
-    return app
-
-
-@pytest.fixture(scope="module")
 def trace_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("traces") / "trace.parquet"
     syn.write(syn.generate(syn.SyntheticConfig(ranks=2, threads=2, steps=3, layers=1)), path)
