@@ -130,6 +130,12 @@ class SPReduce(str, Enum):
     reduce_scatter = "reduce-scatter"  # one MPI_Reduce_scatter_block: each rank receives only its own rows
 
 
+class PPSchedule(str, Enum):
+    """The order of a pipeline stage's micro-batch passes (trainer.parallel.schedule)."""
+    gpipe = "gpipe"     # every forward, then every backward (GPipe): M micro-batches of activations held
+    onef1b = "1f1b"     # warm-up forwards, one forward / one backward, cool-down (PipeDream-Flush): at most P held
+
+
 @dataclass(frozen=True)
 class ParallelConfig:
     threads: int = 1             # Numba threads per rank (our only intra-rank parallelism; BLAS runs on 1)
@@ -140,6 +146,10 @@ class ParallelConfig:
     sp: int = 1                  # ranks per sequence group (sequence parallelism); 1: whole sequences per rank
     sp_split: SPSplit = SPSplit.contiguous
     sp_reduce: SPReduce = SPReduce.allreduce
+    pp: int = 1                  # pipeline stages (pipeline parallelism); 1: every rank holds all layers
+    pp_schedule: PPSchedule = PPSchedule.onef1b
+    pp_layers: tuple[int, ...] | None = None   # layers per stage; None: balanced by compute (trainer.parallel.stages)
+    recompute: bool = False      # activation checkpointing: keep each layer's input, recompute it in backward
 
     def __post_init__(self) -> None:
         _check_int("threads", self.threads, 1)
@@ -150,3 +160,17 @@ class ParallelConfig:
         if self.ranks % self.sp:
             raise ConfigError("sp", self.sp, f"must divide the {self.ranks} ranks: each sequence group needs exactly "
                                              f"{self.sp} ranks; use a multiple of {self.sp} ranks")
+        _check_int("pp", self.pp, 1)
+        if self.ranks % (self.sp * self.pp):
+            raise ConfigError("pp", self.pp, f"times --sp {self.sp} must divide the {self.ranks} ranks: each pipeline "
+                                             f"needs exactly {self.sp * self.pp} ranks")
+        if self.pp_layers is not None:
+            if len(self.pp_layers) != self.pp:
+                raise ConfigError("pp_layers", ",".join(map(str, self.pp_layers)),
+                                  f"must list one layer count per stage ({self.pp} stages)")
+            for n in self.pp_layers:
+                _check_int("pp_layers", n, 1)
+        if self.pp > 1 and self.data_loading == DataLoading.scatter:
+            raise ConfigError("data_loading", self.data_loading.value,
+                              "scatter is not supported with pipeline parallelism; use local (each pipeline's "
+                              "first and last stage read their data-parallel shard)")

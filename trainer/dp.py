@@ -52,8 +52,21 @@ class Local:
     def grad_norm(self, model: GPT2) -> float | None:
         return self.opt.grad_norm(model.grads)
 
+    def grad_norm_sq(self, model: GPT2, skip: tuple[int, int] | None = None) -> float | None:
+        """The squared norm of the summed gradients outside the buffer range `skip` (a pipeline's last stage skips
+        its copy of the tied embedding, which stage 0 counts); None on a rank that does not hold the sum."""
+        return _norm_sq_outside(self.opt, model.grads, 0, skip)
+
     def update(self, model: GPT2, lr: float) -> None:
         self.opt.step(model.params, model.grads, lr)
+
+
+def _norm_sq_outside(opt, grads: np.ndarray, offset: int, skip: tuple[int, int] | None) -> float:
+    """Squared norm of `grads` (which start at buffer element `offset`) outside the buffer range `skip`."""
+    if skip is None:
+        return opt.grad_norm_sq(grads)
+    lo, hi = (min(max(x - offset, 0), len(grads)) for x in skip)
+    return sum(opt.grad_norm_sq(part) for part in (grads[:lo], grads[hi:]) if len(part))
 
 
 class _MPIBase(Local):
@@ -93,6 +106,9 @@ class ReduceBcast(_MPIBase):
 
     def grad_norm(self, model: GPT2) -> float | None:
         return self.opt.grad_norm(model.grads) if self.opt is not None else None  # only the root has the sum
+
+    def grad_norm_sq(self, model: GPT2, skip: tuple[int, int] | None = None) -> float | None:
+        return _norm_sq_outside(self.opt, model.grads, 0, skip) if self.opt is not None else None
 
     def update(self, model: GPT2, lr: float) -> None:
         if self.opt is not None:
@@ -138,6 +154,11 @@ class Zero1(_MPIBase):
         self.comm.Allreduce(self.MPI.IN_PLACE, self._norm, op=self.MPI.SUM)
         return float(np.sqrt(self._norm[0]))
 
+    def grad_norm_sq(self, model: GPT2, skip: tuple[int, int] | None = None) -> float | None:
+        self._norm[0] = _norm_sq_outside(self.opt, self.shard_grads, self.lo, skip)
+        self.comm.Allreduce(self.MPI.IN_PLACE, self._norm, op=self.MPI.SUM)
+        return float(self._norm[0])
+
     def update(self, model: GPT2, lr: float) -> None:
         self.opt.step(model.params[self.lo:self.hi], self.shard_grads, lr)
         self.comm.Allgatherv(self.MPI.IN_PLACE, [model.params, self.counts, self.displs, self.MPI.FLOAT])
@@ -155,6 +176,9 @@ class PlainComm:
     def Waitall(self, requests) -> None:
         from mpi4py import MPI
         MPI.Request.Waitall(requests)
+
+    def Wait(self, request) -> None:
+        request.Wait()
 
 
 STRATEGIES = {DPSync.allreduce: Allreduce, DPSync.reduce_bcast: ReduceBcast, DPSync.overlap: Overlap,

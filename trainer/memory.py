@@ -14,27 +14,59 @@ from dataclasses import dataclass
 
 from trainer.config import ModelConfig
 from trainer.errors import TrainerError
-from trainer.params import param_shapes
+from trainer.parallel.stages import Stage
+from trainer.params import ParamLayout
 
 FLOAT32 = 4
 
 
-def activation_shapes(cfg: ModelConfig, B: int, T: int, T_all: int | None = None) -> dict[str, tuple[int, ...]]:
-    """Forward activations of every layer (backward needs them all); T positions per sequence on this rank, of
-    T_all (default T) in the whole sequence."""
-    L, C, NH, Vp, BT = cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.padded_vocab_size, B * T
-    T_all = T if T_all is None else T_all
+def layer_activation_shapes(cfg: ModelConfig, B: int, T: int, T_all: int, L: int) -> dict[str, tuple[int, ...]]:
+    """Forward activations of L layers (leading dimension), each kept for its backward."""
+    C, NH, BT = cfg.n_embd, cfg.n_head, B * T
     return {
-        "encoded": (BT, C),
         "ln1": (L, BT, C), "ln1_mean": (L, BT), "ln1_rstd": (L, BT),
         "qkv": (L, B * T_all, 3 * C), "atty": (L, BT, C),
         "preatt": (L, B, NH, T, T_all), "att": (L, B, NH, T, T_all),
         "attproj": (L, BT, C), "residual2": (L, BT, C),
         "ln2": (L, BT, C), "ln2_mean": (L, BT), "ln2_rstd": (L, BT),
         "fch": (L, BT, 4 * C), "fch_gelu": (L, BT, 4 * C), "fcproj": (L, BT, C), "residual3": (L, BT, C),
-        "lnf": (BT, C), "lnf_mean": (BT,), "lnf_rstd": (BT,),
-        "logits": (BT, Vp), "probs": (BT, Vp), "losses": (BT,),
     }
+
+
+def head_activation_shapes(cfg: ModelConfig, B: int, T: int) -> dict[str, tuple[int, ...]]:
+    """The final LayerNorm's, the lm head's and the loss's activations (the last pipeline stage's)."""
+    C, Vp, BT = cfg.n_embd, cfg.padded_vocab_size, B * T
+    return {"lnf": (BT, C), "lnf_mean": (BT,), "lnf_rstd": (BT,), "logits": (BT, Vp), "probs": (BT, Vp),
+            "losses": (BT,)}
+
+
+def activation_shapes(cfg: ModelConfig, B: int, T: int, T_all: int | None = None,
+                      stage: Stage | None = None) -> dict[str, tuple[int, ...]]:
+    """Forward activations of every layer of the stage (backward needs them all) for one micro-batch; T positions
+    per sequence on this rank, of T_all (default T) in the whole sequence. `encoded` is the stage's input: the
+    embedding on the first stage, the activation received from the previous stage on the others."""
+    stage = stage or Stage.whole(cfg)
+    T_all = T if T_all is None else T_all
+    return {"encoded": (B * T, cfg.n_embd), **layer_activation_shapes(cfg, B, T, T_all, stage.n_layer),
+            **(head_activation_shapes(cfg, B, T) if stage.is_last else {})}
+
+
+def kept_shapes(cfg: ModelConfig, B: int, T: int, stage: Stage | None = None) -> dict[str, tuple[int, ...]]:
+    """With --recompute, what one micro-batch keeps from forward to backward: each layer's input (the stage input
+    and every layer's output), so backward can recompute the layer (Megatron's full activation checkpointing)."""
+    stage = stage or Stage.whole(cfg)
+    return {"encoded": (B * T, cfg.n_embd), "residual3": (stage.n_layer, B * T, cfg.n_embd)}
+
+
+def work_shapes(cfg: ModelConfig, B: int, T: int, T_all: int | None = None,
+                stage: Stage | None = None) -> dict[str, tuple[int, ...]]:
+    """With --recompute, one layer's activations (and the head's on the last stage), shared by every micro-batch:
+    forward computes each layer into it and keeps only the output; backward recomputes the layer into it."""
+    stage = stage or Stage.whole(cfg)
+    T_all = T if T_all is None else T_all
+    layer = layer_activation_shapes(cfg, B, T, T_all, 1)
+    del layer["residual3"]      # a layer's output goes to the micro-batch's kept residual3
+    return {**layer, **(head_activation_shapes(cfg, B, T) if stage.is_last else {})}
 
 
 def layer_grad_shapes(cfg: ModelConfig, B: int, T: int) -> dict[str, tuple[int, ...]]:
@@ -46,13 +78,14 @@ def layer_grad_shapes(cfg: ModelConfig, B: int, T: int) -> dict[str, tuple[int, 
     }
 
 
-def scratch_shapes(cfg: ModelConfig, B: int, T: int, T_all: int | None = None) -> dict[str, tuple[int, ...]]:
-    """Buffers outside the layers: the residual stream's gradient, final LayerNorm's and the logits' gradients,
-    attention scratch (overwritten per call)."""
+def scratch_shapes(cfg: ModelConfig, B: int, T: int, T_all: int | None = None,
+                   stage: Stage | None = None) -> dict[str, tuple[int, ...]]:
+    """Buffers outside the layers: the residual stream's gradient, final LayerNorm's and the logits' gradients
+    (last stage only), attention scratch (overwritten per call)."""
     C, NH, Vp, BT = cfg.n_embd, cfg.n_head, cfg.padded_vocab_size, B * T
     T_all = T if T_all is None else T_all
-    return {"dresidual": (BT, C), "dlnf": (BT, C), "dlogits": (BT, Vp), "dpreatt": (B, NH, T, T_all),
-            "datt": (B, NH, T, T_all)}
+    head = {"dlnf": (BT, C), "dlogits": (BT, Vp)} if (stage or Stage.whole(cfg)).is_last else {}
+    return {"dresidual": (BT, C), **head, "dpreatt": (B, NH, T, T_all), "datt": (B, NH, T, T_all)}
 
 
 def exchange_shapes(cfg: ModelConfig, B: int, T: int, S: int, own_rows: bool) -> dict[str, tuple[int, ...]]:
@@ -80,12 +113,27 @@ class MemoryEstimate:
         return self.training + self.activations
 
 
-def estimate(cfg: ModelConfig, B: int, T: int, S: int = 1, own_rows: bool = False) -> MemoryEstimate:
-    """One rank's memory; S ranks per sequence (`own_rows`: the reduce-scatter's extra buffer)."""
-    params = FLOAT32 * elements(param_shapes(cfg))
+def micro_batch_slots(stage: Stage, schedule: str, micro_batches: int) -> int:
+    """Micro-batches whose activations a stage holds at once: one without pipelining, all M under GPipe, at most
+    P - stage under 1F1B (its warm-up forwards plus the one in flight), the bound PipeDream-Flush is built for."""
+    if stage.count == 1:
+        return 1
+    return micro_batches if schedule == "gpipe" else min(stage.count - stage.index, micro_batches)
+
+
+def estimate(cfg: ModelConfig, B: int, T: int, S: int = 1, own_rows: bool = False, stage: Stage | None = None,
+             slots: int = 1, recompute: bool = False) -> MemoryEstimate:
+    """One rank's memory; S ranks per sequence (`own_rows`: the reduce-scatter's extra buffer), the pipeline
+    `stage` it holds, `slots` micro-batches of activations held at once, kept whole or (`recompute`) as layer
+    inputs plus one layer's work buffers."""
+    stage = stage or Stage.whole(cfg)
+    params = FLOAT32 * ParamLayout.for_stage(cfg, stage).size
     Tl = T // S
-    acts = FLOAT32 * (elements(activation_shapes(cfg, B, Tl, T)) + elements(layer_grad_shapes(cfg, B, Tl))
-                      + elements(scratch_shapes(cfg, B, Tl, T)) + elements(exchange_shapes(cfg, B, T, S, own_rows)))
+    per_slot = kept_shapes(cfg, B, Tl, stage) if recompute else activation_shapes(cfg, B, Tl, T, stage)
+    shared = elements(work_shapes(cfg, B, Tl, T, stage)) if recompute else 0
+    acts = FLOAT32 * (slots * elements(per_slot) + shared + elements(layer_grad_shapes(cfg, B, Tl))
+                      + elements(scratch_shapes(cfg, B, Tl, T, stage))
+                      + elements(exchange_shapes(cfg, B, T, S, own_rows)))
     return MemoryEstimate(params, 4 * params, acts)
 
 
@@ -119,9 +167,11 @@ def gib(n: int) -> str:
 
 
 def check_fits(cfg: ModelConfig, B: int, T: int, processes: int = 1, S: int = 1,
-               own_rows: bool = False) -> MemoryEstimate:
-    """The estimate, or a TrainerError when `processes` replicas of it do not fit in the available memory."""
-    need = estimate(cfg, B, T, S, own_rows)
+               own_rows: bool = False, stage: Stage | None = None, slots: int = 1,
+               recompute: bool = False) -> MemoryEstimate:
+    """The estimate, or a TrainerError when `processes` replicas of it do not fit in the available memory (with
+    pipelining, `stage` should be the stage that needs the most)."""
+    need = estimate(cfg, B, T, S, own_rows, stage, slots, recompute)
     have = available_bytes()
     if have is not None and processes * need.total > have:
         each = f"{processes} ranks x " if processes > 1 else ""

@@ -22,8 +22,9 @@ from trainer.kernels.matmul import matmul_backward, matmul_forward
 from trainer.kernels.residual import residual_backward, residual_forward
 from trainer.kernels.zero import zero_fill
 from trainer.launcher import Launcher
-from trainer.memory import activation_shapes, elements, layer_grad_shapes, scratch_shapes
+from trainer.memory import activation_shapes, elements, kept_shapes, layer_grad_shapes, scratch_shapes, work_shapes
 from trainer.parallel.sequence import WholeSequence
+from trainer.parallel.stages import Stage
 from trainer.params import ParamLayout
 
 NO_LAYER = -1  # layer id of kernels outside the transformer blocks (encoder, final LN, lm head, loss)
@@ -38,132 +39,200 @@ def _carve(flat: np.ndarray, shapes: dict[str, tuple[int, ...]]) -> dict[str, np
     return out
 
 
-class Activations:
-    """Forward activations (every layer) and one layer of activation gradients, each in one allocation; the
-    shapes are trainer.memory's, so its estimate is exactly what this allocates."""
+class Buffers:
+    """Named float32 arrays carved from one allocation; the shapes are trainer.memory's, so its estimate is
+    exactly what the model allocates."""
 
-    def __init__(self, cfg: ModelConfig, B: int, T: int, T_all: int | None = None):
-        # T: positions per sequence on this rank; T_all: in the whole sequence (the keys attention sees)
-        acts, layer_grads = activation_shapes(cfg, B, T, T_all), layer_grad_shapes(cfg, B, T)
-        self.flat = np.zeros(elements(acts), dtype=np.float32)
-        self.a = _carve(self.flat, acts)
-        # Gradients of one layer's activations; zeroed together before each layer's backward (kernels +=).
-        self.layer_flat = np.zeros(elements(layer_grads), dtype=np.float32)
-        self.g = _carve(self.layer_flat, layer_grads)
-        scratch = {name: np.zeros(shape, dtype=np.float32)
-                   for name, shape in scratch_shapes(cfg, B, T, T_all).items()}
-        self.dresidual = scratch["dresidual"]   # gradient of the residual stream
-        self.dlnf = scratch["dlnf"]
-        self.dlogits = scratch["dlogits"]
-        self.dpreatt = scratch["dpreatt"]       # attention scratch, overwritten per call
-        self.datt = scratch["datt"]
-        self.no_bias = np.zeros(1, dtype=np.float32)
+    def __init__(self, shapes: dict[str, tuple[int, ...]]):
+        self.flat = np.zeros(elements(shapes), dtype=np.float32)
+        self.a = _carve(self.flat, shapes)
 
     @property
     def nbytes(self) -> int:
-        return sum(x.nbytes for x in (self.flat, self.layer_flat, self.dresidual, self.dlnf, self.dlogits,
-                                      self.dpreatt, self.datt))
+        return self.flat.nbytes
+
+
+LAYER_ACTS = ("ln1", "ln1_mean", "ln1_rstd", "qkv", "atty", "preatt", "att", "attproj", "residual2", "ln2",
+              "ln2_mean", "ln2_rstd", "fch", "fch_gelu", "fcproj", "residual3")
 
 
 class GPT2:
-    """Parameters, gradients and activations of one model replica; forward/backward over a (B, T) batch.
+    """Parameters, gradients and activations of one model replica, or of one pipeline stage of it; forward and
+    backward over a (B, T) micro-batch.
 
     `seq` (trainer.parallel.sequence) is this rank's share of each sequence; by default all of it. self.T is the
     positions per sequence this rank holds (T/S under sequence parallelism), self.seq_len the whole T.
+    `stage` (trainer.parallel.stages) is the contiguous layers this rank holds, with the embeddings on the first
+    stage and the final LayerNorm, tied head and loss on the last; by default the whole model. A stage that is not
+    the first takes its input in `stage_input(slot)` (received from the previous stage); one that is not the last
+    leaves its output in `stage_output(slot)` and takes the gradient of it in `output_grad` before backward, and
+    backward leaves the gradient of its input in `input_grad`.
+    `slots` micro-batches can be between their forward and their backward at once (a pipeline schedule's bound);
+    each has its own activations. With `recompute`, a slot keeps only each layer's input, and backward recomputes
+    the layer into one shared layer of work buffers before differentiating it.
     """
 
     def __init__(self, cfg: ModelConfig, params: np.ndarray, B: int, T: int, run: Launcher,
-                 seq: WholeSequence | None = None):
+                 seq: WholeSequence | None = None, stage: Stage | None = None, slots: int = 1,
+                 recompute: bool = False):
         if T > cfg.max_seq_len:
             raise ValueError(f"sequence length T={T} exceeds the model's max_seq_len={cfg.max_seq_len}")
         self.seq = seq if seq is not None else WholeSequence(T)
         if self.seq.seq_len != T:
             raise ValueError(f"the sequence split is for T={self.seq.seq_len}, the model for T={T}")
         self.cfg, self.B, self.T, self.seq_len, self.run = cfg, B, self.seq.local_len, T, run
-        self.layout = ParamLayout.for_model(cfg)
+        self.stage = stage if stage is not None else Stage.whole(cfg)
+        self.layout = ParamLayout.for_stage(cfg, self.stage)
         self.params = params
         self.p = self.layout.views(params)
         self.grads, self.gp = self.layout.allocate()
-        self.acts = Activations(cfg, B, self.T, T)
-        run.may_hold_inf.append(self.acts.a["preatt"])
+        Tl, st = self.T, self.stage
+        kept = kept_shapes(cfg, B, Tl, st) if recompute else activation_shapes(cfg, B, Tl, T, st)
+        self.slots = [Buffers(kept) for _ in range(slots)]
+        self.work = Buffers(work_shapes(cfg, B, Tl, T, st)) if recompute else None
+        self.layer_grads = Buffers(layer_grad_shapes(cfg, B, Tl))     # one layer's, zeroed before each layer
+        self.g = self.layer_grads.a
+        self.scratch = Buffers(scratch_shapes(cfg, B, Tl, T, st))
+        self.dresidual = self.scratch.a["dresidual"]   # gradient of the residual stream
+        self.no_bias = np.zeros(1, dtype=np.float32)
+        self.inputs: list[np.ndarray | None] = [None] * slots    # each slot's tokens (first stage)
+        self.targets: list[np.ndarray | None] = [None] * slots   # and targets (last stage)
+        for b in self.slots + ([self.work] if self.work is not None else []):
+            if "preatt" in b.a:
+                run.may_hold_inf.append(b.a["preatt"])
 
-    def forward(self, inputs: np.ndarray, targets: np.ndarray) -> float:
-        """Mean loss over the batch; inputs/targets int32 (B, T) (this rank's positions). Keeps every activation
-        for backward."""
-        cfg, p, a, run, seq = self.cfg, self.p, self.acts.a, self.run, self.seq
-        B, NH = self.B, cfg.n_head
-        self.inputs = np.ascontiguousarray(inputs, dtype=np.int32).reshape(-1)    # (BT,)
-        self.targets = np.ascontiguousarray(targets, dtype=np.int32).reshape(-1)  # (BT,)
-        run(encoder_forward, NO_LAYER, a["encoded"], self.inputs, p["wte"], p["wpe"], seq.qpos)
-        residual = a["encoded"]
-        for l in range(cfg.n_layer):
-            run(layernorm_forward, l, a["ln1"][l], a["ln1_mean"][l], a["ln1_rstd"][l], residual,
-                p["ln1w"][l], p["ln1b"][l])
-            qkv = seq.local_rows(a["qkv"][l])   # this rank's rows of the layer's qkv
-            run(matmul_forward, l, qkv, a["ln1"][l], p["qkvw"][l], p["qkvb"][l], True)
-            seq.gather_qkv(a["qkv"][l])
-            run(attention_forward, l, a["atty"][l], a["preatt"][l], a["att"][l], qkv, a["qkv"][l], seq.qpos,
-                seq.kpos, B, NH)
-            run(matmul_forward, l, a["attproj"][l], a["atty"][l], p["attprojw"][l], p["attprojb"][l], True)
-            run(residual_forward, l, a["residual2"][l], residual, a["attproj"][l])
-            run(layernorm_forward, l, a["ln2"][l], a["ln2_mean"][l], a["ln2_rstd"][l], a["residual2"][l],
-                p["ln2w"][l], p["ln2b"][l])
-            run(matmul_forward, l, a["fch"][l], a["ln2"][l], p["fcw"][l], p["fcb"][l], True)
-            run(gelu_forward, l, a["fch_gelu"][l], a["fch"][l])
-            run(matmul_forward, l, a["fcproj"][l], a["fch_gelu"][l], p["fcprojw"][l], p["fcprojb"][l], True)
-            run(residual_forward, l, a["residual3"][l], a["residual2"][l], a["fcproj"][l])
-            residual = a["residual3"][l]
-        run(layernorm_forward, NO_LAYER, a["lnf"], a["lnf_mean"], a["lnf_rstd"], residual, p["lnfw"], p["lnfb"])
-        run(matmul_forward, NO_LAYER, a["logits"], a["lnf"], p["wte"], self.acts.no_bias, False)
-        run(crossentropy_forward, NO_LAYER, a["losses"], a["probs"], a["logits"], self.targets, cfg.vocab_size)
-        return float(a["losses"].mean(dtype=np.float64))
+    @property
+    def activation_bytes(self) -> int:
+        return sum(b.nbytes for b in self.slots + [self.work, self.layer_grads, self.scratch] if b is not None)
+
+    # -- what a pipeline stage exchanges -----------------------------------------------------------------
+    def stage_input(self, slot: int = 0) -> np.ndarray:
+        return self.slots[slot].a["encoded"]
+
+    def stage_output(self, slot: int = 0) -> np.ndarray:
+        return self.slots[slot].a["residual3"][self.stage.n_layer - 1]
+
+    @property
+    def output_grad(self) -> np.ndarray:
+        return self.dresidual
+
+    @property
+    def input_grad(self) -> np.ndarray:
+        return self.dresidual
+
+    # -- forward ------------------------------------------------------------------------------------------
+    def _layer_acts(self, slot: int, l: int) -> dict[str, np.ndarray]:
+        """Layer l's activations for the micro-batch in `slot`: its own, or with --recompute the shared work
+        buffers with the output going to the slot's kept residual3."""
+        kept = self.slots[slot].a
+        if self.work is None:
+            return {name: kept[name][l] for name in LAYER_ACTS}
+        w = self.work.a
+        return {**{name: w[name][0] for name in LAYER_ACTS if name != "residual3"}, "residual3": kept["residual3"][l]}
+
+    def _head_acts(self, slot: int) -> dict[str, np.ndarray]:
+        return (self.work if self.work is not None else self.slots[slot]).a
+
+    def forward(self, inputs: np.ndarray | None, targets: np.ndarray | None, slot: int = 0) -> float | None:
+        """Mean loss over the micro-batch (None on a stage without the loss); inputs/targets int32 (B, T) (this
+        rank's positions; inputs used on the first stage, targets on the last). Keeps what backward needs."""
+        cfg, p, run, seq, st = self.cfg, self.p, self.run, self.seq, self.stage
+        kept = self.slots[slot].a
+        if st.is_first:
+            self.inputs[slot] = np.ascontiguousarray(inputs, dtype=np.int32).reshape(-1)    # (BT,)
+            run(encoder_forward, NO_LAYER, kept["encoded"], self.inputs[slot], p["wte"], p["wpe"], seq.qpos)
+        residual = kept["encoded"]
+        for l in range(st.n_layer):
+            la = self._layer_acts(slot, l)
+            self._layer_forward(l, la, residual)
+            residual = la["residual3"]
+        if not st.is_last:
+            return None
+        self.targets[slot] = np.ascontiguousarray(targets, dtype=np.int32).reshape(-1)      # (BT,)
+        return self._head_forward(slot, residual)
+
+    def _layer_forward(self, l: int, la: dict[str, np.ndarray], residual: np.ndarray) -> None:
+        p, run, seq = self.p, self.run, self.seq
+        B, NH, gl = self.B, self.cfg.n_head, self.stage.first_layer + l     # gl: the model's layer, for traces
+        run(layernorm_forward, gl, la["ln1"], la["ln1_mean"], la["ln1_rstd"], residual, p["ln1w"][l], p["ln1b"][l])
+        qkv = seq.local_rows(la["qkv"])   # this rank's rows of the layer's qkv
+        run(matmul_forward, gl, qkv, la["ln1"], p["qkvw"][l], p["qkvb"][l], True)
+        seq.gather_qkv(la["qkv"])
+        run(attention_forward, gl, la["atty"], la["preatt"], la["att"], qkv, la["qkv"], seq.qpos, seq.kpos, B, NH)
+        run(matmul_forward, gl, la["attproj"], la["atty"], p["attprojw"][l], p["attprojb"][l], True)
+        run(residual_forward, gl, la["residual2"], residual, la["attproj"])
+        run(layernorm_forward, gl, la["ln2"], la["ln2_mean"], la["ln2_rstd"], la["residual2"], p["ln2w"][l],
+            p["ln2b"][l])
+        run(matmul_forward, gl, la["fch"], la["ln2"], p["fcw"][l], p["fcb"][l], True)
+        run(gelu_forward, gl, la["fch_gelu"], la["fch"])
+        run(matmul_forward, gl, la["fcproj"], la["fch_gelu"], p["fcprojw"][l], p["fcprojb"][l], True)
+        run(residual_forward, gl, la["residual3"], la["residual2"], la["fcproj"])
+
+    def _head_forward(self, slot: int, residual: np.ndarray) -> float:
+        p, run, h = self.p, self.run, self._head_acts(slot)
+        run(layernorm_forward, NO_LAYER, h["lnf"], h["lnf_mean"], h["lnf_rstd"], residual, p["lnfw"], p["lnfb"])
+        run(matmul_forward, NO_LAYER, h["logits"], h["lnf"], p["wte"], self.no_bias, False)
+        run(crossentropy_forward, NO_LAYER, h["losses"], h["probs"], h["logits"], self.targets[slot],
+            self.cfg.vocab_size)
+        return float(h["losses"].mean(dtype=np.float64))
 
     def zero_grad(self) -> None:
         self.run(zero_fill, NO_LAYER, self.grads)
 
-    def backward(self, loss_scale: float, after_layer: Callable[[GPT2, int], None] | None = None) -> None:
+    def backward(self, loss_scale: float, after_layer: Callable[[GPT2, int], None] | None = None,
+                 slot: int = 0) -> None:
         """Accumulate d(loss_scale * sum of per-token losses) into self.grads (call zero_grad first).
 
-        loss_scale = 1 / (B * T * grad_accum) gives the gradient of the mean loss over an optimizer step.
-        `after_layer(model, l)` is called as soon as layer l's parameter gradients are final (overlapped sync).
+        loss_scale = 1 / (B * T * grad_accum) gives the gradient of the mean loss over an optimizer step. On a
+        stage without the loss, `output_grad` must hold the gradient of the stage's output; on a stage without the
+        embedding, `input_grad` then holds the gradient of its input. `after_layer(model, l)` is called as soon as
+        layer l's (this stage's index) parameter gradients are final (overlapped sync).
         """
-        cfg, p, gp, a, run, seq = self.cfg, self.p, self.gp, self.acts.a, self.run, self.seq
-        acts, g = self.acts, self.acts.g
-        B, NH, L = self.B, cfg.n_head, cfg.n_layer
-        run(crossentropy_backward, NO_LAYER, acts.dlogits, a["probs"], self.targets, np.float32(loss_scale),
-            cfg.vocab_size)
-        run(zero_fill, NO_LAYER, acts.dlnf)
-        run(matmul_backward, NO_LAYER, acts.dlnf, gp["wte"], acts.no_bias, acts.dlogits, a["lnf"], p["wte"],
-            False)
-        dres = acts.dresidual  # d(output of the current layer), flows down the residual stream
-        run(zero_fill, NO_LAYER, dres)
-        run(layernorm_backward, NO_LAYER, dres, gp["lnfw"], gp["lnfb"], acts.dlnf, a["residual3"][L - 1],
-            p["lnfw"], a["lnf_mean"], a["lnf_rstd"])
+        cfg, p, gp, run, seq, st = self.cfg, self.p, self.gp, self.run, self.seq, self.stage
+        g, kept, sc = self.g, self.slots[slot].a, self.scratch.a
+        B, NH, L = self.B, cfg.n_head, st.n_layer
+        dres = self.dresidual  # d(output of the current layer), flows down the residual stream
+        if st.is_last:
+            h = self._head_acts(slot)
+            if self.work is not None:
+                self._head_forward(slot, kept["residual3"][L - 1])
+            run(crossentropy_backward, NO_LAYER, sc["dlogits"], h["probs"], self.targets[slot],
+                np.float32(loss_scale), cfg.vocab_size)
+            run(zero_fill, NO_LAYER, sc["dlnf"])
+            run(matmul_backward, NO_LAYER, sc["dlnf"], gp["wte"], self.no_bias, sc["dlogits"], h["lnf"], p["wte"],
+                False)
+            run(zero_fill, NO_LAYER, dres)
+            run(layernorm_backward, NO_LAYER, dres, gp["lnfw"], gp["lnfb"], sc["dlnf"], kept["residual3"][L - 1],
+                p["lnfw"], h["lnf_mean"], h["lnf_rstd"])
         for l in reversed(range(L)):
-            residual = a["encoded"] if l == 0 else a["residual3"][l - 1]
-            run(zero_fill, l, acts.layer_flat)
+            gl = st.first_layer + l
+            residual = kept["encoded"] if l == 0 else kept["residual3"][l - 1]
+            la = self._layer_acts(slot, l)
+            if self.work is not None:
+                self._layer_forward(l, la, residual)    # recompute the layer from its kept input
+            run(zero_fill, gl, self.layer_grads.flat)
             # residual3 = residual2 + fcproj
-            run(residual_backward, l, g["dres2"], g["dfcproj"], dres)
-            run(matmul_backward, l, g["dfch_gelu"], gp["fcprojw"][l], gp["fcprojb"][l], g["dfcproj"],
-                a["fch_gelu"][l], p["fcprojw"][l], True)
-            run(gelu_backward, l, g["dfch"], a["fch"][l], g["dfch_gelu"])
-            run(matmul_backward, l, g["dln2"], gp["fcw"][l], gp["fcb"][l], g["dfch"], a["ln2"][l], p["fcw"][l],
-                True)
-            run(layernorm_backward, l, g["dres2"], gp["ln2w"][l], gp["ln2b"][l], g["dln2"], a["residual2"][l],
-                p["ln2w"][l], a["ln2_mean"][l], a["ln2_rstd"][l])
+            run(residual_backward, gl, g["dres2"], g["dfcproj"], dres)
+            run(matmul_backward, gl, g["dfch_gelu"], gp["fcprojw"][l], gp["fcprojb"][l], g["dfcproj"],
+                la["fch_gelu"], p["fcprojw"][l], True)
+            run(gelu_backward, gl, g["dfch"], la["fch"], g["dfch_gelu"])
+            run(matmul_backward, gl, g["dln2"], gp["fcw"][l], gp["fcb"][l], g["dfch"], la["ln2"], p["fcw"][l], True)
+            run(layernorm_backward, gl, g["dres2"], gp["ln2w"][l], gp["ln2b"][l], g["dln2"], la["residual2"],
+                p["ln2w"][l], la["ln2_mean"], la["ln2_rstd"])
             # residual2 = residual + attproj: dres becomes d(residual), the layer below's output
-            run(zero_fill, l, dres)
-            run(residual_backward, l, dres, g["dattproj"], g["dres2"])
-            run(matmul_backward, l, g["datty"], gp["attprojw"][l], gp["attprojb"][l], g["dattproj"],
-                a["atty"][l], p["attprojw"][l], True)
-            dkv, dkoff = seq.kv_grads(l, g["dqkv"])
-            run(attention_backward, l, g["dqkv"], dkv, acts.dpreatt, acts.datt, g["datty"],
-                seq.local_rows(a["qkv"][l]), a["qkv"][l], a["att"][l], seq.qpos, seq.kpos, B, NH, dkoff)
-            seq.finish_kv_grads(l, g["dqkv"])
-            run(matmul_backward, l, g["dln1"], gp["qkvw"][l], gp["qkvb"][l], g["dqkv"], a["ln1"][l],
-                p["qkvw"][l], True)
-            run(layernorm_backward, l, dres, gp["ln1w"][l], gp["ln1b"][l], g["dln1"], residual, p["ln1w"][l],
-                a["ln1_mean"][l], a["ln1_rstd"][l])
+            run(zero_fill, gl, dres)
+            run(residual_backward, gl, dres, g["dattproj"], g["dres2"])
+            run(matmul_backward, gl, g["datty"], gp["attprojw"][l], gp["attprojb"][l], g["dattproj"], la["atty"],
+                p["attprojw"][l], True)
+            dkv, dkoff = seq.kv_grads(gl, g["dqkv"])
+            run(attention_backward, gl, g["dqkv"], dkv, sc["dpreatt"], sc["datt"], g["datty"],
+                seq.local_rows(la["qkv"]), la["qkv"], la["att"], seq.qpos, seq.kpos, B, NH, dkoff)
+            seq.finish_kv_grads(gl, g["dqkv"])
+            run(matmul_backward, gl, g["dln1"], gp["qkvw"][l], gp["qkvb"][l], g["dqkv"], la["ln1"], p["qkvw"][l],
+                True)
+            run(layernorm_backward, gl, dres, gp["ln1w"][l], gp["ln1b"][l], g["dln1"], residual, p["ln1w"][l],
+                la["ln1_mean"], la["ln1_rstd"])
             if after_layer is not None:
                 after_layer(self, l)
-        run(encoder_backward, NO_LAYER, gp["wte"], gp["wpe"], dres, self.inputs, seq.qpos)
+        if st.is_first:
+            run(encoder_backward, NO_LAYER, gp["wte"], gp["wpe"], dres, self.inputs[slot], seq.qpos)

@@ -20,8 +20,11 @@ class AdamW:
         self._partials = np.zeros(max(run.nthreads, 1), dtype=np.float64)
 
     def grad_norm(self, grads: np.ndarray) -> float:
+        return float(np.sqrt(self.grad_norm_sq(grads)))
+
+    def grad_norm_sq(self, grads: np.ndarray) -> float:
         self.run(grad_norm_squared, NO_LAYER, self._partials, grads)
-        return float(np.sqrt(self._partials.sum()))
+        return float(self._partials.sum())
 
     def step(self, params: np.ndarray, grads: np.ndarray, lr: float) -> None:
         c = self.tcfg

@@ -11,6 +11,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from trainer.config import ModelConfig
+from trainer.parallel.stages import Stage
 
 # llm.c's order: the checkpoint file stores the 16 tensors in exactly this sequence.
 PARAM_NAMES = (
@@ -41,28 +42,45 @@ NON_LAYER = ("wte", "wpe", "lnfw", "lnfb")
 PER_LAYER = tuple(n for n in PARAM_NAMES if n not in NON_LAYER)
 
 
+def stage_tensors(stage: Stage) -> tuple[str, ...]:
+    """The non-layer tensors a pipeline stage holds: the embeddings on the first, the final LayerNorm and the tied
+    head (a copy of wte) on the last; all four without pipelining."""
+    return tuple(n for n in NON_LAYER if (n in ("wte", "wpe") and stage.is_first)
+                 or (n in ("wte", "lnfw", "lnfb") and stage.is_last))
+
+
 @dataclass(frozen=True)
 class ParamLayout:
     """Where each named tensor lives in the flat buffer (in memory: layer-major, see above)."""
-    shapes: dict[str, tuple[int, ...]]
+    shapes: dict[str, tuple[int, ...]]   # the tensors held, in llm.c's order
     offsets: dict[str, int]          # first element of the tensor (of its layer-0 slice for per-layer tensors)
     n_layer: int
     layer_start: int                 # elements before layer 0's block: the non-layer tensors
     layer_stride: int                # elements per layer block
     size: int
+    first_layer: int = 0             # the model's index of this buffer's layer 0 (a pipeline stage's first layer)
 
     @classmethod
     def for_model(cls, cfg: ModelConfig) -> ParamLayout:
-        shapes = param_shapes(cfg)
+        return cls.for_stage(cfg, Stage.whole(cfg))
+
+    @classmethod
+    def for_stage(cls, cfg: ModelConfig, stage: Stage) -> ParamLayout:
+        """The tensors of one pipeline stage: its layers and the non-layer tensors it holds (stage_tensors)."""
+        full = param_shapes(cfg)
+        held = stage_tensors(stage)
+        shapes = {n: (full[n] if n in NON_LAYER else (stage.n_layer,) + full[n][1:])
+                  for n in PARAM_NAMES if n in held or n in PER_LAYER}
         offsets, pos = {}, 0
-        for name in NON_LAYER:
+        for name in held:
             offsets[name] = pos
             pos += int(np.prod(shapes[name]))
         layer_start, inner = pos, 0
         for name in PER_LAYER:
             offsets[name] = layer_start + inner
             inner += int(np.prod(shapes[name][1:]))
-        return cls(shapes, offsets, cfg.n_layer, layer_start, inner, layer_start + inner * cfg.n_layer)
+        return cls(shapes, offsets, stage.n_layer, layer_start, inner, layer_start + inner * stage.n_layer,
+                   stage.first_layer)
 
     def layer_range(self, layer: int) -> tuple[int, int]:
         """[lo, hi) of layer `layer`'s 12 tensors in the flat buffer."""
@@ -75,7 +93,7 @@ class ParamLayout:
             raise ValueError(f"flat buffer must be float32[{self.size}], got {flat.dtype}{list(flat.shape)}")
         out = {}
         item = flat.itemsize
-        for name in PARAM_NAMES:
+        for name in self.shapes:
             shape, off = self.shapes[name], self.offsets[name]
             if name in NON_LAYER:
                 out[name] = flat[off:off + int(np.prod(shape))].reshape(shape)
@@ -94,7 +112,7 @@ class ParamLayout:
         """Our flat buffer from one in llm.c's order (a checkpoint's body)."""
         flat, views = self.allocate()
         pos = 0
-        for name in PARAM_NAMES:
+        for name in self.shapes:
             n = int(np.prod(self.shapes[name]))
             views[name][...] = llmc[pos:pos + n].reshape(self.shapes[name])
             pos += n
@@ -103,7 +121,24 @@ class ParamLayout:
     def to_llmc(self, flat: np.ndarray) -> np.ndarray:
         """`flat` rearranged into llm.c's order (what a checkpoint stores)."""
         views = self.views(flat)
-        return np.concatenate([views[name].reshape(-1) for name in PARAM_NAMES])
+        return np.concatenate([views[name].reshape(-1) for name in self.shapes])
+
+    def take(self, whole: ParamLayout, flat: np.ndarray) -> np.ndarray:
+        """This stage's part (a new buffer in this layout) of `flat`, a buffer in the whole model's layout."""
+        mine, out = self.allocate()
+        src = whole.views(flat)
+        for name, view in out.items():
+            view[...] = src[name] if name in NON_LAYER else src[name][self.first_layer:self.first_layer + self.n_layer]
+        return mine
+
+    def put(self, whole: ParamLayout, flat: np.ndarray, into: np.ndarray) -> None:
+        """Copy `flat` (this stage's buffer) into its place in `into`, a buffer in the whole model's layout."""
+        dst = whole.views(into)
+        for name, view in self.views(flat).items():
+            if name in NON_LAYER:
+                dst[name][...] = view
+            else:
+                dst[name][self.first_layer:self.first_layer + self.n_layer] = view
 
 
 def init_params(cfg: ModelConfig, seed: int) -> np.ndarray:

@@ -133,24 +133,40 @@ class _NoSync:
 
 
 def train(model: GPT2, data: Batches, tcfg: TrainConfig, dp: DataParallel, *, observer: Observer | None = None,
-          on_step: Callable[[StepMetrics], None] | None = None) -> list[StepMetrics]:
+          on_step: Callable[[StepMetrics], None] | None = None, pipeline=None) -> list[StepMetrics]:
+    """`pipeline` (trainer.parallel.pipeline.Pipeline): this rank is one stage of a pipeline, whose schedule
+    replaces the plain loop over micro-batches."""
     obs = observer or NullObserver()
-    rank_tokens = model.B * model.T * tcfg.grad_accum   # the `tokens` counter: this rank's share
+    # the `tokens` counter: this rank's share; a pipeline's tokens are counted once, on its last stage
+    rank_tokens = model.B * model.T * tcfg.grad_accum
     tokens = rank_tokens * dp.ranks
+    if pipeline is not None and not model.stage.is_last:
+        rank_tokens = 0
     history = []
     for step in range(tcfg.steps):
         t0 = time.perf_counter_ns()
         obs.begin_step(step)
         step_data = _Recorded(data)
-        local_loss = _microsteps(model, step_data, step, tcfg, obs, dp)
+        if pipeline is None:
+            local_loss = _microsteps(model, step_data, step, tcfg, obs, dp)
+        else:
+            scale = 1.0 / (model.B * model.T * tcfg.grad_accum * dp.ranks)
+            local_loss = pipeline.run_step(step_data, step, obs, scale, dp.after_layer)
         with obs.phase(names.GRAD_SYNC):
+            if pipeline is not None:
+                pipeline.sync_tied()
             dp.sync(model)
             loss = dp.reduce_loss(local_loss)
+            if pipeline is not None:
+                loss = local_loss = pipeline.share_loss(loss)
         with obs.phase(names.OPTIMIZER):
-            gnorm = dp.grad_norm(model)
+            gnorm = dp.grad_norm(model) if pipeline is None else pipeline.grad_norm(dp, model)
             if not math.isfinite(local_loss) or (gnorm is not None and not math.isfinite(gnorm)):
-                raise _blame_non_finite(model, step_data, step, tcfg, "the loss" if not math.isfinite(local_loss)
-                                        else "the gradient norm", dp)
+                what = "the loss" if not math.isfinite(local_loss) else "the gradient norm"
+                if pipeline is not None:    # the checked re-run needs the whole model on one rank
+                    raise NonFiniteError(f"step {step}: {what} is not finite (pipeline stage {model.stage.index}); "
+                                         "lower --lr, or rerun with --pp 1 to name the kernel where NaN/inf appears")
+                raise _blame_non_finite(model, step_data, step, tcfg, what, dp)
             dp.update(model, tcfg.lr)
         counters = ((names.LOSS, loss), (names.LR, tcfg.lr), (names.GRAD_NORM, gnorm), (names.TOKENS, rank_tokens))
         for name, value in counters:

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from gpt2trace.cli.common import console, err_console, fail, plain
 from gpt2trace.run.runner import DEFAULT_TRACE
-from trainer.config import DataLoading, DPSync, SPReduce, SPSplit
+from trainer.config import DataLoading, DPSync, PPSchedule, SPReduce, SPSplit
 
 _MODEL_HELP = "GPT-2 config by name: d12 (124M), d24, d36, d48, small (the default, the demo), tiny (tests)."
 DEFAULT_MODEL = "small"
@@ -31,6 +31,7 @@ OPTIONS = {
     "weight_decay": "--weight-decay", "grad_accum": "--grad-accum", "seed": "--seed", "threads": "--threads",
     "ranks": "--ranks", "n_layer": "--n-layer", "n_head": "--n-head", "n_embd": "--n-embd",
     "vocab_size": "--vocab-size", "max_seq_len": "--max-seq-len", "flush_every_s": "--flush-every", "sp": "--sp",
+    "pp": "--pp", "pp_layers": "--pp-layers", "data_loading": "--data-loading",
 }
 _SIZE_OPTIONS = ("--n-layer", "--n-head", "--n-embd", "--vocab-size", "--max-seq-len")
 
@@ -68,6 +69,19 @@ def run(
     sp_reduce: Annotated[SPReduce, typer.Option(
         "--sp-reduce", help="How a sequence group sums key/value gradients after attention backward.")
     ] = SPReduce.allreduce,
+    pp: Annotated[int, typer.Option(
+        "--pp", help="Pipeline parallelism: stages per pipeline, each holding a contiguous range of layers; "
+                     "--ranks/(sp*pp) data-parallel pipelines. --grad-accum sets the micro-batches per step.")] = 1,
+    pp_schedule: Annotated[PPSchedule, typer.Option(
+        "--pp-schedule", help="gpipe: all forwards, then all backwards; 1f1b: one forward, one backward "
+                              "(activations of at most pp micro-batches held).")] = PPSchedule.onef1b,
+    pp_layers: Annotated[str | None, typer.Option(
+        "--pp-layers", show_default=False,
+        help="Layers per stage, e.g. 3,3,3,1 (default: balanced by compute, the lm head counted on the last "
+             "stage).")] = None,
+    recompute: Annotated[bool, typer.Option(
+        "--recompute", help="Activation checkpointing: keep each layer's input in forward, recompute the layer "
+                            "in backward.")] = False,
     seed: Annotated[int, typer.Option(help="Seed for initialization and the synthetic corpus (>= 0).")] = 1337,
     save: Annotated[Path | None, typer.Option(help="Write an llm.c checkpoint at the end.")] = None,
     metrics_json: Annotated[Path | None, typer.Option(
@@ -106,7 +120,8 @@ def run(
     try:
         threads = threads if threads is not None else max(1, cores // max(ranks, 1))
         cfg = _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay, grad_accum, threads,
-                      ranks, rank, dp_sync, data_loading, (sp, sp_split, sp_reduce), seed, save, metrics_json,
+                      ranks, rank, dp_sync, data_loading, (sp, sp_split, sp_reduce),
+                      (pp, pp_schedule, pp_layers, recompute), seed, save, metrics_json,
                       None if no_trace else trace, flush_every, sizes)
         check_run(cfg, processes_here=ranks if inside is None else 1, first_rank=rank == 0)
     except (TrainerError, OutputError) as exc:
@@ -129,9 +144,9 @@ def run(
 
 
 def _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay, grad_accum, threads, ranks, rank,
-            dp_sync, data_loading, sequence, seed, save, metrics_json, trace, flush_every, sizes):
+            dp_sync, data_loading, sequence, pipeline, seed, save, metrics_json, trace, flush_every, sizes):
     """The RunConfig the options describe (trainer.errors.ConfigError for a value out of range). `sequence` is
-    (--sp, --sp-split, --sp-reduce)."""
+    (--sp, --sp-split, --sp-reduce), `pipeline` (--pp, --pp-schedule, --pp-layers, --recompute)."""
     from gpt2trace.run.runner import RunConfig, TraceConfig
     from trainer.config import ModelConfig, ParallelConfig, TrainConfig, model_config
     from trainer.errors import TrainerError
@@ -156,10 +171,23 @@ def _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay
     tcfg = TrainConfig(batch_size=batch_size, seq_len=T, steps=steps, lr=lr, weight_decay=weight_decay,
                        grad_accum=grad_accum, seed=seed)
     sp, sp_split, sp_reduce = sequence
+    pp, pp_schedule, pp_layers, recompute = pipeline
     par = ParallelConfig(threads=threads, ranks=ranks, rank=rank, dp_sync=dp_sync, data_loading=data_loading,
-                         sp=sp, sp_split=sp_split, sp_reduce=sp_reduce)
+                         sp=sp, sp_split=sp_split, sp_reduce=sp_reduce, pp=pp, pp_schedule=pp_schedule,
+                         pp_layers=_layers(pp_layers), recompute=recompute)
     SequenceSplit(T, par.sp, par.sp_split)        # -T must be a multiple of --sp
     return RunConfig(mcfg, tcfg, par, TraceConfig(trace, flush_every), data, init_from, save, metrics_json)
+
+
+def _layers(text: str | None) -> tuple[int, ...] | None:
+    """--pp-layers "3,3,3,1" -> (3, 3, 3, 1)."""
+    from trainer.errors import ConfigError
+    if text is None:
+        return None
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ConfigError("pp_layers", text, "must be layer counts separated by commas, e.g. 3,3,3,1") from None
 
 
 def _message(exc: Exception) -> str:
@@ -191,7 +219,10 @@ def _train(cfg, rank: int) -> None:
                       + (f" ranks={par.ranks} dp-sync={par.dp_sync.value} data-loading={par.data_loading.value}"
                          if par.ranks > 1 else "")
                       + (f" sp={par.sp} ({par.sp_split.value}, {par.sp_reduce.value}): {t.seq_len // par.sp} "
-                         "positions per rank" if par.sp > 1 else ""))
+                         "positions per rank" if par.sp > 1 else "")
+                      + (f" pp={par.pp} ({par.pp_schedule.value}, {t.grad_accum} micro-batches)" if par.pp > 1
+                         else "")
+                      + (" recompute" if par.recompute else ""), markup=False)
 
     def on_step(metrics) -> None:
         progress.update(task, advance=1, description=f"loss {metrics.loss:.4f} | {metrics.ms:8.1f} ms/step | "

@@ -45,10 +45,19 @@ def check_run(cfg, processes_here: int = 1, first_rank: bool = True) -> ModelCon
     if cfg.data is not None:
         from trainer.data import read_tokens
         read_tokens(cfg.data)        # header and size (the token ids are checked against V when loading)
-    from trainer.memory import check_fits
-    par = cfg.parallel
-    check_fits(model, cfg.train.batch_size, cfg.train.seq_len, processes_here, par.sp,
-               own_rows=par.sp_reduce == SPReduce.reduce_scatter)
+    from trainer.memory import check_fits, estimate, micro_batch_slots
+    from trainer.parallel.stages import plan
+    par, B, T = cfg.parallel, cfg.train.batch_size, cfg.train.seq_len
+    own_rows = par.sp_reduce == SPReduce.reduce_scatter
+    stages = plan(model, T, par.pp, par.pp_layers)     # the stage split's own errors (too many stages, sums)
+
+    def need(stage):
+        slots = micro_batch_slots(stage, par.pp_schedule.value, cfg.train.grad_accum)
+        return stage, slots, estimate(model, B, T, par.sp, own_rows, stage, slots, par.recompute).total
+
+    stage, slots, _ = max((need(s) for s in stages), key=lambda x: x[2])   # every rank is checked for the largest
+    check_fits(model, B, T, processes_here, par.sp, own_rows=own_rows, stage=stage, slots=slots,
+               recompute=par.recompute)
     return model
 
 

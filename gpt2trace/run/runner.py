@@ -80,7 +80,15 @@ def run_config_json(cfg: RunConfig, num_parameters: int) -> dict:
         "trace": {"path": str(cfg.trace.path) if cfg.trace.path else None, "flush_every_s": cfg.trace.flush_every_s},
         "data": str(cfg.data) if cfg.data else "synthetic",
         "init_from": str(cfg.init_from) if cfg.init_from else None,
+        **({"pipeline": pipeline_json(cfg)} if cfg.parallel.pp > 1 else {}),
     }
+
+
+def pipeline_json(cfg: RunConfig) -> dict:
+    """The stages' layers, for analyses: [first layer, layers] per stage, in stage order."""
+    from trainer.parallel.stages import plan
+    stages = plan(cfg.model, cfg.train.seq_len, cfg.parallel.pp, cfg.parallel.pp_layers)
+    return {"stages": [[s.first_layer, s.n_layer] for s in stages]}
 
 
 def _load_data(cfg: RunConfig, model: ModelConfig, grid, split, traced_comm):
@@ -148,8 +156,8 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
     from trainer.checkpoint import read_checkpoint
     from trainer.dp import make_strategy
     from trainer.launcher import Launcher
-    from trainer.model import GPT2
     from trainer.parallel.grid import RankGrid
+    from trainer.parallel.pipeline import build_stage
     from trainer.parallel.sequence import make_sequence
     from trainer.parallel.split import SequenceSplit
     from trainer.params import init_params
@@ -172,12 +180,12 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
     grid = RankGrid.build(par, traced)
     split = SequenceSplit(T, par.sp, par.sp_split)
     seq = make_sequence(split, grid, B, model_cfg, launcher, par.sp_reduce)
-    model = GPT2(model_cfg, params, B, T, launcher, seq=seq)
+    model, pipeline = build_stage(model_cfg, params, par, cfg.train, grid, seq, launcher)
     loader = _load_data(cfg, model_cfg, grid, split, traced)
     dp = make_strategy(par.dp_sync, model, cfg.train, launcher, grid.grad_comm)
     if on_start is not None:
         on_start({"model": model_cfg, "num_parameters": params.size,
-                  "activations_bytes": model.acts.nbytes + seq.nbytes})
+                  "activations_bytes": model.activation_bytes + seq.nbytes})
 
     history = []
     metrics = MetricsLog(cfg.metrics_json) if cfg.metrics_json is not None and rank == 0 else None
@@ -196,12 +204,14 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
                                       signals, comm)
         trained, saved, interrupted = False, False, None
         try:
-            train(model, loader, cfg.train, dp, observer=observer, on_step=step_done)
+            train(model, loader, cfg.train, dp, observer=observer, on_step=step_done, pipeline=pipeline)
             trained = True
-            if cfg.save is not None and rank == 0:
+            if cfg.save is not None:
                 with observer.phase(names.CHECKPOINT):
-                    _save(cfg.save, model_cfg, model.params)
-                saved = True
+                    whole = model.params if pipeline is None else _gather(pipeline, model, grid, model_cfg)
+                    if rank == 0:
+                        _save(cfg.save, model_cfg, whole)
+                saved = rank == 0
         except Interrupted as stop:
             if not (trained or stop.at_step_boundary):
                 _end(session, metrics, False, on_trace)
@@ -215,6 +225,15 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
         except Interrupted as stop:   # a second signal while merging: the parts stay (on_trace heard so)
             raise Interrupted(stop.signum, at_step_boundary=True, after_training=True) from None
     return RunResult(history, kept if rank == 0 else None, params.size, interrupted, saved)
+
+
+def _gather(pipeline, model, grid, model_cfg: ModelConfig):
+    """The whole model's parameters on world rank 0, from the stages of its pipeline (its data-parallel and
+    sequence replicas hold the same)."""
+    from trainer.params import ParamLayout
+    if grid.coords["dp"] != 0 or grid.coords["sp"] != 0:
+        return None
+    return pipeline.gather(model.params, ParamLayout.for_model(model_cfg), model_cfg)
 
 
 def _end(session, metrics, whole_run: bool, on_trace: Callable | None):

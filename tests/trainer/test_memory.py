@@ -27,11 +27,11 @@ def test_the_tiny_models_estimate_by_hand():
 
 @pytest.mark.parametrize("B,T", [(2, 16), (3, 7)])
 def test_the_estimate_is_what_the_model_allocates(B, T):
-    from trainer.model import Activations
-    acts = Activations(TINY, B, T)
-    allocated = acts.flat.nbytes + acts.layer_flat.nbytes + sum(
-        a.nbytes for a in (acts.dresidual, acts.dlnf, acts.dlogits, acts.dpreatt, acts.datt))
-    assert estimate(TINY, B, T).activations == allocated
+    from trainer.launcher import Launcher
+    from trainer.model import GPT2
+    from trainer.params import init_params
+    model = GPT2(TINY, init_params(TINY, 1), B, T, Launcher(1))
+    assert estimate(TINY, B, T).activations == model.activation_bytes
 
 
 def test_the_sequence_parallel_estimate_by_hand():
@@ -62,7 +62,7 @@ def test_the_sequence_parallel_estimate_is_what_a_rank_allocates(S, own_rows):
     seq = SequenceParallel(SequenceSplit(16, S), 0, 2, TINY, Launcher(1), OneGroup(),
                            SPReduce.reduce_scatter if own_rows else SPReduce.allreduce)
     model = GPT2(TINY, init_params(TINY, 1), 2, 16, Launcher(1), seq=seq)
-    assert estimate(TINY, 2, 16, S, own_rows).activations == model.acts.nbytes + seq.nbytes
+    assert estimate(TINY, 2, 16, S, own_rows).activations == model.activation_bytes + seq.nbytes
 
 
 def test_a_run_that_does_not_fit_is_refused_with_the_estimate(monkeypatch):

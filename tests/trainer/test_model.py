@@ -50,7 +50,7 @@ def test_forward_matches_reference_logits_and_loss(ref, nthreads):
     state = ref[0]
     m = _model(ref, nthreads)
     loss = m.forward(state["x"], state["y"])
-    logits = m.acts.a["logits"].reshape(state["logits"].shape)
+    logits = m.slots[0].a["logits"].reshape(state["logits"].shape)
     np.testing.assert_allclose(logits, state["logits"], rtol=0, atol=LOGITS_ATOL)
     assert loss == pytest.approx(float(state["loss"]), abs=LOSS_ATOL)
 

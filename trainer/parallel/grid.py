@@ -1,12 +1,15 @@
 """The rank grid: where each MPI rank sits among the parallel dimensions, its groups, and their communicators.
 
-Dimensions are listed fastest-varying first, as Megatron-LM lays ranks out: sp (the ranks of one sequence group
-are neighbours, so `mpiexec` places them on one node, where their per-layer collectives are cheapest), then dp:
+Dimensions are listed fastest-varying first: sp (the ranks of one sequence group are neighbours, so `mpiexec`
+places them on one node, where their per-layer collectives are cheapest), then pp (a pipeline's stages next to each
+other: their point-to-point messages stay on the node as long as a pipeline fits), then dp:
 
-    rank = dp_index * sp + sp_index           e.g. 4 ranks, sp=2:  sp groups {0,1} {2,3},  dp groups {0,2} {1,3}
+    rank = (dp_index * pp + pp_index) * sp + sp_index
+    e.g. 4 ranks, sp=2:  sp groups {0,1} {2,3},  dp groups {0,2} {1,3}
+         4 ranks, pp=2:  pipelines {0,1} {2,3} (stage = pp index),  dp groups {0,2} {1,3}
 
-Pipeline and tensor parallelism add dimensions to `GridLayout.from_config` (tp fastest, as in Megatron), not
-special cases elsewhere. `GridLayout` is pure data, the same on every rank; `RankGrid` adds this rank's
+Tensor parallelism will add a dimension to `GridLayout.from_config` (tp fastest, as in Megatron), not special cases
+elsewhere. `GridLayout` is pure data, the same on every rank; `RankGrid` adds this rank's
 communicators, split once from the world communicator at start-up. MPI_Comm_split is collective, so every rank
 builds the grid at the same point, and the communicators are created in the same order everywhere.
 """
@@ -19,10 +22,13 @@ from trainer.config import ParallelConfig, SPReduce, SPSplit
 
 # Communicator names (traces show them; gpt2trace/format/communicators.py describes them in words, and
 # tests/gpt2trace/format/test_communicators.py holds the two equal). "sp>=i": a sequence group's ranks from i on.
-SP, DP, TAIL = "sp", "dp", ">="
+SP, PP, DP, TAIL = "sp", "pp", "dp", ">="
 # The ranks that hold the same parameters and sum their gradients: Megatron's data-parallel group "with context
-# parallel", over which every --dp-sync strategy (ZeRO-1's shards included) runs.
+# parallel", over which every --dp-sync strategy (ZeRO-1's shards included) runs; "grad" names its communicator
+# when it is neither the world nor the dp group. "embed": each pipeline's first and last stage, which both hold the
+# tied token embedding and sum its gradient (Megatron's embedding group).
 GRAD_DIMS = (SP, DP)
+GRAD, EMBED = "grad", "embed"
 
 
 @dataclass(frozen=True)
@@ -32,7 +38,7 @@ class GridLayout:
 
     @classmethod
     def from_config(cls, par: ParallelConfig) -> GridLayout:
-        return cls(((SP, par.sp), (DP, par.ranks // par.sp)))
+        return cls(((SP, par.sp), (PP, par.pp), (DP, par.ranks // (par.sp * par.pp))))
 
     @property
     def size(self) -> int:
@@ -78,7 +84,9 @@ class RankGrid:
     comm(dim)   the communicator of this rank's group along `dim`, for every dimension of degree > 1 that is not
                 the whole world (None otherwise)
     grad_comm   the communicator over GRAD_DIMS that data-parallel strategies sum gradients on: the world itself
-                while sp and dp are the only dimensions (so pure data-parallel runs trace as they always did)
+                while sp and dp are the only dimensions (so pure data-parallel runs trace as they always did);
+                None when this rank is alone in it
+    embed       with pipelining, the communicator of this pipeline's first and last stage (None elsewhere)
     sp_tails    contiguous split with rooted reduces: sp_tails[i] is the communicator of sequence ranks >= i
                 (1 <= i <= S-2; None on ranks < i), over which root i reduces: earlier positions never attend
                 to i's tokens, so ranks < i have nothing to add
@@ -93,7 +101,7 @@ class RankGrid:
 
     @classmethod
     def single(cls) -> RankGrid:
-        return cls(GridLayout(((SP, 1), (DP, 1))), 0)
+        return cls(GridLayout(((SP, 1), (PP, 1), (DP, 1))), 0)
 
     @classmethod
     def build(cls, par: ParallelConfig, world) -> RankGrid:
@@ -109,10 +117,24 @@ class RankGrid:
         rank = world.Get_rank()
         comms = {}
         for dim, degree in layout.dims:
-            if 1 < degree < layout.size or (dim == SP and degree > 1):
-                # sp gets its own communicator even when it is the whole world: its collectives are then told
+            if 1 < degree < layout.size or (dim in (SP, PP) and degree > 1):
+                # sp and pp get their own communicator even when it is the whole world: their calls are then told
                 # apart from the gradient sync's, which runs on the world
                 comms[dim] = _split(world, layout.groups((dim,)), rank, layout.coords(rank)[dim], dim)
+        pp = layout.degree(PP)
+        if pp > 1:
+            grad_size = layout.degree(SP) * layout.degree(DP)
+            if layout.degree(SP) > 1 and layout.degree(DP) > 1:
+                comms[GRAD] = _split(world, layout.groups(GRAD_DIMS), rank, layout.rank_of(
+                    {**layout.coords(rank), PP: 0}), GRAD)
+            elif grad_size > 1:
+                comms[GRAD] = comms[SP if layout.degree(SP) > 1 else DP]
+            stage = layout.coords(rank)[PP]
+            ends = stage in (0, pp - 1)
+            embed = world.Split(rank - stage * layout.degree(SP) if ends else _undefined(), stage)
+            if ends:
+                embed.Set_name(EMBED)
+                comms[EMBED] = embed
         grid = cls(layout, rank, world, comms)
         if par.sp_split == SPSplit.contiguous and par.sp_reduce == SPReduce.reduce:
             sp, index = grid.comm(SP), grid.coords[SP]
@@ -135,12 +157,17 @@ class RankGrid:
 
     @property
     def grad_comm(self):
-        return self.world
+        return self.world if self.degree(PP) == 1 else self._comms.get(GRAD)
+
+    @property
+    def embed(self):
+        return self._comms.get(EMBED)
 
     def communicators(self) -> dict[str, object]:
         """Every communicator this rank uses, by name (world first)."""
         out = {"world": self.world} if self.world is not None else {}
-        out.update(self._comms)
+        out.update({k: c for k, c in self._comms.items()
+                    if k != GRAD or not any(c is v for n, v in self._comms.items() if n != GRAD)})
         out.update({f"{SP}{TAIL}{i}": c for i, c in self.sp_tails.items()})
         return out
 
