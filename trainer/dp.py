@@ -165,7 +165,8 @@ class Zero1(_MPIBase):
 
 
 class PlainComm:
-    """An mpi4py communicator plus `Waitall`: the interface strategies call (gpt2trace's traced one matches)."""
+    """An mpi4py communicator plus `Waitall` and `Wait`: the interface strategies and pipeline stages call
+    (gpt2trace's traced one matches)."""
 
     def __init__(self, comm):
         self.comm = comm
@@ -177,8 +178,8 @@ class PlainComm:
         from mpi4py import MPI
         MPI.Request.Waitall(requests)
 
-    def Wait(self, request) -> None:
-        request.Wait()
+    def Wait(self, request, status=None) -> None:
+        request.Wait(status)
 
 
 STRATEGIES = {DPSync.allreduce: Allreduce, DPSync.reduce_bcast: ReduceBcast, DPSync.overlap: Overlap,

@@ -9,10 +9,11 @@ from enum import IntEnum
 
 import pyarrow as pa
 
-# 2 added the `communicator` column and META_COMMUNICATORS; version 1 traces (every MPI call on the world
-# communicator) are still read.
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+# 2 added the `communicator` column and META_COMMUNICATORS; 3 added the `tag` column (point-to-point MPI tags).
+# Older traces are still read: version 1's MPI calls all ran on the world communicator, and versions 1 and 2 read
+# with a null tag.
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 META_VERSION = b"gpt2trace.schema_version"
 META_RUN = b"gpt2trace.run"            # JSON: model, training, parallel layout, trace options
 META_MACHINE = b"gpt2trace.machine"    # JSON: CPU, cores, threading layer, BLAS + kernel, MPI, versions
@@ -25,17 +26,17 @@ META_COMMUNICATORS = b"gpt2trace.communicators"
 # Column names (units in the names).
 KIND, RANK, THREAD, START_NS, END_NS, STATE, NAME = "kind", "rank", "thread", "start_ns", "end_ns", "state", "name"
 STEP, LAYER, MICROSTEP, BYTES, PEER, SEQ, VALUE = "step", "layer", "microstep", "bytes", "peer", "seq", "value"
-COMMUNICATOR = "communicator"
+COMMUNICATOR, TAG = "communicator", "tag"
 
 REQUIRED = (KIND, RANK, THREAD, START_NS, END_NS, STATE, NAME)
-OPTIONAL = (STEP, LAYER, MICROSTEP, BYTES, PEER, SEQ, VALUE, COMMUNICATOR)
+OPTIONAL = (STEP, LAYER, MICROSTEP, BYTES, PEER, SEQ, VALUE, COMMUNICATOR, TAG)
 
 _DICT_STR = pa.dictionary(pa.int32(), pa.string())
 FIELDS = {
     KIND: _DICT_STR, RANK: pa.int32(), THREAD: pa.int32(), START_NS: pa.int64(), END_NS: pa.int64(),
     STATE: pa.int16(), NAME: _DICT_STR,
     STEP: pa.int32(), LAYER: pa.int16(), MICROSTEP: pa.int16(), BYTES: pa.int64(), PEER: pa.int32(),
-    SEQ: pa.int64(), VALUE: pa.float64(), COMMUNICATOR: pa.int32(),
+    SEQ: pa.int64(), VALUE: pa.float64(), COMMUNICATOR: pa.int32(), TAG: pa.int32(),
 }
 
 

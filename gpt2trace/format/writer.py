@@ -11,7 +11,8 @@ Why Arrow IPC for the parts: a part is written during the run (on the writer thr
 and lives only until the merge. Writing a table as an IPC file is a copy of its buffers, LZ4-compressed: ~45 ns
 a record on the `small` model, where Parquet encoding cost ~140 ns; the parts take ~12 bytes a record while
 they exist (~2.5x the merged trace). The full encoding (zstd, dictionaries, delta timestamps, statistics) is
-paid once, by the merge. Parts of earlier versions, written as Parquet, are still read by the merge and `recover`.
+paid once, by the merge. Parts of earlier versions (written as Parquet, or without the columns added since) are
+still read by the merge and `recover`.
 
 Files are opened by Python and handed to pyarrow as file objects: pyarrow's own path handling cannot encode
 file names that are not UTF-8 (which Linux allows).
@@ -169,6 +170,7 @@ def merge_parts(trace_path: Path, extra_metadata: dict[bytes, bytes] | None = No
         raise TraceError(f"{parts}: no trace parts to merge; was the run started with tracing on?")
     first = _read_schema(files[0])
     meta = dict(first.metadata or {})
+    meta.pop(S.META_VERSION, None)     # the merged file has the current columns, whatever version wrote the parts
     meta.update(_communicators(files))
     meta.update(extra_metadata or {})
     schema = S.arrow_schema(meta)
@@ -179,7 +181,7 @@ def merge_parts(trace_path: Path, extra_metadata: dict[bytes, bytes] | None = No
             pending: list[pa.Table] = []
             pending_rows = 0
             for f in files:
-                t = _corrected(_read_table(f).cast(schema), drift)
+                t = _corrected(_current_columns(_read_table(f), schema), drift)
                 steps.add(t)
                 ranks.add(f.parent.name)
                 pending.append(t)
@@ -261,6 +263,15 @@ def _communicators(files: list[Path]) -> dict[bytes, bytes]:
     except (ValueError, KeyError, TypeError) as exc:
         raise TraceError(f"{files[0].parent.parent}: the parts disagree about their communicators ({exc})") from None
     return comms.to_metadata(table.values()) if table else {}
+
+
+def _current_columns(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A part in `schema`'s layout: a part an earlier version wrote lacks the columns added since (`communicator`
+    before version 2, `tag` before 3), which are null in it."""
+    if table.schema.names != schema.names:
+        table = pa.table({f.name: table.column(f.name) if f.name in table.column_names
+                          else pa.nulls(table.num_rows, f.type) for f in schema})
+    return table.cast(schema)
 
 
 def _corrected(table: pa.Table, drift: dict[int, tuple[float, int]] | None) -> pa.Table:

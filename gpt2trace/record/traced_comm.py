@@ -2,11 +2,19 @@
 
 The strategies in trainer.dp and the sequence-parallel exchange (trainer.parallel.sequence) call Allreduce, Reduce,
 Bcast, Iallreduce, Waitall, Reduce_scatter, Reduce_scatter_block, Allgather, Allgatherv and Scatter on whatever
-communicator they are given, and the rank grid (trainer.parallel.grid) Splits it into sub-communicators and names
-them with Set_name. This proxy times each call on the calling (main) thread, as Extrae does, and hands the tracer:
-the MPI call's name, bytes, peer (the root of a rooted collective, as a world rank), the communicator's id, its
-collective sequence number (per communicator, so the same call can be matched across its ranks) and the Paraver
-state the thread is in meanwhile. Worker threads are outside parallel regions, hence Idle, meanwhile.
+communicator they are given, the pipeline stages Send, Recv, Isend, Irecv, Wait and Sendrecv, and the rank grid
+(trainer.parallel.grid) Splits it into sub-communicators and names them with Set_name. This proxy times each call
+on the calling (main) thread, as Extrae does, and hands the tracer: the MPI call's name, bytes, peer (the root of a
+rooted collective, or a message's partner, as a world rank), the communicator's id, its collective sequence number
+(per communicator, so the same call can be matched across its ranks; none for point-to-point calls), a message's
+tag, and the Paraver state the thread is in meanwhile (Extrae's: Blocking Send, Waiting a message, Immediate
+Send/Receive, Wait/WaitAll, Send Receive, Group Communication). Worker threads are outside parallel regions, hence
+Idle, meanwhile.
+
+Point-to-point calls have mpi4py's buffer-API signatures and defaults. A blocking receive (Recv, Sendrecv) may name
+MPI.ANY_SOURCE or MPI.ANY_TAG: the record gets the actual source, tag and received size from its MPI.Status. An
+Irecv's record is made when it is posted, before any status exists, so it needs an explicit source and tag. A
+partner that is MPI.PROC_NULL is no message: the record has no peer and no tag.
 
 A Split's groups get their ids as gpt2trace/format/communicators.py defines them (creation order x world size +
 lowest world rank: the same on every member, no communication), and the sink learns each communicator's name
@@ -25,7 +33,7 @@ from gpt2trace.format.schema import State
 
 class CommSink(Protocol):
     def comm(self, name: str, start_ns: int, end_ns: int, nbytes: int | None, peer: int | None,
-             seq: int | None, state: int, communicator: int) -> None: ...
+             seq: int | None, state: int, communicator: int, tag: int | None = None) -> None: ...
 
     def communicator(self, comm: comms.Communicator) -> None: ...
 
@@ -142,3 +150,68 @@ class TracedComm:
         t0 = time.monotonic_ns()
         self.MPI.Request.Waitall(requests)
         self.sink.comm("MPI_Waitall", t0, time.monotonic_ns(), None, None, None, State.WAIT_WAITALL, self.info.id)
+
+    # -- point to point -------------------------------------------------------------------------------
+    def Wait(self, request, status=None) -> None:
+        """MPI_Wait on a request of Isend or Irecv: Wait/WaitAll meanwhile. Call it here, not as request.Wait(),
+        which MPI would run untraced."""
+        t0 = time.monotonic_ns()
+        request.Wait(status)
+        self.sink.comm("MPI_Wait", t0, time.monotonic_ns(), None, None, None, State.WAIT_WAITALL, self.info.id)
+
+    def Send(self, buf, dest: int, tag: int = 0) -> None:
+        return self._p2p("MPI_Send", State.BLOCKING_SEND, _nbytes(buf), dest, tag,
+                         lambda: self.comm.Send(buf, dest, tag))
+
+    def Isend(self, buf, dest: int, tag: int = 0):
+        return self._p2p("MPI_Isend", State.IMMEDIATE_SEND, _nbytes(buf), dest, tag,
+                         lambda: self.comm.Isend(buf, dest, tag))
+
+    def Irecv(self, buf, source: int | None = None, tag: int | None = None):
+        MPI = self.MPI
+        if source in (None, MPI.ANY_SOURCE) or tag in (None, MPI.ANY_TAG):
+            raise ValueError("a traced Irecv needs an explicit source and tag (its record is made when it is "
+                             "posted, before the message is known); use Recv for MPI.ANY_SOURCE or MPI.ANY_TAG")
+        # the buffer's size: the message may be shorter, which only its Wait's status would tell
+        return self._p2p("MPI_Irecv", State.IMMEDIATE_RECEIVE, _nbytes(buf), source, tag,
+                         lambda: self.comm.Irecv(buf, source, tag))
+
+    def Recv(self, buf, source: int | None = None, tag: int | None = None, status=None) -> None:
+        MPI = self.MPI
+        status = status if status is not None else MPI.Status()
+        source = MPI.ANY_SOURCE if source is None else source
+        tag = MPI.ANY_TAG if tag is None else tag
+        t0 = time.monotonic_ns()
+        self.comm.Recv(buf, source, tag, status)
+        t1 = time.monotonic_ns()
+        self._record("MPI_Recv", State.WAITING_A_MESSAGE, t0, t1, status.Get_count(MPI.BYTE), status.Get_source(),
+                     status.Get_tag())
+
+    def Sendrecv(self, sendbuf, dest: int, sendtag: int = 0, recvbuf=None, source: int | None = None,
+                 recvtag: int | None = None, status=None) -> None:
+        """One record: peer and tag of its send half (the trace keeps one partner, as Extrae's send record does),
+        or of the message it received when it sends to MPI.PROC_NULL; bytes sent."""
+        MPI = self.MPI
+        status = status if status is not None else MPI.Status()
+        source = MPI.ANY_SOURCE if source is None else source
+        recvtag = MPI.ANY_TAG if recvtag is None else recvtag
+        t0 = time.monotonic_ns()
+        self.comm.Sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag, status)
+        t1 = time.monotonic_ns()
+        peer, tag = (dest, sendtag) if dest != MPI.PROC_NULL else (status.Get_source(), status.Get_tag())
+        self._record("MPI_Sendrecv", State.SEND_RECEIVE, t0, t1, _nbytes(sendbuf) if dest != MPI.PROC_NULL else 0,
+                     peer, tag)
+
+    def _p2p(self, name: str, state: int, nbytes: int, partner: int, tag: int, call):
+        t0 = time.monotonic_ns()
+        out = call()
+        self._record(name, state, t0, time.monotonic_ns(), nbytes, partner, tag)
+        return out
+
+    def _record(self, name: str, state: int, t0: int, t1: int, nbytes: int, partner: int, tag: int) -> None:
+        """A point-to-point call over [t0, t1); `partner` a rank of this communicator."""
+        if partner == self.MPI.PROC_NULL:
+            peer, tag = None, None
+        else:
+            peer = self.info.ranks[partner]
+        self.sink.comm(name, t0, t1, nbytes, peer, None, state, self.info.id, tag)

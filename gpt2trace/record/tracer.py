@@ -50,7 +50,7 @@ FLUSH_PHASE = S.Phase.TRACE_FLUSH  # the tracer's own time at each step end, on 
 _FILL = {S.THREAD: (0, np.int32), S.STATE: (NULL, np.int16), S.NAME: (NULL, np.int32), S.STEP: (NULL, np.int32),
          S.LAYER: (NULL, np.int16), S.MICROSTEP: (NULL, np.int16), S.BYTES: (NULL, np.int64),
          S.PEER: (NULL, np.int32), S.SEQ: (NULL, np.int64), S.VALUE: (np.nan, np.float64),
-         S.COMMUNICATOR: (NULL, np.int32)}
+         S.COMMUNICATOR: (NULL, np.int32), S.TAG: (NULL, np.int32)}
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,8 @@ class Tracer:
         self._window_start = self.origin
         self._phases: list[tuple[str, int, int, int, int]] = []   # name, start, end, step, microstep
         self._counters: list[tuple[str, int, float, int]] = []    # name, time, value, step
-        self._comms: list[tuple] = []   # name, start, end, step, microstep, bytes, peer, seq, communicator, state
+        # name, start, end, step, microstep, bytes, peer, seq, communicator, state, tag
+        self._comms: list[tuple] = []
         self._communicators: dict[int, comms.Communicator] = {}
         self._last_end: _StepEnd | None = None                     # of the open window
         self._first_step: int | None = None                        # the first step ending in the open window
@@ -124,12 +125,13 @@ class Tracer:
         self._counters.append((name, time.monotonic_ns(), float(value), self.recorder.step))
 
     def comm(self, name: str, start_ns: int, end_ns: int, nbytes: int | None, peer: int | None, seq: int | None,
-             state: int, communicator: int = comms.WORLD_ID) -> None:
+             state: int, communicator: int = comms.WORLD_ID, tag: int | None = None) -> None:
         """One MPI call on the main thread (the sink of gpt2trace.record.traced_comm): a `comm` record, and the main
-        thread in `state` meanwhile (an MPI call inside dataload is shown in its MPI state, not I/O)."""
+        thread in `state` meanwhile (an MPI call inside dataload is shown in its MPI state, not I/O). `tag`: a
+        point-to-point message's tag."""
         self._comms.append((name, start_ns, end_ns, self.recorder.step, self.recorder.microstep,
                             NULL if nbytes is None else nbytes, NULL if peer is None else peer,
-                            NULL if seq is None else seq, communicator, int(state)))
+                            NULL if seq is None else seq, communicator, int(state), NULL if tag is None else tag))
 
     def communicator(self, comm: comms.Communicator) -> None:
         """A communicator this rank belongs to (or its new name): every part written from now on lists it in its
@@ -264,7 +266,8 @@ class Tracer:
         korder = np.argsort(blocks.thread, kind="stable")
         co = w.counters
         phase_arr = np.array([p[1:] for p in ph], dtype=np.int64).reshape(-1, 4)     # start end step microstep
-        comm_arr = np.array([c[1:9] for c in cm], dtype=np.int64).reshape(-1, 8)     # start end step micro bytes..
+        # start end step microstep bytes peer seq communicator tag (the state, c[9], goes to the state records)
+        comm_arr = np.array([c[1:9] + c[10:] for c in cm], dtype=np.int64).reshape(-1, 9)
         counter_t = np.array([c[1] for c in co], dtype=np.int64)
         groups = [
             {S.KIND: S.Kind.STATE, S.THREAD: st["thread"], S.START_NS: st["start"], S.END_NS: st["end"],
@@ -277,7 +280,7 @@ class Tracer:
             {S.KIND: S.Kind.COMM, S.THREAD: 0, S.START_NS: comm_arr[:, 0], S.END_NS: comm_arr[:, 1],
              S.NAME: self._codes([c[0] for c in cm]), S.STEP: comm_arr[:, 2], S.MICROSTEP: comm_arr[:, 3],
              S.BYTES: comm_arr[:, 4], S.PEER: comm_arr[:, 5], S.SEQ: comm_arr[:, 6],
-             S.COMMUNICATOR: comm_arr[:, 7]},
+             S.COMMUNICATOR: comm_arr[:, 7], S.TAG: comm_arr[:, 8]},
             {S.KIND: S.Kind.COUNTER, S.THREAD: 0, S.START_NS: counter_t, S.END_NS: counter_t,
              S.NAME: self._codes([c[0] for c in co]), S.STEP: np.array([c[3] for c in co], dtype=np.int64),
              S.VALUE: np.array([c[2] for c in co], dtype=np.float64)},

@@ -11,7 +11,10 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
+from gpt2trace.format import communicators as comms
 from gpt2trace.format import schema as S
+from gpt2trace.format.matching import match_messages
+from gpt2trace.format.mpi_calls import IRECV, ISEND, RECV, SEND, SENDRECV, operation
 from gpt2trace.format.reader import Trace, check_states, load
 from gpt2trace.format.schema import State
 
@@ -36,8 +39,10 @@ def check_columns(path: Path, version: int = S.SCHEMA_VERSION) -> None:
     `version` for traces kept from earlier releases)."""
     schema = pq.read_schema(path)
     assert int(schema.metadata[S.META_VERSION]) == version, schema.metadata[S.META_VERSION]
-    # version 1 had every column but `communicator` (its MPI calls all ran on the world)
-    fields = {n: t for n, t in S.FIELDS.items() if version > 1 or n != S.COMMUNICATOR}
+    # version 1 had every column but `communicator` (its MPI calls all ran on the world) and `tag`, version 2 all
+    # but `tag`
+    added = {S.COMMUNICATOR: 2, S.TAG: 3}
+    fields = {n: t for n, t in S.FIELDS.items() if version >= added.get(n, 1)}
     assert schema.names == list(fields), schema.names
     for name, typ in fields.items():
         assert schema.field(name).type == typ, (name, schema.field(name).type)
@@ -156,6 +161,50 @@ def check_steps(trace: Trace, steps: int, grad_accum: int, tokens: int, lr: floa
     assert flushes[S.STEP].isna().all() and len(flushes) == (steps if closed else max(steps - 1, 0))
 
 
+def check_messages(trace: Trace) -> None:
+    """Every point-to-point message of a trace this tool recorded has both ends (`format.matching` pairs them):
+    each Send/Isend is received exactly once on its peer and each Recv/Irecv receives exactly one send; a
+    Sendrecv takes part in at least one message (its one `peer` is its destination, or its source when it sends to
+    no one, so the trace cannot say which halves it had). A pair is on one communicator; a send and the plain
+    receive (Recv/Irecv) it pairs with have the same bytes, and the same tag where both record one (a Sendrecv's
+    bytes and tag are its send half's). Imported traces may lack ends (tracing switched off on a rank): not for
+    them."""
+    c = records(trace, S.Kind.COMM)
+    if c.empty:
+        return
+    c = c.reset_index(drop=True)
+    op = np.array([operation(n) for n in c[S.NAME]], dtype=np.int64)
+    peer = c[S.PEER].fillna(-1).to_numpy(np.int64)
+    sends, recvs = match_messages(c[S.RANK].to_numpy(), peer, op, c[S.START_NS].to_numpy(), c[S.END_NS].to_numpy())
+    problems = []
+
+    def call(i: int) -> str:
+        tag = "" if pd.isna(c[S.TAG][i]) else f", tag {int(c[S.TAG][i])}"
+        size = "" if pd.isna(c[S.BYTES][i]) else f", {int(c[S.BYTES][i])} bytes"
+        return (f"rank {int(c[S.RANK][i])}'s {c[S.NAME][i]} at {int(c[S.START_NS][i])} ns (peer "
+                f"{int(peer[i])}{tag}{size})")
+
+    as_send, as_recv = np.bincount(sends, minlength=len(c)), np.bincount(recvs, minlength=len(c))
+    has_peer = peer >= 0
+    for i in np.flatnonzero(np.isin(op, (SEND, ISEND)) & has_peer & (as_send != 1)):
+        problems.append(f"{call(i)} is received {as_send[i]} times on its peer, not once")
+    for i in np.flatnonzero(np.isin(op, (RECV, IRECV)) & has_peer & (as_recv != 1)):
+        problems.append(f"{call(i)} receives {as_recv[i]} sends, not one")
+    for i in np.flatnonzero((op == SENDRECV) & has_peer & (as_send + as_recv == 0)):
+        problems.append(f"{call(i)} is part of no message")
+    comm = c[S.COMMUNICATOR].fillna(comms.WORLD_ID).to_numpy(np.int64)
+    for s, r in zip(sends, recvs):
+        if comm[s] != comm[r]:
+            problems.append(f"{call(s)} on communicator {comm[s]} pairs with {call(r)} on communicator {comm[r]}")
+        if op[r] == SENDRECV:
+            continue
+        if pd.notna(c[S.BYTES][s]) and pd.notna(c[S.BYTES][r]) and c[S.BYTES][s] != c[S.BYTES][r]:
+            problems.append(f"{call(s)} pairs with {call(r)}: different bytes")
+        if pd.notna(c[S.TAG][s]) and pd.notna(c[S.TAG][r]) and c[S.TAG][s] != c[S.TAG][r]:
+            problems.append(f"{call(s)} pairs with {call(r)}: different tags")
+    assert not problems, f"{len(problems)} point-to-point problem(s), first: " + "; ".join(problems[:3])
+
+
 def check_trace(path: Path, *, threads: int, steps: int, grad_accum: int = 1, n_layer: int = 2,
                 tokens: int | None = None, lr: float = 1e-3, closed: bool = True,
                 version: int = S.SCHEMA_VERSION) -> Trace:
@@ -166,6 +215,7 @@ def check_trace(path: Path, *, threads: int, steps: int, grad_accum: int = 1, n_
     check_partition(trace, threads)
     check_kernels(trace, threads, n_layer, grad_accum)
     check_running_per_step(trace)
+    check_messages(trace)
     if tokens is not None:
         check_steps(trace, steps, grad_accum, tokens, lr, closed)
     return trace

@@ -31,6 +31,7 @@ from gpt2trace.format.schema import (
     START_NS,
     STATE,
     STEP,
+    TAG,
     THREAD,
     VALUE,
     Counter,
@@ -275,9 +276,10 @@ def phase(rank: int, start_s: float, end_s: float, name: str, step: int) -> dict
 
 
 def comm(rank: int, start_s: float, end_s: float, name: str, seq: int | None = None, nbytes: int | None = None,
-         peer: int | None = None, step: int | None = None, thread: int = 0, communicator: int | None = None) -> dict:
+         peer: int | None = None, step: int | None = None, thread: int = 0, communicator: int | None = None,
+         tag: int | None = None) -> dict:
     return {KIND: Kind.COMM, RANK: rank, THREAD: thread, START_NS: _ns(start_s), END_NS: _ns(end_s), NAME: name,
-            SEQ: seq, BYTES: nbytes, PEER: peer, STEP: step, COMMUNICATOR: communicator}
+            SEQ: seq, BYTES: nbytes, PEER: peer, STEP: step, COMMUNICATOR: communicator, TAG: tag}
 
 
 def counter(rank: int, t_s: float, name: str, value: float, step: int) -> dict:

@@ -99,6 +99,27 @@ def test_parquet_parts_of_an_earlier_version_are_still_merged(tmp_path):
     assert merged.records == 3 and [n for n in pq.read_table(trace).column(S.NAME).to_pylist() if n] == ["old"]
 
 
+def test_parts_of_version_2_merge_with_a_null_tag(tmp_path):
+    # rank 0's part as version 2 wrote it (no `tag` column), rank 1's of this version with a tagged MPI_Send: the
+    # merged file has the current columns and version; the old part's records read with a null tag
+    trace = tmp_path / "trace.parquet"
+    old = _table(["a"], [0])
+    old = old.drop_columns([S.TAG]).replace_schema_metadata({**SCHEMA.metadata, S.META_VERSION: b"2"})
+    rank_dir = parts_dir(trace) / "rank00000"
+    rank_dir.mkdir(parents=True)
+    with open(rank_dir / "00000000.arrow", "wb") as f, pa.ipc.new_file(f, old.schema) as w:
+        w.write_table(old)
+    cols = {S.KIND: np.array([KIND_CODES["comm"]]), S.RANK: np.array([1]), S.THREAD: np.array([0]),
+            S.START_NS: np.array([3]), S.END_NS: np.array([4]), S.NAME: np.array([0]), S.PEER: np.array([0]),
+            S.BYTES: np.array([64]), S.TAG: np.array([9])}
+    PartWriter(trace, 1, SCHEMA).write(records_table(cols, pa.array(["MPI_Send"]), SCHEMA))
+    merged = recover(trace)
+    assert merged.records == 3 + 1
+    table = pq.read_table(trace)
+    assert table.schema.names == list(S.FIELDS) and table.schema.metadata[S.META_VERSION] == b"3"
+    assert table.column(S.TAG).to_pylist() == [None] * 3 + [9]     # rank 0's three records, then rank 1's send
+
+
 def test_a_damaged_part_is_named_and_nothing_is_written(tmp_path):
     trace = tmp_path / "trace.parquet"
     writer = PartWriter(trace, 0, SCHEMA)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pyarrow.compute as pc
 import pyarrow.feather as feather
 import pytest
 
@@ -109,6 +110,29 @@ def test_mpi_call_inside_dataload(tracer):
     assert comm[[S.NAME, S.BYTES, S.PEER, S.SEQ, S.STEP]].values.tolist() == [["MPI_Scatter", 4096, 0, 7, 0]]
     kernel = table[table[S.KIND] == S.Kind.KERNEL]
     assert kernel[S.LAYER].isna().all()              # layer -1 (outside the transformer blocks) is null
+
+
+def test_point_to_point_calls_keep_their_tag_and_micro_batch(tracer):
+    # micro-batch 1 of step 0: an MPI_Recv [10, 30) from world rank 2 with tag 7, then an MPI_Send [40, 45) to rank 3
+    # with tag 0 on communicator 5; the main thread is Waiting a message, then in Blocking Send; a tag is written
+    # as it is (0 too), and null where the call has none (the collective)
+    tracer.begin_step(0)
+    tracer.microstep(1)
+    tracer.comm("MPI_Recv", ORIGIN + 10, ORIGIN + 30, 512, 2, None, S.State.WAITING_A_MESSAGE, 5, tag=7)
+    tracer.comm("MPI_Send", ORIGIN + 40, ORIGIN + 45, 256, 3, None, S.State.BLOCKING_SEND, 5, tag=0)
+    tracer.comm("MPI_Allreduce", ORIGIN + 50, ORIGIN + 60, 8, None, 0, S.State.GROUP_COMMUNICATION)
+    table = tracer._window_table(_window(tracer, 100))
+    assert table.schema.field(S.TAG).type == S.FIELDS[S.TAG]
+    comm = table.filter(pc.equal(table.column(S.KIND), S.Kind.COMM))
+    cols = [S.NAME, S.PEER, S.BYTES, S.TAG, S.SEQ, S.MICROSTEP, S.COMMUNICATOR]
+    assert [list(r.values()) for r in comm.select(cols).to_pylist()] == [
+        ["MPI_Recv", 2, 512, 7, None, 1, 5], ["MPI_Send", 3, 256, 0, None, 1, 5],
+        ["MPI_Allreduce", None, 8, None, 0, 1, 0]]
+    df = table.to_pandas()
+    st = df[(df[S.KIND] == S.Kind.STATE) & (df[S.THREAD] == 0)]
+    assert st[[S.START_NS, S.END_NS, S.STATE]].values.tolist()[:4] == [
+        [0, 10, S.State.RUNNING], [10, 30, S.State.WAITING_A_MESSAGE], [30, 40, S.State.RUNNING],
+        [40, 45, S.State.BLOCKING_SEND]]
 
 
 def test_close_and_merge_make_a_valid_trace(tracer, tmp_path):
