@@ -1,7 +1,9 @@
 """Load imbalance per kernel and per kernel x layer, across ranks and across the threads of each rank.
 
 Across ranks, a rank's time in a kernel is the wall time of its segments (every rank of the trace counts, with
-zero if it never runs the kernel); across threads, a thread's time is the sum of its blocks (only the threads that
+zero if it never runs the kernel: ZeRO's or reduce-bcast's optimizer on some ranks only is a real imbalance); a
+kernel x layer row compares only the ranks that run that layer (a pipeline stage holds some layers only: the
+stages' own balance is analysis/pipeline's); across threads, a thread's time is the sum of its blocks (only the threads that
 run the kernel count). For values t_i: mean, max, imbalance = max / mean, time lost = sum(max - t_i), and the
 fastest one (min, with its rank or thread) so that a finding can say "2.9x slower on rank 1 than on rank 0".
 """
@@ -59,15 +61,21 @@ def _across_ranks(key, rank, dur, ranks, names, by_layer) -> pd.DataFrame:
     ridx = np.searchsorted(ranks, rank)
     t = np.bincount(kidx * len(ranks) + ridx, weights=dur, minlength=len(ukey) * len(ranks))
     t = t.reshape(len(ukey), len(ranks)) / NS
+    runs = np.bincount(kidx * len(ranks) + ridx, minlength=len(ukey) * len(ranks)).reshape(t.shape) > 0
+    if not by_layer:
+        runs[:] = True
+    count = runs.sum(axis=1)
     kernel, layer = _decode(ukey, names, by_layer)
-    top = t.max(axis=1)
-    mean = t.mean(axis=1)
-    return pd.DataFrame({"scope": "ranks", "kernel": kernel, LAYER: layer, RANK: None, "count": len(ranks),
-                         "mean_s": mean, "max_s": top, "imbalance": np.where(mean > 0, top / np.maximum(mean, 1e-300),
-                                                                              np.nan),
-                         "lost_s": (top[:, None] - t).sum(axis=1),
-                         "slowest": [str(r) for r in ranks[t.argmax(axis=1)]],
-                         "min_s": t.min(axis=1), "fastest": [str(r) for r in ranks[t.argmin(axis=1)]]})
+    top = np.where(runs, t, -np.inf).max(axis=1)
+    mean = np.where(runs, t, 0.0).sum(axis=1) / np.maximum(count, 1)
+    low = np.where(runs, t, np.inf)
+    out = pd.DataFrame({"scope": "ranks", "kernel": kernel, LAYER: layer, RANK: None, "count": count,
+                        "mean_s": mean, "max_s": top, "imbalance": np.where(mean > 0, top / np.maximum(mean, 1e-300),
+                                                                             np.nan),
+                        "lost_s": np.where(runs, top[:, None] - t, 0.0).sum(axis=1),
+                        "slowest": [str(r) for r in ranks[np.where(runs, t, -np.inf).argmax(axis=1)]],
+                        "min_s": low.min(axis=1), "fastest": [str(r) for r in ranks[low.argmin(axis=1)]]})
+    return out[count >= 2]
 
 
 def _across_threads(key, rank, thread, dur, names, by_layer) -> pd.DataFrame:
