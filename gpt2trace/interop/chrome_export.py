@@ -3,7 +3,7 @@
 pid = rank, one process per rank. Each kind has its own tracks, so durations on a track always nest:
   tid = thread                 states       X events named after the Paraver state
   tid = 100000 + thread        kernels      X events (args: step, layer, microstep)
-  tid = 200000 + thread        MPI calls    X events (args: bytes, peer, seq, communicator, step)
+  tid = 200000 + thread        MPI calls    X events (args: bytes, peer, tag, seq, communicator, step, microstep)
   tid = 300000 + thread        phases       X events (args: step, microstep)
 `M` events name the processes and tracks; `C` events carry the counters (loss, lr, ...); flow events (`s`, `f`)
 link a point-to-point send to its receive, and the last rank to enter a blocking collective to every other
@@ -45,6 +45,7 @@ from gpt2trace.format.schema import (
     START_NS,
     STATE,
     STEP,
+    TAG,
     THREAD,
     VALUE,
     Kind,
@@ -60,7 +61,7 @@ from gpt2trace.interop.textcols import join as _join
 STATE_TID, KERNEL_TID, MPI_TID, PHASE_TID = 0, 100_000, 200_000, 300_000
 TRACKS = {Kind.STATE: (STATE_TID, "thread {t}"), Kind.KERNEL: (KERNEL_TID, "thread {t} kernels"),
           Kind.COMM: (MPI_TID, "thread {t} MPI"), Kind.PHASE: (PHASE_TID, "thread {t} phases")}
-ARGS = {Kind.KERNEL: (STEP, LAYER, MICROSTEP), Kind.COMM: (BYTES, PEER, SEQ, COMMUNICATOR, STEP),
+ARGS = {Kind.KERNEL: (STEP, LAYER, MICROSTEP), Kind.COMM: (BYTES, PEER, TAG, SEQ, COMMUNICATOR, STEP, MICROSTEP),
         Kind.PHASE: (STEP, MICROSTEP)}
 
 

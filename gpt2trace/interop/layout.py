@@ -29,6 +29,7 @@ from gpt2trace.format.schema import (
     SEQ,
     START_NS,
     STEP,
+    TAG,
     THREAD,
     Kind,
 )
@@ -36,7 +37,7 @@ from gpt2trace.interop.source import Source
 from gpt2trace.interop.validate import COLUMNS as CHECKED
 from gpt2trace.interop.validate import RecordCheck
 
-COMM_COLUMNS = (RANK, THREAD, START_NS, END_NS, NAME, BYTES, PEER, SEQ, STEP, COMMUNICATOR)
+COMM_COLUMNS = (RANK, THREAD, START_NS, END_NS, NAME, BYTES, PEER, SEQ, STEP, COMMUNICATOR, TAG)
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def scan(source: Source, rows: int = 1 << 18) -> Layout:
     kind_threads: dict[str, set] = {k: set() for k in Kind.ALL}
     names: dict[str, dict[str, None]] = {k: {} for k in Kind.ALL}
     comms, lo, hi, n = [], None, None, 0
-    cols = (KIND, RANK, THREAD, START_NS, END_NS, NAME, BYTES, PEER, SEQ, STEP, COMMUNICATOR)
+    cols = (KIND,) + COMM_COLUMNS
     check = RecordCheck(source.name)
     for batch in source.batches(cols, rows=rows):
         if not batch.num_rows:

@@ -6,7 +6,7 @@ library's own writer.
                    is the rank's host (`machine.hosts[rank]` when the trace has one per rank, else `hostname`)
   regions          kernels and phases (paradigm USER; phases in the `gpt2trace phases` region group, kernels in
                    `gpt2trace kernels`) and MPI calls (paradigm MPI, with Score-P's region roles), as Enter/Leave;
-                   step, layer, microstep (and seq, peer, bytes of MPI calls) as attributes of the Enter
+                   step, layer, microstep (and seq, peer, bytes, tag of MPI calls) as attributes of the Enter
   MPI records      inside each MPI call's region, as Score-P writes them: MpiCollectiveBegin/End (operation, root,
                    bytes sent and received), MpiSend at a send's start, MpiRecv at a receive's end (a Sendrecv's
                    from the sender `format.matching` pairs it with: the trace keeps one peer), MpiIsend /
@@ -14,7 +14,8 @@ library's own writer.
                    MpiIrecv, NonBlockingCollectiveComplete) inside the next MPI_Wait* of the thread (the request its
                    seq names, else every one still open); each on its communicator: one OTF2 communicator per
                    communicator of the trace (MPI_COMM_WORLD, then the trace's `sp`, `dp`, ... groups over their
-                   world ranks), roots and peers as ranks in it, as MPI numbers them
+                   world ranks), roots and peers as ranks in it, as MPI numbers them; a message's tag is its
+                   send's (0 where the trace has none)
   counters         metrics (loss, lr, grad_norm, tokens: absolute values at a point; PAPI counts: since the previous
                    read), with the step as an attribute
   states           the `Paraver state` metric of each thread: the state id from where each state starts (OTF2's
@@ -59,6 +60,7 @@ from gpt2trace.format.schema import (
     START_NS,
     STATE,
     STEP,
+    TAG,
     THREAD,
     VALUE,
     Kind,
@@ -68,7 +70,7 @@ from gpt2trace.interop import otf2_format as F
 # Order of records that start and end together on one thread: the phase encloses the kernel, the kernel the call.
 _NESTING = {Kind.PHASE: 0, Kind.KERNEL: 1, Kind.COMM: 2}
 _ATTRIBUTE_TYPES = {STEP: "INT32", LAYER: "INT32", MICROSTEP: "INT32", SEQ: "INT64", PEER: "INT32",
-                    BYTES: "INT64", COMMUNICATOR: "INT32"}
+                    BYTES: "INT64", COMMUNICATOR: "INT32", TAG: "INT32"}
 
 
 @dataclass(frozen=True)
@@ -214,7 +216,7 @@ def _records(trace: Trace, kind: str) -> dict[str, list]:
     part = trace.records(kind)
     cols = {}
     for name in (RANK, THREAD, START_NS, END_NS, NAME, STATE, STEP, LAYER, MICROSTEP, BYTES, PEER, SEQ, VALUE,
-                 COMMUNICATOR):
+                 COMMUNICATOR, TAG):
         cols[name] = part.column(name).to_pylist() if name in part.column_names else [None] * part.num_rows
     return cols
 
@@ -233,10 +235,11 @@ def _lanes(trace: Trace) -> dict[tuple[int, int], dict[str, list[dict]]]:
 
 
 SOURCE = "source"          # a Sendrecv's other partner, found by message matching (the trace keeps one peer)
+SOURCE_TAG = "source_tag"  # and the tag of the message it received
 
 
 def _receive_sources(lanes) -> None:
-    """Sets SOURCE on each Sendrecv whose receive half `format.matching` pairs with a send."""
+    """Sets SOURCE and SOURCE_TAG on each Sendrecv whose receive half `format.matching` pairs with a send."""
     calls = [rec for kinds in lanes.values() for rec in kinds.get(Kind.COMM, [])]
     if not any(mpi_calls.operation(r[NAME]) == mpi_calls.SENDRECV for r in calls):
         return
@@ -248,6 +251,7 @@ def _receive_sources(lanes) -> None:
     for s, r in zip(sends, recvs):
         if op[r] == mpi_calls.SENDRECV:
             calls[r][SOURCE] = int(rank[s])
+            calls[r][SOURCE_TAG] = calls[s][TAG]
 
 
 class _Definitions:
@@ -407,7 +411,7 @@ def _region_events(where: str, lane, recs, defs: _Definitions) -> Iterator[Event
                              f"[{start}, {rec[END_NS]}] ns starts inside the {outer[0]} {outer[1][NAME]!r} "
                              f"[{outer[1][START_NS]}, {outer[1][END_NS]}] ns and ends after it; OTF2 keeps one "
                              "call stack per thread, so a thread's kernels, phases and MPI calls must nest")
-        columns = ((STEP, LAYER, MICROSTEP, SEQ, PEER, BYTES, COMMUNICATOR) if kind == Kind.COMM
+        columns = ((STEP, LAYER, MICROSTEP, SEQ, PEER, BYTES, COMMUNICATOR, TAG) if kind == Kind.COMM
                    else (STEP, LAYER, MICROSTEP))
         yield start, "enter", (defs.region(kind, rec[NAME]),), _attrs(rec, defs, columns)
         if kind == Kind.COMM:
@@ -450,9 +454,9 @@ class _Mpi:
         elif op == mpi_calls.COLL_POST:
             yield t, "non_blocking_collective_request", (self._request(rec),), {}
         elif op in (mpi_calls.SEND, mpi_calls.SENDRECV) and peer is not None:
-            yield t, "mpi_send", (int(peer), comm, 0, nbytes), {}
+            yield t, "mpi_send", (int(peer), comm, _tag(rec[TAG]), nbytes), {}
         elif op == mpi_calls.ISEND and peer is not None:
-            yield t, "mpi_isend", (int(peer), comm, 0, nbytes, self._request(rec)), {}
+            yield t, "mpi_isend", (int(peer), comm, _tag(rec[TAG]), nbytes, self._request(rec)), {}
         elif op == mpi_calls.IRECV:
             yield t, "mpi_irecv_request", (self._request(rec),), {}
 
@@ -463,9 +467,9 @@ class _Mpi:
         if op == mpi_calls.COLL:
             yield t, "mpi_collective_end", (F.collective_op(rec[NAME]), comm, self._root(rec), nbytes, nbytes), {}
         elif op == mpi_calls.RECV and peer is not None:
-            yield t, "mpi_recv", (int(peer), comm, 0, nbytes), {}
+            yield t, "mpi_recv", (int(peer), comm, _tag(rec[TAG]), nbytes), {}
         elif op == mpi_calls.SENDRECV and source is not None:
-            yield t, "mpi_recv", (source, comm, 0, nbytes), {}
+            yield t, "mpi_recv", (source, comm, _tag(rec.get(SOURCE_TAG)), nbytes), {}
         elif op == mpi_calls.WAIT:
             yield from self._complete(rec)
 
@@ -489,7 +493,12 @@ class _Mpi:
             elif op == mpi_calls.ISEND:
                 yield t, "mpi_isend_complete", (rid,), {}
             elif op == mpi_calls.IRECV and peer is not None:
-                yield t, "mpi_irecv", (int(peer), comm, 0, nbytes, rid), {}
+                yield t, "mpi_irecv", (int(peer), comm, _tag(rec[TAG]), nbytes, rid), {}
+
+
+def _tag(tag: int | None) -> int:
+    """A message's tag as OTF2 holds it (uint32): 0 where the trace has none, as our exports always wrote."""
+    return 0 if tag is None or tag < 0 else int(tag)
 
 
 def _state_samples(states: list[dict], defs: _Definitions) -> Iterator[Event]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gpt2trace.format import mpi_calls, schema
 from gpt2trace.format.errors import TraceError
-from gpt2trace.format.schema import BYTES, COMMUNICATOR, LAYER, MICROSTEP, PEER, SEQ, STEP
+from gpt2trace.format.schema import BYTES, COMMUNICATOR, LAYER, MICROSTEP, PEER, SEQ, STEP, TAG
 
 ARCHIVE_NAME = "traces"                  # Score-P's: DIR/traces.otf2 (anchor), DIR/traces.def, DIR/traces/
 ANCHOR_SUFFIX = ".otf2"
@@ -29,7 +29,8 @@ PROPERTIES = {key: "GPT2TRACE::" + key.decode().split(".", 1)[1].upper()
 ATTRIBUTES = {STEP: "the training step", LAYER: "the transformer block (0-based)",
               MICROSTEP: "the gradient-accumulation micro-step", SEQ: "the call's sequence number on its communicator",
               PEER: "the partner rank, or the root of a collective (a world rank)", BYTES: "bytes sent by the MPI call",
-              COMMUNICATOR: "the communicator's id (the GPT2TRACE::COMMUNICATORS table)"}
+              COMMUNICATOR: "the communicator's id (the GPT2TRACE::COMMUNICATORS table)",
+              TAG: "the point-to-point message's tag"}
 
 # A thread's Paraver state, as a metric that holds from one sample to the next (OTF2's ABSOLUTE_NEXT mode):
 # sampled where each state starts, and NO_STATE where the thread's states stop (its end, or a gap).

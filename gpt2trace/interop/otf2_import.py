@@ -5,8 +5,9 @@
                    processes; threads in the order the process defines them (Score-P's master thread first)
   kernel, phase    every non-MPI region's Enter/Leave (phases: the regions of our `gpt2trace phases` group), with
                    step, layer and microstep from their attributes
-  comm             every MPI region (paradigm MPI, or named MPI_*): bytes and peer from our attributes, else from
-                   the MPI records inside (the receiver of an MpiSend, the sender of an MpiRecv, the root and bytes
+  comm             every MPI region (paradigm MPI, or named MPI_*): bytes, peer and tag from our attributes (in our
+                   archives a call without the tag attribute has no tag), else from the MPI records inside (the
+                   receiver and tag of an MpiSend, the sender and tag of an MpiRecv, the root and bytes
                    sent of an MpiCollectiveEnd, a request's completion for nonblocking calls; ranks in the record's
                    communicator, turned into world ranks); seq from our attribute, else the call's order among the
                    collectives of its communicator on its rank; communicator from our attribute, else the MPI
@@ -46,6 +47,7 @@ from gpt2trace.format.schema import (
     START_NS,
     STATE,
     STEP,
+    TAG,
     THREAD,
     VALUE,
     Kind,
@@ -59,7 +61,7 @@ MPI_STATE = {mpi_calls.COLL: State.GROUP_COMMUNICATION, mpi_calls.COLL_POST: Sta
               mpi_calls.RECV: State.WAITING_A_MESSAGE, mpi_calls.IRECV: State.IMMEDIATE_RECEIVE,
               mpi_calls.SENDRECV: State.SEND_RECEIVE, mpi_calls.WAIT: State.WAIT_WAITALL,
               mpi_calls.LOCAL: State.OTHERS}
-_COLUMNS = (START_NS, END_NS, NAME, STATE, STEP, LAYER, MICROSTEP, BYTES, PEER, SEQ, VALUE, COMMUNICATOR)
+_COLUMNS = (START_NS, END_NS, NAME, STATE, STEP, LAYER, MICROSTEP, BYTES, PEER, SEQ, VALUE, COMMUNICATOR, TAG)
 
 
 @dataclass(frozen=True)
@@ -239,6 +241,7 @@ class _Reader:
             for col in (SEQ, PEER, BYTES):
                 ours = _int(attrs.get(col))
                 rec[col] = ours if ours is not None else mpi.get(col)
+            rec[TAG] = _int(attrs.get(TAG)) if self.ours else mpi.get(TAG)
             ours = _int(attrs.get(COMMUNICATOR))
             comm = self.comms.get(mpi.get("comm"))
             rec[COMMUNICATOR] = ours if ours is not None else (comm.id if comm is not None else None)
@@ -271,6 +274,7 @@ class _Reader:
         if mpi is not None:
             mpi.setdefault(PEER, self._world_rank(ev.communicator, int(ev.receiver)))
             mpi.setdefault(BYTES, int(ev.msg_length))
+            mpi.setdefault(TAG, _message_tag(ev))
             mpi.setdefault("comm", ev.communicator)
 
     def _recv(self, lane: _Lane, ev) -> None:
@@ -282,6 +286,8 @@ class _Reader:
             target[PEER] = self._world_rank(ev.communicator, int(ev.sender))
         if target.get(BYTES) is None:
             target[BYTES] = int(ev.msg_length)
+        if target.get(TAG) is None:
+            target[TAG] = _message_tag(ev)
         target.setdefault("comm", ev.communicator)
 
     def _collective(self, lane: _Lane, ev) -> None:
@@ -396,6 +402,12 @@ def _int(value) -> int | None:
     """An attribute's value as an integer column value; None when absent or not an integer (another tool's
     attribute of the same name)."""
     return int(value) if isinstance(value, int) else None
+
+
+def _message_tag(ev) -> int | None:
+    """An MPI record's tag (OTF2's uint32) as the tag column holds it; None beyond int32 (no MPI tag is)."""
+    tag = int(ev.msg_tag)
+    return tag if tag < 2**31 else None
 
 
 def _collapse(samples: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -1,8 +1,8 @@
 """The events of an imported .prv as records: MPI calls, functions (kernels), phases and counters.
 
 Opening and closing events pair per thread and type as a stack; the attributes written in a record's opening line
-(ours, and Extrae's collective sizes, root flag and communicator) become its columns; `3:` records give the bytes
-and partner of the point-to-point calls they fall in. `paraver_import` documents the mapping.
+(ours, and Extrae's collective sizes, root flag and communicator) become its columns; `3:` records give the bytes,
+partner and tag of the point-to-point calls they fall in. `paraver_import` documents the mapping.
 
 Values arrive as the int64 of their 64 bits (`paraver_parse`): Extrae's unsigned values of 2**63 and more are
 negative here. Ids (functions, MPI calls, phases) work whatever their value, and a name made up from one shows it
@@ -20,7 +20,7 @@ from numba import njit
 
 from gpt2trace.format import communicators
 from gpt2trace.format.errors import TraceError
-from gpt2trace.format.schema import BYTES, COMMUNICATOR, FIELDS, LAYER, MICROSTEP, PEER, SEQ, STEP, VALUE, Kind
+from gpt2trace.format.schema import BYTES, COMMUNICATOR, FIELDS, LAYER, MICROSTEP, PEER, SEQ, STEP, TAG, VALUE, Kind
 from gpt2trace.interop import paraver_format as F
 from gpt2trace.interop.paraver_parse import Body, Header
 from gpt2trace.interop.paraver_pcf import Pcf
@@ -150,7 +150,7 @@ class Events:
                             prefer_builtin=True)
         lane, start = self.lane[opens], self.time[opens]
         rank = self.lanes.rank[lane]
-        cols = _columns(attrs, (STEP, LAYER, MICROSTEP, SEQ, PEER, BYTES, COMMUNICATOR))
+        cols = _columns(attrs, (STEP, LAYER, MICROSTEP, SEQ, PEER, BYTES, COMMUNICATOR, TAG))
         nbytes, has_bytes = (a.copy() for a in cols[BYTES])
         send, recv = attrs[F.MPI_SEND_SIZE], attrs[F.MPI_RECV_SIZE]
         sizes = np.maximum(np.where(send[1], send[0], -1), np.where(recv[1], recv[0], -1))
@@ -160,8 +160,12 @@ class Events:
         seq = _collective_seq(rank, start, coll, attrs[F.MPI_COMM], cols[SEQ])
         peer = _roots(rank, coll, attrs[F.MPI_COMM], attrs[F.MPI_ROOT], seq, cols[PEER])
         p2p = self.type[opens] == F.MPI_P2P
-        nbytes, has_bytes, peer = self._messages(lane, start, ends, p2p, (nbytes, has_bytes), peer, notes)
-        cols.update({BYTES: (nbytes, has_bytes), SEQ: seq, PEER: peer,
+        # a trace whose .pcf defines our tag attribute (our export) has every tag in it: a call without one has none
+        tag_given = F.ATTRIBUTE_TYPES[TAG] in pcf.types
+        tag = cols[TAG] if tag_given else (cols[TAG][0].copy(), cols[TAG][1].copy())
+        nbytes, has_bytes, peer = self._messages(lane, start, ends, p2p, (nbytes, has_bytes), peer,
+                                                 None if tag_given else tag, notes)
+        cols.update({BYTES: (nbytes, has_bytes), SEQ: seq, PEER: peer, TAG: tag,
                      COMMUNICATOR: self._communicator(cols[COMMUNICATOR], attrs[F.MPI_COMM])})
         return kind_table(Kind.COMM, self.lanes, lane, start, ends, cols, names)
 
@@ -178,8 +182,9 @@ class Events:
         value[use], ok[use] = mapped[i[use]], True
         return value, ok
 
-    def _messages(self, lane, start, end, p2p, nbytes, peer, notes):
-        """Fills bytes and peer of point-to-point calls from the 3: records they send or receive."""
+    def _messages(self, lane, start, end, p2p, nbytes, peer, tag, notes):
+        """Fills bytes and peer of point-to-point calls from the 3: records they send or receive, and their tag
+        (in place) unless `tag` is None."""
         body, path, header = self.body, self.path, self.header
         cm, line = body.comms, body.comm_line
         if not len(cm):
@@ -214,6 +219,9 @@ class Events:
                 value[fill[nb]], has[fill[nb]] = cm[ok, 12][nb], True
                 npeer = ~pok[fill]
                 pv[fill[npeer]], pok[fill[npeer]] = self.lanes.rank[partner[ok]][npeer], True
+                if tag is not None:
+                    ntag = ~tag[1][fill] & (cm[ok, 13] >= _TAGS[0]) & (cm[ok, 13] <= _TAGS[1])
+                    tag[0][fill[ntag]], tag[1][fill[ntag]] = cm[ok, 13][ntag], True
                 done |= ok
             attached |= done
         if (~attached).any():
@@ -288,6 +296,9 @@ def _range(typ: pa.DataType) -> tuple[int, int]:
 _ATTRIBUTE_RANGES = {**{typ: _range(FIELDS[col]) for typ, col in F.ATTRIBUTES.items()},
                      F.MPI_SEND_SIZE: (0, 2**63 - 1), F.MPI_RECV_SIZE: (0, 2**63 - 1), F.MPI_ROOT: (0, 2**63 - 1),
                      F.MPI_COMM: (0, 2**31 - 1)}
+
+
+_TAGS = _range(FIELDS[TAG])      # a 3: record's tag beyond the column's range is left out (MPI's are far below)
 
 
 def _columns(attrs: dict, cols: tuple[str, ...]) -> dict:

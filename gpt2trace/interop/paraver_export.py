@@ -6,12 +6,13 @@ Mapping (ids 1-based: appl 1, task = rank + 1, thread = thread + 1, one virtual 
   phase    2:...:start:71000010:<phase id>[:attributes]    and   2:...:end:71000010:0
   comm     2:...:start:5000000x:<Extrae's call id>[:50100001:bytes:50100002:bytes:50100004:<communicator id + 1>
            [:50100003:1 on the root]][:attributes]  and  2:...:end:5000000x:0; and 3: records for point-to-point
-           messages, the k-th send from a to b matched with the k-th receive on b from a. The header lists every
+           messages, the k-th send from a to b matched with the k-th receive on b from a, with the send's tag
+           (the receive's when the send has none, else 0). The header lists every
            communicator of the trace as a `c:1:<id + 1>:<n>:<task>...` line (tasks = world rank + 1), as Extrae
            does; their names are in NAME.gpt2trace.json
   counter  2:...:t:<type>:<value>[:attributes]: PAPI_TOT_INS/PAPI_TOT_CYC as Extrae's 42000050/42000059, others
            as 71001001.. with value x 1e9 (the .pcf label says so), raw for PAPI_* names
-Attributes (71000001.. layer, step, microstep, seq, peer, bytes, communicator) carry the record's optional columns
+Attributes (71000001.. layer, step, microstep, seq, peer, bytes, communicator, tag) carry the record's optional columns
 as they are, in the line that starts the record, so an import rebuilds the trace exactly.
 
 Paraver wants the records sorted by time: lines are generated batch by batch and written through an external
@@ -54,6 +55,7 @@ from gpt2trace.format.schema import (
     START_NS,
     STATE,
     STEP,
+    TAG,
     THREAD,
     VALUE,
     Kind,
@@ -224,7 +226,7 @@ def _comm_lines(sorter: LineSorter, part: pa.Table, enc: _Encoding) -> None:
     extrae = [_attr(F.MPI_SEND_SIZE, nbytes), _attr(F.MPI_RECV_SIZE, nbytes),
               _attr(F.MPI_COMM, pa.array(comm.astype(np.int64) + F.PARAVER_COMM_OFFSET, mask=~coll)),
               _attr(F.MPI_ROOT, pa.array(np.ones(len(coll), np.int64), mask=~is_root))]
-    ours = _attrs(part, (SEQ, PEER, BYTES, STEP, LAYER, MICROSTEP, COMMUNICATOR))
+    ours = _attrs(part, (SEQ, PEER, BYTES, STEP, LAYER, MICROSTEP, COMMUNICATOR, TAG))
     _intervals(sorter, part, enc, types, values, extrae + ours)
 
 
@@ -262,7 +264,7 @@ def _intervals(sorter: LineSorter, part: pa.Table, enc: _Encoding, types: np.nda
 
 def _messages(sorter: LineSorter, lay: Layout, enc: _Encoding) -> int:
     """3: records for the matched point-to-point messages (`layout.messages`): logical and physical send at the
-    send's start, logical receive at the receive's start, physical receive at its end."""
+    send's start, logical receive at the receive's start, physical receive at its end; the message's tag."""
     s, r = messages(lay)
     if not len(s):
         return 0
@@ -270,10 +272,12 @@ def _messages(sorter: LineSorter, lay: Layout, enc: _Encoding) -> int:
     rank, thread = c.column(RANK).to_numpy(), c.column(THREAD).to_numpy()
     start, end = c.column(START_NS).to_numpy(), c.column(END_NS).to_numpy()
     nbytes = pc.fill_null(c.column(BYTES), 0).to_numpy()
+    tag = pc.fill_null(c.column(TAG), -1).to_numpy()
+    tag = np.where(tag[s] >= 0, tag[s], np.maximum(tag[r], 0))
     lane = enc.offsets[rank] + thread
     pre = enc.prefix
     line = _join("3:", pre.take(pa.array(lane[s])), _s(start[s]), ":", _s(start[s]), ":",
-                 pre.take(pa.array(lane[r])), _s(start[r]), ":", _s(end[r]), ":", _s(nbytes[s]), ":0\n")
+                 pre.take(pa.array(lane[r])), _s(start[r]), ":", _s(end[r]), ":", _s(nbytes[s]), ":", _s(tag), "\n")
     sorter.add(start[s], 2, np.zeros(len(s), np.int64), line)
     return len(s)
 

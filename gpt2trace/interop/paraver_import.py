@@ -6,11 +6,12 @@
   comm                MPI call events (types 5000000x, value = the call, 0 at its return); bytes from our
                       attribute, else Extrae's collective sizes (50100001/2), else the `3:` record the call sends or
                       receives; peer from our attribute, else the root of the collective (50100003 on the root),
-                      else the `3:` record's partner; seq from our attribute, else the call's order among the
-                      collectives of its communicator (50100004) on its rank; communicator from our attribute,
-                      else Extrae's (50100004) through the header's `c:` lines (`header_communicators`: the one of
-                      all tasks is the world, id 0), named in the metadata as our export's .gpt2trace.json names
-                      them, else world and comm<Paraver id>
+                      else the `3:` record's partner; tag from our attribute (all of them in a trace whose .pcf
+                      defines it, as our exports' do), else the `3:` record's; seq from our attribute, else the
+                      call's order among the collectives of its communicator (50100004) on its rank; communicator
+                      from our attribute, else Extrae's (50100004) through the header's `c:` lines
+                      (`header_communicators`: the one of all tasks is the world, id 0), named in the metadata as
+                      our export's .gpt2trace.json names them, else world and comm<Paraver id>
   kernel              user function / OpenMP function events (60000018/19/20/23), named from the .pcf
   phase               our phase events (71000010), named from the .pcf
   counter             hardware counters (42xxxxxx, e.g. 42000050 PAPI_TOT_INS, 42000059 PAPI_TOT_CYC: the count

@@ -14,9 +14,9 @@ RUN, IDLE, GROUP = State.RUNNING, State.IDLE, State.GROUP_COMMUNICATION
 def mpi_zoo_records() -> list[dict]:
     """2 ranks x 2 threads, 12 s in three 4 s steps (phase 'forward'); times in seconds.
 
-    rank 0, thread 0: Run [0,1] MPI_Send->1 [1,1.5] Run [1.5,3] Bcast(root 0) [3,4] Run [4,5] Iallreduce [5,5.1]
+    rank 0, thread 0: Run [0,1] MPI_Send->1 (tag 7) [1,1.5] Run [1.5,3] Bcast(root 0) [3,4] Run [4,5] Iallreduce [5,5.1]
                       Run [5.1,6] Waitall [6,7] Run [7,8] Reduce(root 1) [8,9] Run [9,10] Allgatherv [10,11] Run
-    rank 1, thread 0: Run [0,0.5] MPI_Recv<-0 [0.5,1.5] Run [1.5,3.5] Bcast [3.5,4] Run [4,5.5] Iallreduce
+    rank 1, thread 0: Run [0,0.5] MPI_Recv<-0 (tag 7) [0.5,1.5] Run [1.5,3.5] Bcast [3.5,4] Run [4,5.5] Iallreduce
                       [5.5,5.6] Run [5.6,6.5] Waitall [6.5,7] Run [7,8.5] Reduce [8.5,9] Run [9,10.5]
                       Allgatherv [10.5,11] Run [11,12]
     thread 1 of each rank: Idle, but Running in a matmul_forward block [0.2,0.8]
@@ -36,7 +36,8 @@ def mpi_zoo_records() -> list[dict]:
             recs.append(syn.state(rank, 0, t, start, RUN))
             recs.append(syn.kernel(rank, 0, t, start, "matmul_forward", step=int(t // 4), layer=0))
             recs.append(syn.state(rank, 0, start, end, state))
-            recs.append(syn.comm(rank, start, end, name, seq=seq, nbytes=nbytes, peer=peer, step=int(start // 4)))
+            recs.append(syn.comm(rank, start, end, name, seq=seq, nbytes=nbytes, peer=peer, step=int(start // 4),
+                                 tag=7 if name in ("MPI_Send", "MPI_Recv") else None))
             t = end
         recs.append(syn.state(rank, 0, t, 12, RUN))
         recs += [syn.state(rank, 1, 0, 0.2, IDLE), syn.state(rank, 1, 0.2, 0.8, RUN), syn.state(rank, 1, 0.8, 12, IDLE),

@@ -35,7 +35,8 @@ def test_mpi_zoo_events(tmp_path, mpi_zoo_path):
     send = next(e for e in events if e["ph"] == "X" and e["name"] == "MPI_Send")
     # [1 s, 1.5 s] on rank 0's MPI track, in exact microseconds
     assert (send["pid"], send["tid"], send["ts"], send["dur"]) == (0, MPI_TID, 1_000_000.0, 500_000.0)
-    assert send["args"] == {"bytes": 1000, "peer": 1, "seq": None, "communicator": None, "step": 0}
+    assert send["args"] == {"bytes": 1000, "peer": 1, "tag": 7, "seq": None, "communicator": None, "step": 0,
+                            "microstep": None}
     kernel = next(e for e in events if e["ph"] == "X" and e["cat"] == "kernel" and e["pid"] == 1
                   and e["tid"] == KERNEL_TID + 1)
     assert (kernel["name"], kernel["ts"], kernel["dur"]) == ("matmul_forward", 200_000.0, 600_000.0)

@@ -221,3 +221,37 @@ def test_import_of_an_archive_without_our_state_metric(tmp_path):
         [0, "main", 0, 100], [1, "main", 20, 100]]
     # rank 1 came late: rank 0 waited 40 ns of its 50 in the allreduce
     assert analyze(gpt2trace.load(path))["waits"]
+
+
+def test_message_tags_in_both_directions(tmp_path, zoo_path):
+    """Our export writes the zoo's tag (7) in MpiSend/MpiRecv, which Debian's otf2-print reads back; a foreign
+    archive's tags (no attribute of ours) come from those records. Hand-written, 1 ns ticks: rank 0 in MPI_Send
+    [100, 110] to rank 1 with tag 5 and 16 bytes, rank 1 in MPI_Recv [90, 120] of it."""
+    out = export_otf2(zoo_path, tmp_path / "zoo")
+    printed = subprocess.run(["otf2-print", str(out.anchor)], capture_output=True, text=True, check=True).stdout
+    lines = [ln for ln in printed.splitlines() if ln.startswith(("MPI_SEND", "MPI_RECV"))]
+    assert len(lines) == 2 and all("Tag: 7, Length: 1000" in ln for ln in lines), lines
+    import otf2
+    path = tmp_path / "foreign"
+    with otf2.writer.open(str(path), timer_resolution=1_000_000_000) as w:
+        d = w.definitions
+        node = d.system_tree_node("node")
+        locs = [d.location("Master thread", group=d.location_group(f"MPI Rank {r}", system_tree_parent=node))
+                for r in range(2)]
+        d.group("MPI", group_type=otf2.GroupType.COMM_LOCATIONS, paradigm=otf2.Paradigm.MPI, members=locs)
+        comm = d.comm("MPI_COMM_WORLD", group=d.group("MPI_COMM_WORLD", group_type=otf2.GroupType.COMM_GROUP,
+                                                     paradigm=otf2.Paradigm.MPI, members=[0, 1]))
+        send = d.region("MPI_Send", paradigm=otf2.Paradigm.MPI, region_role=otf2.RegionRole.POINT2POINT)
+        recv = d.region("MPI_Recv", paradigm=otf2.Paradigm.MPI, region_role=otf2.RegionRole.POINT2POINT)
+        ev = w.event_writer_from_location(locs[0])
+        ev.enter(100, send)
+        ev.mpi_send(100, 1, comm, 5, 16)
+        ev.leave(110, send)
+        ev = w.event_writer_from_location(locs[1])
+        ev.enter(90, recv)
+        ev.mpi_recv(120, 0, comm, 5, 16)
+        ev.leave(120, recv)
+    t = import_otf2(path / "traces.otf2").table.to_pandas()
+    calls = t[t.kind == "comm"].sort_values("rank")
+    assert calls[["rank", "name", "peer", "bytes", "tag"]].values.tolist() == [
+        [0, "MPI_Send", 1, 16, 5], [1, "MPI_Recv", 0, 16, 5]]

@@ -81,8 +81,8 @@ def test_checker_passes_on_exports(tmp_path, real_trace, synthetic_path, mpi_zoo
     assert zoo.messages == 1                           # MPI_Send on rank 0 -> MPI_Recv on rank 1
     message = [ln for ln in zoo.prv.read_text().splitlines() if ln.startswith("3:")]
     # sender cpu 1 (rank 0 thread 0), logical = physical send at 1 s; receiver cpu 3 (rank 1 thread 0), receive
-    # posted at 0.5 s and done at 1.5 s; 1000 bytes, tag 0
-    assert message == ["3:1:1:1:1:1000000000:1000000000:3:1:2:1:500000000:1500000000:1000:0"]
+    # posted at 0.5 s and done at 1.5 s; 1000 bytes, tag 7
+    assert message == ["3:1:1:1:1:1000000000:1000000000:3:1:2:1:500000000:1500000000:1000:7"]
 
 
 def test_gzip_and_external_merge_give_the_same_lines(tmp_path, synthetic_path):

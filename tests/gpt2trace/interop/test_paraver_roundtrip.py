@@ -3,6 +3,8 @@ everything else), on a real trace from the trainer and on 2-rank traces with MPI
 import json
 import re
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -64,3 +66,36 @@ def test_analyze_json_from_the_cli_agrees(tmp_path, synthetic_path):
     for key in ("pop", "imbalance", "waits"):
         assert a[key] == b[key]
     assert b["pop"]["parallel_efficiency"] == pytest.approx(a["pop"]["parallel_efficiency"])
+
+
+def _p2p(trace) -> list:
+    """(rank, name, peer, bytes, tag) of the point-to-point calls, in rank order."""
+    calls = trace.records("comm").sort_by([("rank", "ascending"), ("start_ns", "ascending")]).to_pylist()
+    return [(c["rank"], c["name"], c["peer"], c["bytes"], c.get("tag")) for c in calls
+            if c["name"] in ("MPI_Send", "MPI_Recv")]
+
+
+@pytest.mark.parametrize("tag", [7, None])
+def test_tags_round_trip(tmp_path, mpi_zoo_path, tag):
+    """The zoo's MPI_Send 0 -> 1 and its MPI_Recv with tag 7, or with no tag: our attribute brings each call's
+    tag back as it was (none stays none, though the 3: record says 0, Paraver's field needing a number)."""
+    src = mpi_zoo_path
+    if tag is None:
+        table = pq.read_table(src)
+        src = tmp_path / "untagged.parquet"
+        pq.write_table(table.set_column(table.schema.get_field_index("tag"), "tag",
+                                        pa.nulls(table.num_rows, pa.int32())), src)
+    out = export_paraver(src, tmp_path / "zoo")
+    message = [ln for ln in out.prv.read_text().splitlines() if ln.startswith("3:")]
+    assert len(message) == 1 and message[0].endswith(f":1000:{tag or 0}")
+    assert _p2p(load(out.prv)) == _p2p(load(src)) == [(0, "MPI_Send", 1, 1000, tag), (1, "MPI_Recv", 0, 1000, tag)]
+    back = {c["name"]: c.get("tag") for c in load(out.prv).records("comm").to_pylist()}
+    assert back["MPI_Bcast"] is None and back["MPI_Waitall"] is None          # collectives have no tag
+
+
+def test_tags_of_an_extrae_trace_come_from_its_message_records(tmp_path, mpi_zoo_path):
+    """Without our attributes and .pcf (as Extrae writes traces), the 3: record's tag (7) is the tag of the send and
+    of the receive it connects."""
+    out = export_paraver(mpi_zoo_path, tmp_path / "zoo")
+    (tmp_path / "extrae.prv").write_text(re.sub(r":7100000[1-8]:-?\d+", "", out.prv.read_text()))
+    assert _p2p(load(tmp_path / "extrae.prv")) == [(0, "MPI_Send", 1, 1000, 7), (1, "MPI_Recv", 0, 1000, 7)]
