@@ -38,6 +38,13 @@ SP_SAMPLES = {
     "small_2ranks_sp_contiguous.parquet": SP_COMMON + ["--sp-split", "contiguous"],
     "small_2ranks_sp_interleaved.parquet": SP_COMMON + ["--sp-split", "interleaved"],
 }
+# pipeline samples (`--pp 2` on 2 ranks, 4 micro-batches per step): the demo model's 4 layers as 2 + 2
+PP_COMMON = ["--model", "small", "-B", "4", "-T", "64", "--steps", "8", "--ranks", "2", "--pp", "2", "--grad-accum",
+             "4", "--threads", "1"]
+PP_SAMPLES = {
+    "small_2ranks_pp2_1f1b.parquet": PP_COMMON + ["--pp-schedule", "1f1b"],
+    "small_2ranks_pp2_gpipe.parquet": PP_COMMON + ["--pp-schedule", "gpipe"],
+}
 
 
 def make(name: str, model: str, threads: int, steps: int, batch_size: int, seq_len: int, grad_accum: int) -> int:
@@ -64,7 +71,7 @@ def make_mpi(name: str, options: list[str]) -> None:
 
 def main(names: list[str]) -> None:
     os.chdir(HERE)   # relative paths: the run metadata records "tiny_1thread.parquet", not this machine's path
-    mpi = {**{n: MPI_COMMON + o for n, o in MPI_SAMPLES.items()}, **SP_SAMPLES}
+    mpi = {**{n: MPI_COMMON + o for n, o in MPI_SAMPLES.items()}, **SP_SAMPLES, **PP_SAMPLES}
     unknown = set(names) - set(SAMPLES) - set(mpi)
     if unknown:
         raise SystemExit(f"no sample named {', '.join(sorted(unknown))}; the samples are "
