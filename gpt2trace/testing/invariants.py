@@ -5,13 +5,17 @@ of a killed run (test_crash.py). Each check raises AssertionError with what brok
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from gpt2trace.format import mpi_calls
 from gpt2trace.format import schema as S
+from gpt2trace.format.matching import match_messages
 from gpt2trace.format.reader import Trace, check_states, load
 from gpt2trace.format.schema import State
 
@@ -53,8 +57,9 @@ def check_metadata(trace: Trace, threads: int, steps: int) -> None:
     assert clock["source"] == "CLOCK_MONOTONIC" and clock["offsets_ns"] == [0]
 
 
-def check_partition(trace: Trace, threads: int) -> None:
-    """For every thread 0..threads-1: state records in time order, back to back, covering the whole span."""
+def check_partition(trace: Trace, threads: int, mpi: bool = False) -> None:
+    """For every thread 0..threads-1: state records in time order, back to back, covering the whole span; with
+    `mpi`, the main thread may also be in MPI states."""
     span0 = min(int(trace.records(k).column(S.START_NS).to_numpy().min()) for k in trace.parts)
     span1 = max(int(trace.records(k).column(S.END_NS).to_numpy().max()) for k in trace.parts)
     st = records(trace, S.Kind.STATE)
@@ -69,6 +74,7 @@ def check_partition(trace: Trace, threads: int) -> None:
         assert len(gaps) == 0, f"thread {thread}: gap or overlap at {e[gaps[0]]} ns"
         allowed = {State.RUNNING, State.SCHEDULING_FORK_JOIN, State.SYNCHRONIZATION}
         allowed |= {State.IO} if thread == 0 else {State.IDLE}
+        allowed |= set(S.MPI_STATES) if mpi and thread == 0 else set()
         assert set(g[S.STATE].unique()) <= allowed, (thread, set(g[S.STATE].unique()))
     assert check_states(trace) == []              # the reader's own check agrees
 
@@ -169,3 +175,32 @@ def check_trace(path: Path, *, threads: int, steps: int, grad_accum: int = 1, n_
     if tokens is not None:
         check_steps(trace, steps, grad_accum, tokens, lr, closed)
     return trace
+
+
+def check_ranks(trace: Trace, threads: int, n_layer: int, grad_accum: int) -> None:
+    """The per-thread checks above on each rank of a multi-rank trace by itself (MPI states allowed on the main
+    thread): states partition every thread's span, kernels lie in their step's and micro-batch's compute phases
+    and in Running time, workers run exactly their kernels."""
+    ranks = sorted(records(trace, S.Kind.STATE)[S.RANK].unique())
+    assert ranks, "no state records"
+    for rank in ranks:
+        mine = replace(trace, parts={k: t.filter(pc.equal(t.column(S.RANK), rank)) for k, t in trace.parts.items()})
+        check_partition(mine, threads, mpi=True)
+        check_kernels(mine, threads, n_layer, grad_accum)
+        check_running_per_step(mine)
+
+
+def check_messages(trace: Trace) -> None:
+    """Every point-to-point send has its receive on its peer and every receive its send (gpt2trace.format.matching),
+    with the same bytes and communicator."""
+    c = records(trace, S.Kind.COMM)
+    op = np.array([mpi_calls.operation(str(n)) for n in c[S.NAME]], dtype=np.int64)
+    peer = c[S.PEER].fillna(-1).to_numpy().astype(np.int64)
+    s, r = match_messages(c[S.RANK].to_numpy(), peer, op, c[S.START_NS].to_numpy(), c[S.END_NS].to_numpy())
+    sends = np.flatnonzero(np.isin(op, mpi_calls.SENDING) & (peer >= 0))
+    recvs = np.flatnonzero(np.isin(op, mpi_calls.RECEIVING) & (peer >= 0))
+    assert len(s) == len(sends), f"{len(sends) - len(s)} of {len(sends)} sends have no receive"
+    assert len(r) == len(recvs), f"{len(recvs) - len(r)} of {len(recvs)} receives have no send"
+    for col in (S.BYTES, S.COMMUNICATOR):
+        a, b = c[col].to_numpy()[s], c[col].to_numpy()[r]
+        assert (a == b).all(), f"{col} differs between a send and its receive: {a[a != b][:3]} vs {b[a != b][:3]}"
