@@ -21,10 +21,11 @@ are free. The stage imbalance, max/mean of the stages' busy time, says how far t
 others wait for the slowest, and their bubble grows beyond the ideal.
 
 Late Sender waits (`analysis.waits`): a receive on stage k that entered before its matched send from stage k-1 (an
-activation: forward) or k+1 (a gradient: backward), charged to what the sender computed (`analysis.rootcause`)
-between its previous message, sent or received, and the late send: its kernels, their layers, the micro-batch.
-Messages bound these intervals rather than every synchronizing call, because a wait on an earlier send request
-just before the late send would leave the interval empty and hide the kernels.
+activation: forward) or k+1 (a gradient: backward), with the micro-batch whose message came late (the receiving
+phase's), charged to what the sender computed (`analysis.rootcause`) between its previous message, sent or
+received, and the late send: its kernels and their layers (in 1F1B, the backward of one micro-batch can delay the
+forward activation of another). Messages bound these intervals rather than every synchronizing call, because a
+wait on an earlier send request just before the late send would leave the interval empty and hide the kernels.
 """
 from __future__ import annotations
 
@@ -300,18 +301,18 @@ _DOING = {OUTSIDE: "was outside kernels (MPI, Python, data loading)",
 
 
 def sentence(row: dict) -> str:
-    """'stage 2 waited 0.012 s for the activations of stage 1 (rank 1), which computed matmul_forward (layer 3)
-    for micro-batches 0-3, 6' (the sender stage's ranks: one per pipeline)."""
+    """'stage 2 waited 0.012 s for the activations of micro-batches 0-3, 6 from stage 1 (rank 1), which computed
+    matmul_forward (layer 3) before sending them' (the sender stage's ranks: one per pipeline)."""
     what = "activations" if row["direction"] == FORWARD else "gradients"
     layer = row.get(LAYER)
     doing = _DOING.get(row["kernel"]) or (f"computed {row['kernel']}"
                                           + (f" (layer {layer})" if layer is not None and not pd.isna(layer) else ""))
     micro = row.get("microbatches") or []
-    of = f" for micro-batch{'es' if len(micro) > 1 else ''} {ranges(micro)}" if micro else ""
+    of = f" of micro-batch{'es' if len(micro) > 1 else ''} {ranges(micro)}" if micro else ""
     ranks = list(row.get("ranks") or [])
     who = f" (rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})" if ranks else ""
-    return (f"stage {row['stage']} waited {row['wait_s']:.3g} s for the {what} of stage {row['sender_stage']}{who}, "
-            f"which {doing}{of}")
+    return (f"stage {row['stage']} waited {row['wait_s']:.3g} s for the {what}{of} from stage "
+            f"{row['sender_stage']}{who}, which {doing} before sending them")
 
 
 def ranges(values: list[int]) -> str:
