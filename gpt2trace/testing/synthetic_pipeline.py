@@ -15,8 +15,9 @@ first, taking `forward_ns` again). The wait on a send request comes before the k
 matched send starts, or `call_ns` after it is posted when the message is there already; a wait on a send ends when
 its receive did (at least `call_ns`); an Isend takes `call_ns`. Then `grad_sync`: waits on the sends still open,
 MPI_Allreduce on dp, then on embed (a collective ends `sync_ns` after its last member entered); then `optimizer`
-(adamw); counters. Python between phases takes `gap_ns` (Running). Workers run every kernel with the main thread (a
-region without fork or synchronization time) and are Idle otherwise. Durations are exact integers: no noise.
+(adamw); counters; the tracer's flush (`trace_flush`, no step). Python between phases takes `gap_ns` (Running).
+Workers run every kernel with the main thread (a region without fork or synchronization time) and are Idle
+otherwise. Durations are exact integers: no noise.
 """
 from __future__ import annotations
 
@@ -78,6 +79,7 @@ class PipelineConfig:
     gap_ns: int = 3_000               # Python between phases
     dataload_ns: int = 10_000
     optimizer_ns: int = 100_000
+    flush_ns: int = 5_000             # the tracer's flush after each step (a step-less phase, as the tracer writes)
     sync_ns: int = 50_000             # a collective ends this long after its last member entered
     recompute: bool = False
     backward_first: bool = True       # GPipe's backward order: B0 first (Megatron) or B(M-1) first
@@ -314,6 +316,9 @@ class _Simulation:
             for name, value in ((Counter.LOSS, 4.0 - 0.01 * step), (Counter.LR, 3e-4), (Counter.GRAD_NORM, 1.0),
                                 (Counter.TOKENS, float(cfg.tokens))):
                 self.add(Kind.COUNTER, rank, 0, lane.t, lane.t, name=name, step=step, value=value)
+            t0 = lane.t
+            lane.span(t0 + cfg.flush_ns, State.RUNNING)
+            self.add(Kind.PHASE, rank, 0, t0, lane.t, name=Phase.TRACE_FLUSH)
 
     def _p2p(self, lane: _Lane, call: str, end: int, state: int, peer: int, pp, step: int, micro: int) -> None:
         start = lane.t
