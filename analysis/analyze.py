@@ -73,7 +73,7 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
         "imbalance": rows(imbalanced),
         "waits": {"total_wait_s": total_wait, "calls": rows(per_call), "states": rows(by_state),
                   "communicators": rows(groups.per_communicator(calls, wait_rows, trace, layout)),
-                  "groups": rows(comm_groups.per_group(calls, wait_rows)) if trace.comm_table else []},
+                  "groups": rows(comm_groups.per_group(calls, wait_rows))},
         "pipeline": {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in pipe.items()} if pipe else None,
         "root_causes": [{**r, "text": rootcause.sentence(r)} for r in rows(causes)],
         "states": {k: rows(v) for k, v in state_profile(states, window).items()},

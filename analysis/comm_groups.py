@@ -4,8 +4,7 @@ A group name covers all the communicators that carry it (each pipeline has its o
 how many there are, the ranks in them, the calls, the bytes (summed over the calls: a message counts on its send
 and on its receive), the seconds in those calls summed over ranks, the part spent waiting (Scalasca's wait states,
 `analysis.waits`) and the group's share of all MPI time. The groups partition the calls, so their seconds add up to
-the trace's MPI time. Only for traces that name their communicators (a trace that does not ran everything on
-the world, and this table would say nothing `waits.calls` does not).
+the trace's MPI time. A trace that names no communicators ran everything on the world: one row.
 """
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from rich.text import Text
 
 from gpt2trace.cli.common import console, err_console, fail, output, plain, trace_files
 from gpt2trace.cli.tables import Col, print_table
+from gpt2trace.format.communicators import WORLD_NAME
 from gpt2trace.format.errors import OutputError, TraceError
 from gpt2trace.format.outputs import atomic_output
 
@@ -144,7 +145,7 @@ def render(out: Console, res: dict, top: int) -> None:
                     [(r["name"], r["group"], r["wait_state"], _int(r["count"]), _int(r["bytes"]), _num(r["total_s"]),
                       _num(r["wait_s"]), _num(r["transfer_s"]), _num(r["bandwidth_gb_s"]), _pct(r["hidden_fraction"]))
                      for r in res["waits"]["calls"][:top]])
-        if res["waits"].get("groups"):
+        if any(g["group"] != WORLD_NAME for g in res["waits"].get("groups") or []):    # else: the calls table again
             print_table(out, "Communication per group (all communicators of one name)",
                         [Col("group", label=True), Col("comms"), Col("ranks"), Col("calls"), Col("bytes"),
                          Col("MPI s"), Col("wait s"), Col("share")],

@@ -8,6 +8,7 @@ import html
 from collections.abc import Callable, Iterable
 
 from analysis.pipeline import FORWARD, ranges
+from gpt2trace.format.communicators import WORLD_NAME
 
 Cell = Callable[[object], str]
 
@@ -187,13 +188,14 @@ def waits(res: dict, top: int) -> str:
     states = table(w["states"], [("wait_state", "wait state", str), ("count", "waits", num),
                                  ("wait_s", "time", seconds), ("share", "share", pct)],
                    caption=f"Wait states (total {seconds(w['total_wait_s'])})", empty="no waits")
-    groups = table(w.get("groups") or [], [("group", "communicator name", str),
+    named = any(g["group"] != WORLD_NAME for g in w.get("groups") or [])      # else: the calls table again
+    groups = table(w["groups"] if named else [], [("group", "communicator name", str),
                                           ("communicators", "communicators", num), ("ranks", "ranks", num),
                                           ("calls", "calls", num), ("bytes", "bytes", num),
                                           ("time_s", "time in MPI", seconds), ("wait_s", "waiting", seconds),
                                           ("share", "share of MPI time", pct)],
                    caption="Communication per group (every communicator of one name)",
-                   empty="the trace names no communicators")
+                   empty="every call ran on the world communicator")
     causes = table(res["root_causes"][:top], [("group", "communicator", str), ("rank", "rank", num),
                                               ("kernel", "kernel", str),
                                               ("layer", "layer", _opt), ("wait_s", "waits caused", seconds),

@@ -44,9 +44,11 @@ def test_groups_by_name_hand_checked():
     assert list(table.index) == ["sp", "world"]                     # by time, largest first
 
 
-def test_analyze_has_groups_only_with_communicator_metadata():
+def test_analyze_has_the_groups_and_a_trace_without_names_ran_on_the_world():
     assert [g["group"] for g in analyze(four_ranks())["waits"]["groups"]] == ["sp", "world"]
-    assert analyze(Trace.from_table(syn.generate(syn.SyntheticConfig(ranks=2, steps=3))))["waits"]["groups"] == []
+    unnamed = analyze(Trace.from_table(syn.generate(syn.SyntheticConfig(ranks=2, steps=3))))["waits"]
+    calls = sum(c["count"] for c in unnamed["calls"])
+    assert [(g["group"], g["calls"]) for g in unnamed["groups"]] == [("world", calls)]
 
 
 def test_groups_add_up_to_the_mpi_time_of_a_pipeline():

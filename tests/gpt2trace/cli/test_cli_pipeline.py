@@ -62,6 +62,6 @@ def test_pipeline_json(app, pipeline_file):
 def test_no_pipeline_no_section(app, trace_file):
     text = _analyze(app, trace_file)
     assert "Pipeline" not in text and "Late Sender waits between stages" not in text
-    # the trace names no communicators: the per-group table would only repeat the MPI calls
+    # the trace names no communicators, all ran on the world: the per-group table would repeat the MPI calls
     assert "Communication per group" not in text
     assert json.loads(_analyze(app, trace_file, "--json", "-"))["pipeline"] is None
