@@ -18,7 +18,6 @@ from rich.text import Text
 
 from gpt2trace.cli.common import console, err_console, fail, output, plain, trace_files
 from gpt2trace.cli.tables import Col, print_table
-from gpt2trace.format.communicators import WORLD_NAME
 from gpt2trace.format.errors import OutputError, TraceError
 from gpt2trace.format.outputs import atomic_output
 
@@ -89,6 +88,7 @@ def analyze(
 
 
 def render(out: Console, res: dict, top: int) -> None:
+    from gpt2trace.format.communicators import WORLD_NAME  # NumPy behind it: not at the CLI's start-up
     s, p = res["summary"], res["pop"]
     out.rule(Text(plain(res["trace"]), style="bold"))
     for w in res["warnings"]:
