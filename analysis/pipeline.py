@@ -190,6 +190,8 @@ def _per_step(trace: Trace, lay: Layout, phases: pd.DataFrame, calls: pd.DataFra
     last = phases[phases["phase"] == Phase.BACKWARD].groupby([STEP, "pipeline"])[END_NS].max()
     win = pd.DataFrame({"w0": first, "w1": last}).dropna().astype(np.int64)
     win = win[win["w1"] > win["w0"]].reset_index()
+    if win.empty:                                   # no step in which the pipeline both started and finished
+        return pd.DataFrame(columns=STEP_COLUMNS)
     rows = pd.DataFrame([(s, d, k, r) for s, d in zip(win[STEP], win["pipeline"])
                          for k, r in enumerate(lay.pipelines[d])], columns=[STEP, "pipeline", "stage", RANK])
     rows = rows.merge(win, on=[STEP, "pipeline"])
@@ -268,6 +270,7 @@ def _late_senders(lay: Layout, calls: pd.DataFrame, waits: pd.DataFrame, segs: S
     late["wait_s"] = late["wait_ns"] / NS
     late["per_step_s"] = late["wait_s"] / max(steps * len(lay.pipelines), 1)
     late["worst_microbatch_s"] = late["worst_ns"] / NS
+    late["worst_microbatch"] = late["worst_microbatch"].astype("Int64").where(late["worst_microbatch"] >= 0)
     late = late[LATE_COLUMNS].sort_values("wait_s", ascending=False, kind="stable").reset_index(drop=True)
     return late, _causes(calls, w, segs, window, stage)
 

@@ -187,18 +187,23 @@ def render_pipeline(out: Console, pp: dict, top: int) -> None:
         ("bubble's share of the step", _pct(pp["of_step"])),
         ("stage imbalance, busy max/mean", _num(pp["stage_imbalance"])),
         ("Late Sender waits in the window", _num(pp["late_sender_s"], " s"))])
-    print_table(out, "Pipeline bubble per stage (ms per step; bubble = window not computing)",
-                [Col("stage", label=True), Col("ranks", label=True), Col("busy ms"), Col("p2p ms"),
-                 Col("other MPI ms"), Col("idle ms"), Col("bubble"), Col("ideal"), Col("of step")],
-                [(str(r["stage"]), ", ".join(map(str, r["ranks"])), _ms(r["busy_s"]), _ms(r["neighbour_s"]),
-                  _ms(r["other_mpi_s"]), _ms(r["idle_s"]), _pct(r["bubble"]), _pct(r["ideal"]), _pct(r["of_step"]))
-                 for r in pp["per_stage"]])
+    if not pp["per_stage"]:
+        out.print("No analyzed step holds a whole pipeline (its first forward and last backward): no bubble to "
+                  "measure.", overflow="fold")
+    else:
+        print_table(out, "Pipeline bubble per stage (ms per step; bubble = window not computing)",
+                    [Col("stage", label=True), Col("ranks", label=True), Col("busy ms"), Col("p2p ms"),
+                     Col("other MPI ms"), Col("idle ms"), Col("bubble"), Col("ideal"), Col("of step")],
+                    [(str(r["stage"]), ", ".join(map(str, r["ranks"])), _ms(r["busy_s"]), _ms(r["neighbour_s"]),
+                      _ms(r["other_mpi_s"]), _ms(r["idle_s"]), _pct(r["bubble"]), _pct(r["ideal"]),
+                      _pct(r["of_step"])) for r in pp["per_stage"]])
     if pp["late_senders"]:
         print_table(out, "Late Sender waits between stages",
                     [Col("stage", label=True), Col("waits for", label=True), Col("waits"), Col("wait s"),
                      Col("ms per step"), Col("worst micro-batch", label=True)],
                     [(str(r["stage"]), f"{'activations' if r['direction'] == 'forward' else 'gradients'} of stage "
                       f"{r['sender_stage']}", _int(r["waits"]), _num(r["wait_s"]), _ms(r["per_step_s"]),
+                      "none" if r["worst_microbatch"] is None else
                       f"{r['worst_microbatch']} ({_num(r['worst_microbatch_s'])} s)") for r in pp["late_senders"]])
         print_table(out, "Root causes: what the late stage computed before its send",
                     [Col("stage", label=True), Col("from", label=True), Col("kernel", label=True, bare=True),

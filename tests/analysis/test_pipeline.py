@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pyarrow.compute as pc
 import pytest
 
 from analysis import mpi, pipeline, segments, waits
 from analysis.analyze import analyze
 from analysis.window import select
 from gpt2trace.format.reader import Trace
+from gpt2trace.format.schema import NAME
 from gpt2trace.testing import synthetic as syn
 from gpt2trace.testing import synthetic_pipeline as sp
 
@@ -192,3 +194,13 @@ def test_steps_window_selects_steps():
     p = pipeline.pipeline(trace, window, calls, waits.wait_states(calls),
                           segments.segments(segments.kernel_records(trace, window)))
     assert sorted(set(p["per_step"]["step"])) == [2, 3]
+
+
+def test_a_trace_cut_before_its_backwards_has_no_bubble_but_its_waits():
+    table = sp.generate(sp.PipelineConfig(stages=2, micro_batches=2, steps=1))
+    cut = table.filter(pc.invert(pc.equal(table.column(NAME), "backward")))     # no backward phase recorded
+    p = analyze(Trace.from_table(cut))["pipeline"]
+    assert (p["bubble"], p["stage_imbalance"], p["per_stage"]) == (None, None, [])
+    # the waits are still there; a gradient's receive outside any phase has no micro-batch
+    late = {(r["stage"], r["direction"]): r["worst_microbatch"] for r in p["late_senders"]}
+    assert late == {(0, "backward"): None, (1, "forward"): 0}

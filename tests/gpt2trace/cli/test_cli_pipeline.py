@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pyarrow.compute as pc
 import pytest
 from typer.testing import CliRunner
 
@@ -65,3 +66,11 @@ def test_no_pipeline_no_section(app, trace_file):
     # the trace names no communicators, all ran on the world: the per-group table would repeat the MPI calls
     assert "Communication per group" not in text
     assert json.loads(_analyze(app, trace_file, "--json", "-"))["pipeline"] is None
+
+
+def test_a_pipeline_without_a_whole_step_says_so(app, tmp_path):
+    table = sp.generate(sp.PipelineConfig(stages=2, micro_batches=2, steps=1))
+    syn.write(table.filter(pc.invert(pc.equal(table.column("name"), "backward"))), tmp_path / "cut.parquet")
+    text = " ".join(_analyze(app, tmp_path / "cut.parquet").split())
+    assert "No analyzed step holds a whole pipeline" in text and "Late Sender waits between stages" in text
+    assert "│ 0 │ gradients of stage 1 │ 2 │" in text and "│ none │" in text
