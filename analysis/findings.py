@@ -92,6 +92,10 @@ def _details(result: dict, mpi_losses: list[str]) -> dict[str, list[dict]]:
     if mpi_losses:
         key = mpi_losses[0]                              # waits feed every MPI-level loss: the largest holds them
         total = result["waits"]["total_wait_s"]
+        if result.get("pipeline") and result["pipeline"].get("bubble") is not None:
+            out.setdefault(key, []).append(_finding("pipeline.bubble", None,
+                                                    f"Behind the MPI-level losses: {_bubble_text(result['pipeline'])}",
+                                                    f"pop.lost.{key}"))
         group_calls = [c for c in result["waits"]["calls"]
                        if c.get("group") not in (None, WORLD_NAME) and c["wait_s"] and c["wait_s"] > 0]
         for row in group_calls[:2]:
@@ -114,6 +118,15 @@ def _details(result: dict, mpi_losses: list[str]) -> dict[str, list[dict]]:
             f"{k['sync_s']:.4g} s in Synchronization at the end of {k['kernel']}{where}, the most of any kernel "
             f"(mean occupancy {k['mean_occupancy']:.2f} threads).", "pop.lost.region_load_balance"))
     return out
+
+
+def _bubble_text(p: dict) -> str:
+    """The pipeline bubble against theory, and what would shrink it."""
+    why = (f"; the stages are unequal (busiest/mean {p['stage_imbalance']:.2f}), so the others wait for the slowest"
+           if p.get("stage_imbalance") and p["stage_imbalance"] > 1.05 else "")
+    return (f"the pipeline bubble: its {p['stages']} stages do not compute {p['bubble']:.1%} of the pipeline's "
+            f"window (ideal (P-1)/(M+P-1) = {p['ideal_bubble']:.1%} with {p['micro_batches']} micro-batches), "
+            f"{p['of_step']:.1%} of each step{why}; more micro-batches per step shrink the ideal.")
 
 
 def _ratio(row: dict) -> str:

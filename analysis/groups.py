@@ -22,14 +22,16 @@ ATTENTION = "attention"  # kernels whose work per token grows with its position
 
 
 def parallel(trace: Trace) -> dict | None:
-    """{ranks, dp, sp, sp_split, sp_reduce, dp_sync} from the run's metadata; None for a trace without it."""
+    """{ranks, dp, sp, sp_split, sp_reduce, dp_sync, pp, pp_schedule, recompute} from the run's metadata; None for
+    a trace without it."""
     par = (trace.run or {}).get("parallel")
     if not isinstance(par, dict) or "ranks" not in par:
         return None
-    ranks, sp = int(par["ranks"]), int(par.get("sp", 1))
-    return {"ranks": ranks, "dp": ranks // sp, "sp": sp,
+    ranks, sp, pp = int(par["ranks"]), int(par.get("sp", 1)), int(par.get("pp", 1))
+    return {"ranks": ranks, "dp": ranks // (sp * pp), "sp": sp,
             "sp_split": par.get("sp_split") if sp > 1 else None, "sp_reduce": par.get("sp_reduce") if sp > 1 else None,
-            "dp_sync": par.get("dp_sync")}
+            "dp_sync": par.get("dp_sync"), "pp": pp, "pp_schedule": par.get("pp_schedule") if pp > 1 else None,
+            "recompute": par.get("recompute")}
 
 
 def split_of(group: str | None, layout: dict | None) -> str | None:

@@ -60,10 +60,12 @@ def interval_times(calls: pd.DataFrame, segs: Segments, window: Window, rows: np
     return pd.concat(frames, ignore_index=True)
 
 
-def root_causes(calls: pd.DataFrame, waits: pd.DataFrame, segs: Segments, window: Window) -> pd.DataFrame:
+def root_causes(calls: pd.DataFrame, waits: pd.DataFrame, segs: Segments, window: Window,
+                keys: tuple[str, ...] = ()) -> pd.DataFrame:
     """Waits charged to (group, culprit rank, kernel, layer): wait_s, waits (count), share of all wait time;
-    sorted."""
-    cols = [GROUP, RANK, "kernel", LAYER, "wait_s", "waits", "share"]
+    sorted. `keys` are more columns of `waits` to keep the charges apart by (and to return), such as the pipeline
+    stage that waited."""
+    cols = [GROUP, *keys, RANK, "kernel", LAYER, "wait_s", "waits", "share"]
     if waits.empty:
         return pd.DataFrame(columns=cols)
     w = waits.reset_index(drop=True)
@@ -85,11 +87,13 @@ def root_causes(calls: pd.DataFrame, waits: pd.DataFrame, segs: Segments, window
     charged = pd.concat([charged, pd.DataFrame({"wid": loose["wid"], NAME: _UNATTRIBUTED_CODE, LAYER: -1,
                                                 "charged": loose["wait_ns"].astype(float)})], ignore_index=True)
     charged[RANK] = w["culprit"].to_numpy()[charged["wid"].to_numpy()]
-    charged[GROUP] = w[GROUP].to_numpy()[charged["wid"].to_numpy()]
-    agg = charged.groupby([GROUP, RANK, NAME, LAYER], as_index=False).agg(wait_ns=("charged", "sum"),
-                                                                               waits=("wid", "nunique"))
+    for col in (GROUP, *keys):
+        charged[col] = w[col].to_numpy()[charged["wid"].to_numpy()]
+    agg = charged.groupby([GROUP, *keys, RANK, NAME, LAYER], as_index=False).agg(wait_ns=("charged", "sum"),
+                                                                                 waits=("wid", "nunique"))
     lookup = {**dict(enumerate(segs.names)), _OUTSIDE_CODE: OUTSIDE, _UNATTRIBUTED_CODE: UNATTRIBUTED}
-    out = pd.DataFrame({GROUP: agg[GROUP], RANK: agg[RANK].astype(int), "kernel": agg[NAME].map(lookup),
+    out = pd.DataFrame({GROUP: agg[GROUP], **{k: agg[k] for k in keys}, RANK: agg[RANK].astype(int),
+                        "kernel": agg[NAME].map(lookup),
                         LAYER: agg[LAYER].where(agg[LAYER] >= 0).astype("Int64"),
                         "wait_s": agg["wait_ns"] / NS, "waits": agg["waits"].astype(int)})
     out["share"] = out["wait_s"] / (w["wait_ns"].sum() / NS)

@@ -1,4 +1,5 @@
-"""Run summary of a window: runtime, steps, layout, step-time spread, tokens/s, model FLOPs and MFU."""
+"""Run summary of a window: runtime, steps, layout, step-time spread, tokens/s, model FLOPs and MFU, and TFLOPS per
+core both as the BigScience study counts them (2N x 3 passes, 4 with activation recomputation) and as executed."""
 from __future__ import annotations
 
 import numpy as np
@@ -32,13 +33,42 @@ def flops_per_token(run: dict | None) -> float | None:
     return 6 * n + 6 * layers * seq * channels
 
 
-def tokens_per_step(trace: Trace, window: Window, ranks: int) -> np.ndarray | None:
+def recompute(run: dict | None) -> bool:
+    """Whether the run recomputed activations in backward (`recompute` in its parallel or training settings)."""
+    for section in ("parallel", "train"):
+        value = ((run or {}).get(section) or {}).get("recompute")
+        if value is not None:
+            return bool(value)
+    return False
+
+
+def recompute_flops_per_token(run: dict | None) -> float | None:
+    """FLOPs per token that activation recomputation adds: the transformer blocks' forward once more, 24LC^2 in
+    their matmuls and 2LTC in attention (the forward third of `flops_per_token`'s 6LTC)."""
+    try:
+        layers, channels, seq = run["model"]["n_layer"], run["model"]["n_embd"], run["train"]["seq_len"]
+    except (KeyError, TypeError):
+        return None
+    return 24.0 * layers * channels * channels + 2.0 * layers * seq * channels
+
+
+def study_passes(run: dict | None) -> int:
+    """The passes the BigScience study's TFLOPS formula counts, 2N FLOPs per token each: forward and backward (3),
+    and the forward again with activation recomputation (4)."""
+    return 4 if recompute(run) else 3
+
+
+def tokens_per_step(trace: Trace, window: Window, ranks: int,
+                    token_ranks: tuple[int, ...] | None = None) -> np.ndarray | None:
     """Tokens of each step in the window from the `tokens` counter, else B*T*grad_accum*ranks from the metadata.
 
     Counters from every rank are summed (each rank counts its own tokens); a counter written by fewer ranks is
-    taken as the global count.
+    taken as the global count. `token_ranks` limits the count to ranks that each see different tokens (one stage
+    of every pipeline: all stages of a pipeline train on the same tokens), and replaces `ranks` in the fallback.
     """
     rec = records(trace, Kind.COUNTER, (RANK, NAME, STEP, VALUE), window)
+    if token_ranks is not None:
+        rec, ranks = rec.take(np.isin(rec[RANK], token_ranks)), len(token_ranks)
     if Counter.TOKENS in rec.names and len(rec):
         sel = (rec[NAME] == rec.names.index(Counter.TOKENS)) & (rec[STEP] >= 0)
         if sel.any():
@@ -56,7 +86,8 @@ def tokens_per_step(trace: Trace, window: Window, ranks: int) -> np.ndarray | No
         return None          # no whole step in the window (a --steps 0 run): no tokens to count, none to make up
     try:
         train, par = trace.run["train"], trace.run.get("parallel", {})
-        per = train["batch_size"] * train["seq_len"] * train.get("grad_accum", 1) * par.get("ranks", ranks)
+        copies = ranks if token_ranks is not None else par.get("ranks", ranks)
+        per = train["batch_size"] * train["seq_len"] * train.get("grad_accum", 1) * copies
     except (KeyError, TypeError, AttributeError):
         return None
     return np.full(len(window.steps), float(per))
@@ -79,15 +110,16 @@ def phases(trace: Trace, window: Window) -> pd.DataFrame:
     return out.sort_values("total_s", ascending=False, kind="stable").reset_index(drop=True)
 
 
-def summary(trace: Trace, window: Window, peak_gflops: float | None = None) -> dict:
+def summary(trace: Trace, window: Window, peak_gflops: float | None = None,
+            token_ranks: tuple[int, ...] | None = None) -> dict:
     """Scalars of the run (seconds, FLOP/s; FLOPs and MFU None when the metadata does not allow them) and
-    the `phases` table."""
+    the `phases` table. `token_ranks`: see `tokens_per_step`."""
     ranks, threads = layout(trace)
     steps = steps_table(trace)
     chosen = steps[steps[STEP].isin(window.steps)] if window.steps else steps.iloc[:0]
     secs = chosen["seconds"].to_numpy()
     flagged = outliers(steps["seconds"].to_numpy()) if len(steps) else np.zeros(0, dtype=bool)
-    tokens = tokens_per_step(trace, window, ranks)
+    tokens = tokens_per_step(trace, window, ranks, token_ranks)
     total_tokens = float(tokens.sum()) if tokens is not None else None
     runtime = window.seconds
     fpt = flops_per_token(trace.run)
@@ -97,6 +129,14 @@ def summary(trace: Trace, window: Window, peak_gflops: float | None = None) -> d
     per_core = gflops / cores if gflops is not None else None
     peak = peak_gflops if peak_gflops is not None else (trace.peak or {}).get("gflops_per_core")
     n_steps = len(window.steps)
+    tokens_per_s = total_tokens / runtime if total_tokens is not None and runtime > 0 else None
+    core_tokens = tokens_per_s / cores if tokens_per_s is not None else None          # tokens/s per core
+    n_params = ((trace.run or {}).get("model") or {}).get("num_parameters")
+    passes = study_passes(trace.run)
+    study = 2 * float(n_params) * passes * core_tokens / 1e12 if n_params and core_tokens is not None else None
+    extra = recompute_flops_per_token(trace.run) if recompute(trace.run) else 0.0
+    hw_fpt = fpt + extra if fpt is not None and extra is not None else None
+    hardware = hw_fpt * core_tokens / 1e12 if hw_fpt is not None and core_tokens is not None else None
     return {
         "runtime_s": runtime, "steps": n_steps,
         "first_step": window.steps[0] if n_steps else None, "last_step": window.steps[-1] if n_steps else None,
@@ -107,10 +147,12 @@ def summary(trace: Trace, window: Window, peak_gflops: float | None = None) -> d
         "outlier_steps": [int(s) for s in steps[STEP][flagged]],
         "warmup_excluded": window.warmup_excluded, "warmup_outlier": window.warmup_outlier,
         "tokens_per_step": total_tokens / max(n_steps, 1) if total_tokens is not None else None,
-        "tokens_per_s": total_tokens / runtime if total_tokens is not None and runtime > 0 else None,
+        "tokens_per_s": tokens_per_s,
         "flops_per_token": fpt, "flops_per_step": flops / max(n_steps, 1) if flops is not None else None,
         "achieved_gflops": gflops, "achieved_gflops_per_core": per_core,
         "peak_gflops_per_core": peak,
         "mfu": per_core / peak if per_core is not None and peak else None,
+        "recompute": recompute(trace.run), "study_passes": passes, "study_tflops_per_core": study,
+        "hardware_flops_per_token": hw_fpt, "hardware_tflops_per_core": hardware,
         "phases": phases(trace, window),
     }

@@ -88,6 +88,7 @@ def analyze(
 
 
 def render(out: Console, res: dict, top: int) -> None:
+    from gpt2trace.format.communicators import WORLD_NAME  # NumPy behind it: not at the CLI's start-up
     s, p = res["summary"], res["pop"]
     out.rule(Text(plain(res["trace"]), style="bold"))
     for w in res["warnings"]:
@@ -99,7 +100,9 @@ def render(out: Console, res: dict, top: int) -> None:
             ("step time min / max", f"{_num(s['step_s_min'])} / {_num(s['step_s_max'])} s"),
             ("tokens/s", _num(s["tokens_per_s"])),
             ("model GFLOP/s (per core)", f"{_num(s['achieved_gflops'])} ({_num(s['achieved_gflops_per_core'])})"),
-            ("MFU", _pct(s["mfu"]))]
+            ("MFU", _pct(s["mfu"])),
+            (f"TFLOPS per core, study's 2N x {s.get('study_passes', 3)} formula", _num(s.get("study_tflops_per_core"))),
+            ("TFLOPS per core executed", _num(s.get("hardware_tflops_per_core")))]
     c = res.get("counters") or {}
     if c.get("ipc") is not None:
         rows += [("useful IPC", _num(c["ipc"])), ("useful frequency", _num(c["frequency_ghz"], " GHz"))]
@@ -109,6 +112,8 @@ def render(out: Console, res: dict, top: int) -> None:
                                     Col("mean s"), Col("share")],
                     [(r["phase"], _int(r["count"]), _num(r["total_s"]), _num(r["mean_s"]), _pct(r["share"]))
                      for r in s["phases"][:top]])
+    if res.get("pipeline"):
+        render_pipeline(out, res["pipeline"], top)
     levels = (p, p.get("mpi") or {}, p.get("threads") or {})
     pop_rows = [(label, *(_pct(lv[key]) if lv.get(key) is not None else None for lv in levels))
                 for key, label in _POP_ROWS]
@@ -140,6 +145,12 @@ def render(out: Console, res: dict, top: int) -> None:
                     [(r["name"], r["group"], r["wait_state"], _int(r["count"]), _int(r["bytes"]), _num(r["total_s"]),
                       _num(r["wait_s"]), _num(r["transfer_s"]), _num(r["bandwidth_gb_s"]), _pct(r["hidden_fraction"]))
                      for r in res["waits"]["calls"][:top]])
+        if any(g["group"] != WORLD_NAME for g in res["waits"].get("groups") or []):    # else: the calls table again
+            print_table(out, "Communication per group (all communicators of one name)",
+                        [Col("group", label=True), Col("comms"), Col("ranks"), Col("calls"), Col("bytes"),
+                         Col("MPI s"), Col("wait s"), Col("share")],
+                        [(r["group"], _int(r["communicators"]), _int(r["ranks"]), _int(r["calls"]), _int(r["bytes"]),
+                          _num(r["time_s"]), _num(r["wait_s"]), _pct(r["share"])) for r in res["waits"]["groups"]])
         print_table(out, "Root causes of waits",
                     [Col("group", label=True), Col("rank", label=True), Col("kernel", label=True, bare=True),
                      Col("layer", label=True), Col("wait s"), Col("waits"), Col("share")],
@@ -160,6 +171,46 @@ def render(out: Console, res: dict, top: int) -> None:
         out.print("layer none: a kernel outside the transformer blocks (encoder, loss, AdamW) or no kernel at all",
                   style="dim", overflow="fold")
     _findings(out, res["findings"][:top])
+
+
+def render_pipeline(out: Console, pp: dict, top: int) -> None:
+    """The bubble per stage against theory, the Late Sender waits between stages and what the late stage computed
+    (times per step, in ms: mean over the analyzed steps and the pipelines)."""
+    from analysis.pipeline import ranges
+    schedule = pp["schedule"] or "schedule not recorded"
+    recompute = {True: ", recompute", False: "", None: ""}[pp["recompute"]]
+    _pairs(out, "Pipeline", [
+        ("stages x pipelines", f"{pp['stages']} x {pp['pipelines']} ({schedule}{recompute})"),
+        ("micro-batches (M)", str(pp["micro_batches"])),
+        ("ideal bubble (P-1)/(M+P-1)", _pct(pp["ideal_bubble"])),
+        ("bubble, mean over stages", _pct(pp["bubble"])),
+        ("bubble's share of the step", _pct(pp["of_step"])),
+        ("stage imbalance, busy max/mean", _num(pp["stage_imbalance"])),
+        ("Late Sender waits in the window", _num(pp["late_sender_s"], " s"))])
+    if not pp["per_stage"]:
+        out.print("No analyzed step holds a whole pipeline (its first forward and last backward): no bubble to "
+                  "measure.", overflow="fold")
+    else:
+        print_table(out, "Pipeline bubble per stage (ms per step; bubble = window not computing)",
+                    [Col("stage", label=True), Col("ranks", label=True), Col("busy ms"), Col("p2p ms"),
+                     Col("other MPI ms"), Col("idle ms"), Col("bubble"), Col("ideal"), Col("of step")],
+                    [(str(r["stage"]), ", ".join(map(str, r["ranks"])), _ms(r["busy_s"]), _ms(r["neighbour_s"]),
+                      _ms(r["other_mpi_s"]), _ms(r["idle_s"]), _pct(r["bubble"]), _pct(r["ideal"]),
+                      _pct(r["of_step"])) for r in pp["per_stage"]])
+    if pp["late_senders"]:
+        print_table(out, "Late Sender waits between stages",
+                    [Col("stage", label=True), Col("waits for", label=True), Col("waits"), Col("wait s"),
+                     Col("ms per step"), Col("worst micro-batch", label=True)],
+                    [(str(r["stage"]), f"{'activations' if r['direction'] == 'forward' else 'gradients'} of stage "
+                      f"{r['sender_stage']}", _int(r["waits"]), _num(r["wait_s"]), _ms(r["per_step_s"]),
+                      "none" if r["worst_microbatch"] is None else
+                      f"{r['worst_microbatch']} ({_num(r['worst_microbatch_s'])} s)") for r in pp["late_senders"]])
+        print_table(out, "Root causes: what the late stage computed before its send",
+                    [Col("stage", label=True), Col("from", label=True), Col("kernel", label=True, bare=True),
+                     Col("layer", label=True), Col("micro-batches", label=True), Col("wait s"), Col("share")],
+                    [(str(r["stage"]), str(r["sender_stage"]), r["kernel"], _layer(r["layer"], "none"),
+                      ranges(r["microbatches"]) or "none", _num(r["wait_s"]), _pct(r["share"]))
+                     for r in pp["causes"][:top]])
 
 
 # The rows of each POP table: (result key, label), indented as the factors multiply.
@@ -249,6 +300,14 @@ def _factor(v, kind: str) -> str | None:
 
 def _int(v) -> str:
     return "n/a" if v is None else f"{v:,}"
+
+
+def _ms(seconds) -> str:
+    """Milliseconds with 4 significant digits, and whole ones with thousands separators from 10 s up."""
+    if seconds is None:
+        return "n/a"
+    ms = 1e3 * seconds
+    return f"{ms:.4g}" if abs(ms) < 1e4 else f"{ms:,.0f}"
 
 
 def _num(v, unit: str = "") -> str:

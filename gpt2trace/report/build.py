@@ -46,7 +46,8 @@ def build(trace: Trace, result: dict | None = None, steps: str | None = None,
     tl = build_timeline(trace, analyzed, detail_ns, exact_budget, run_budget)
     blobs = Blobs()
     figs = {"fig-steps": figures.step_durations(result), "fig-occupancy": figures.occupancy_levels(result),
-            "fig-imbalance": figures.imbalance_heatmap(result), "fig-useful": figures.useful_histogram(result)}
+            "fig-imbalance": figures.imbalance_heatmap(result), "fig-useful": figures.useful_histogram(result),
+            "fig-pipeline": figures.pipeline_bubble(result)}
     data = page_data(tl, blobs, analyzed, figs, [colors.rank_color(i) for i in range(len(colors.RANK_RGB))])
     name = Path(trace.name).name
     header, sections = _header(trace, result, name), _sections(result, tl, figs, top)
@@ -118,9 +119,14 @@ def _sections(res: dict, tl, figs: dict, top: int) -> list[tuple[str, str, str]]
               + "</div>")
     overview = ('<div class="grid"><div><h3>Summary</h3>' + tables.summary(res) + "</div><div><h3>Findings</h3>"
                 + tables.findings(res, top) + tables.warnings(res) + "</div></div>")
+    pipeline = ([("pipeline", "Pipeline bubble", tables.pipeline(res, top) + '<div class="grid">' + _figure(
+        "fig-pipeline", "Bubble per stage", "The share of the pipeline's window each stage does not compute, by what "
+        "it does instead, against the ideal for equal stages and free messages (dashed).", figs) + "</div>")]
+                if res.get("pipeline") else [])
     return [
         ("overview", "Summary and findings", overview),
         ("timeline-section", "Timeline", timeline),
+        *pipeline,
         ("charts", "Steps, occupancy and balance", charts),
         ("pop", "POP efficiencies", tables.pop(res) + "<h3>Phases</h3>" + tables.phases(res)),
         ("mpi", "MPI waits and their root causes", tables.waits(res, top)),

@@ -13,7 +13,7 @@ import json
 import numpy as np
 import plotly.graph_objects as go
 
-from gpt2trace.format.schema import RANK, STEP, THREAD
+from gpt2trace.format.schema import RANK, STEP, THREAD, State
 from gpt2trace.report import colors
 
 TEMPLATE = "plotly_white"
@@ -159,6 +159,34 @@ def occupancy_levels(result: dict) -> dict | None:
                    xaxis={"title": {"text": "% of the analyzed time"}, "range": [0, 100]},
                    yaxis={"autorange": "reversed"},
                    legend={"orientation": "h", "traceorder": "normal", "x": 0, "y": 1.02, "yanchor": "bottom"})
+
+
+def pipeline_bubble(result: dict) -> dict | None:
+    """Per stage, its bubble (the share of the pipeline's window it does not compute) split into waiting for or
+    talking to a neighbour, other MPI and idle time, against the ideal (P-1)/(M+P-1) (analysis: pipeline)."""
+    pp = result.get("pipeline")
+    if not pp or not pp["per_stage"]:
+        return None
+    rows = pp["per_stage"]
+    x = [f"stage {row['stage']}" for row in rows]
+    fig = go.Figure()
+    for key, label, state in (("neighbour_s", "p2p MPI (waiting for a neighbour)", State.WAITING_A_MESSAGE),
+                              ("other_mpi_s", "other MPI", State.GROUP_COMMUNICATION), ("idle_s", "idle", State.IDLE)):
+        share = [100 * row[key] / row["window_s"] if row["window_s"] else 0 for row in rows]
+        fig.add_bar(x=x, y=share, name=label, marker_color=colors.state_color(state), marker_line_width=0,
+                    hovertemplate="%{x}: %{y:.1f}% of the window " + label + "<extra></extra>")
+    fig.add_scatter(x=x, y=[100 * row["bubble"] for row in rows], mode="markers", name="bubble",
+                    marker={"symbol": "line-ew-open", "size": 18, "color": "#222", "line": {"width": 2}},
+                    hovertemplate="%{x}: bubble %{y:.1f}%<extra></extra>")
+    ideal = 100 * pp["ideal_bubble"]
+    return _layout(fig, 320, top=24, barmode="stack",
+                   yaxis={"title": {"text": "% of the pipeline's window"}},
+                   shapes=[{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": ideal, "y1": ideal,
+                            "line": {"color": "#1a9c3c", "width": 2, "dash": "dash"}}],
+                   annotations=[{"xref": "paper", "x": 1, "y": ideal, "xanchor": "right", "yanchor": "bottom",
+                                 "showarrow": False, "font": {"size": 11, "color": "#1a9c3c"},
+                                 "text": f"ideal (P-1)/(M+P-1) = {ideal:.1f}%"}],
+                   legend={"orientation": "h", "y": -0.2, "x": 0})
 
 
 def _groups(rows: list[dict], key: str) -> list[tuple[str, list[dict]]]:

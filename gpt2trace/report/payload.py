@@ -19,15 +19,15 @@ from typing import TypedDict
 
 import numpy as np
 
-from gpt2trace.format.schema import BYTES, END_NS, LAYER, PEER, SEQ, START_NS, STEP, State
+from gpt2trace.format.schema import BYTES, END_NS, LAYER, MICROSTEP, PEER, SEQ, START_NS, STEP, State
 from gpt2trace.report.colors import text_color
 from gpt2trace.report.lod import Level
 from gpt2trace.report.pack import Blobs
 from gpt2trace.report.timeline import Timeline, View, ViewKey
 
 # Hover columns of exact records and the type they travel in (-1 = null).
-_EXTRA = {STEP: np.int32, LAYER: np.int16, BYTES: np.float64, SEQ: np.float64, PEER: np.int32, "inst": np.int32,
-          "partner": np.int32}
+_EXTRA = {STEP: np.int32, LAYER: np.int16, MICROSTEP: np.int16, BYTES: np.float64, SEQ: np.float64,
+          PEER: np.int32, "inst": np.int32, "partner": np.int32}
 OCCUPANCY_SCALE = 1000        # occupancy travels as uint16 thousandths of a thread
 
 # Arrays inside the blobs, by the object that refers to the blob.

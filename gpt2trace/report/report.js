@@ -18,7 +18,10 @@ const OCC_EXACT_LIMIT = 200000;   // Running records for an exact occupancy curv
 // Heatmap rows are SUB sub-rows per lane and one empty sub-row between ranks: all bricks the same size, so plotly
 // draws the heatmap as one small image scaled with crisp pixels instead of a rectangle per cell (many times faster).
 const SUB = 3, GAP = 1 / SUB;
-const TITLE_PX = 24, OCC_PX = 100, MARGIN = {l: 70, r: 16, t: 6, b: 46};
+const TITLE_PX = 24, OCC_PX = 100;
+// the left margin holds the row labels (rank.thread, or "rank 4 stage 1" in a pipeline's phases)
+const LONGEST = Math.max(0, ...TL.views.map(v => Math.max(0, ...v.lanes.map(l => l.length))));
+const MARGIN = {l: Math.max(70, Math.round(12 + 6.5 * LONGEST)), r: 16, t: 6, b: 46};
 const state = {range: null, drawn: null, renders: 0, pending: 0, modes: {}, bars: {}, level: {}, busy: false,
                queued: null};
 window.gpt2traceReport = state;
@@ -246,7 +249,10 @@ function hoverFor(v, rec, i) {
   const step = rec.step && rec.step[i] >= 0 ? rec.step[i] : null;
   if (v.key === KEY.steps) return `<b>step ${step}</b><br>duration ${dur}<br>from ${at}`;
   const inStep = step !== null ? ` · step ${step}` : '';
-  if (v.key === KEY.phases) return `<b>${name}</b> · ${lane}${inStep}<br>duration ${dur}<br>from ${at}`;
+  if (v.key === KEY.phases) {
+    const micro = rec.microstep[i] >= 0 ? ` · micro-batch ${rec.microstep[i]}` : '';
+    return `<b>${name}</b>${micro} · ${lane}${inStep}<br>duration ${dur}<br>from ${at}`;
+  }
   if (v.key === KEY.states) return `<b>${name}</b><br>thread ${lane}<br>duration ${dur}<br>from ${at}`;
   if (v.key === KEY.kernels) {
     const layer = rec.layer && rec.layer[i] >= 0 ? `layer ${rec.layer[i]}` : 'no layer';
@@ -263,6 +269,17 @@ function hoverFor(v, rec, i) {
   }
   return s + `<br>from ${at}${inStep}`;
 }
+// The longest label that fits: a step's number; a phase's name, with its micro-batch where it has one
+// ("forward 3", else "F3", so that a schedule such as 1F1B reads at a glance); any other record's name.
+function barLabel(v, rec, i, c, fits) {
+  let options = [c.name];
+  if (v.key === KEY.steps) options = ['step ' + rec.step[i], String(rec.step[i])];
+  else if (v.key === KEY.phases && rec.microstep[i] >= 0) {
+    const m = rec.microstep[i];
+    options = [c.name + ' ' + m, c.name.charAt(0).toUpperCase() + m, String(m)];
+  }
+  return options.find(fits) || '';
+}
 // Bars are clipped to the visible range (labels then sit in the visible part); hover keeps the record's own times.
 function bars(v, p, rec, idx, range, pxNs) {
   const n = idx.length, base = new Array(n), len = new Array(n), y = new Array(n), color = new Array(n),
@@ -275,9 +292,7 @@ function bars(v, p, rec, idx, range, pxNs) {
     color[j] = c.color; tcolor[j] = c.text; hover[j] = hoverFor(v, rec, i);
     if (labelled) {                    // a label only where it fits: measuring hidden labels costs plotly time
       const wide = (s1 - s0) / pxNs, fits = s => wide >= 6.5 * s.length + 8;
-      const long = 'step ' + rec.step[i];
-      const label = v.key !== KEY.steps ? c.name : fits(long) ? long : String(rec.step[i]);
-      text[j] = fits(label) ? esc(label) : '';
+      text[j] = esc(barLabel(v, rec, i, c, fits));
     }
   }
   return {type: 'bar', orientation: 'h', xaxis: 'x', yaxis: p.axis, base: base, x: len, y: y, width: 1,

@@ -7,6 +7,9 @@ from __future__ import annotations
 import html
 from collections.abc import Callable, Iterable
 
+from analysis.pipeline import FORWARD, ranges
+from gpt2trace.format.communicators import WORLD_NAME
+
 Cell = Callable[[object], str]
 
 
@@ -118,6 +121,9 @@ def summary(res: dict) -> str:
              ("model GFLOP/s (per core)",
               f"{num(s.get('achieved_gflops'))} ({num(s.get('achieved_gflops_per_core'))})"),
              ("MFU", pct(s.get("mfu"))),
+             (f"TFLOPS per core, the study's 2N x {s.get('study_passes', 3)} formula",
+              num(s.get("study_tflops_per_core"))),
+             ("TFLOPS per core executed", num(s.get("hardware_tflops_per_core"))),
              ("parallel efficiency", pct(res["pop"].get("parallel_efficiency")))]
     return pairs(items, "kv summary")
 
@@ -182,13 +188,67 @@ def waits(res: dict, top: int) -> str:
     states = table(w["states"], [("wait_state", "wait state", str), ("count", "waits", num),
                                  ("wait_s", "time", seconds), ("share", "share", pct)],
                    caption=f"Wait states (total {seconds(w['total_wait_s'])})", empty="no waits")
+    named = any(g["group"] != WORLD_NAME for g in w.get("groups") or [])      # else: the calls table again
+    groups = table(w["groups"] if named else [], [("group", "communicator name", str),
+                                          ("communicators", "communicators", num), ("ranks", "ranks", num),
+                                          ("calls", "calls", num), ("bytes", "bytes", num),
+                                          ("time_s", "time in MPI", seconds), ("wait_s", "waiting", seconds),
+                                          ("share", "share of MPI time", pct)],
+                   caption="Communication per group (every communicator of one name)",
+                   empty="every call ran on the world communicator")
     causes = table(res["root_causes"][:top], [("group", "communicator", str), ("rank", "rank", num),
                                               ("kernel", "kernel", str),
                                               ("layer", "layer", _opt), ("wait_s", "waits caused", seconds),
                                               ("waits", "waits", num), ("share", "share", pct),
                                               ("text", "meaning", str)],
                    caption="Root causes of the waits", empty="no waits to explain")
-    return calls + states + causes
+    return calls + groups + states + causes
+
+
+def pipeline(res: dict, top: int) -> str:
+    """The pipeline's layout and bubble against theory, per stage; the Late Sender waits between stages and what
+    the late stage computed (analysis: pipeline; times per step: mean over the analyzed steps and pipelines)."""
+    pp = res["pipeline"]
+    head = pairs([("stages x pipelines", f"{pp['stages']} x {pp['pipelines']}"),
+                  ("schedule", pp["schedule"] or "not recorded"), ("micro-batches (M)", pp["micro_batches"]),
+                  ("recompute", {True: "yes", False: "no"}.get(pp["recompute"])),
+                  ("ideal bubble (P-1)/(M+P-1)", pct(pp["ideal_bubble"])),
+                  ("bubble, mean over stages", pct(pp["bubble"])),
+                  ("bubble's share of the step", pct(pp["of_step"])),
+                  ("stage imbalance (busy max/mean)", num(pp["stage_imbalance"])),
+                  ("Late Sender waits", seconds(pp["late_sender_s"]))])
+    stages = table(pp["per_stage"], [("stage", "stage", num), ("ranks", "ranks", _ranks),
+                                     ("window_s", "window", seconds), ("busy_s", "busy", seconds),
+                                     ("neighbour_s", "p2p MPI", seconds), ("other_mpi_s", "other MPI", seconds),
+                                     ("idle_s", "idle", seconds), ("bubble", "bubble", pct),
+                                     ("ideal", "ideal", pct), ("of_step", "share of the step", pct),
+                                     ("busy_ratio", "busy / mean", num)],
+                   caption="Bubble per stage (per step)", empty="no whole step of the pipeline in the window")
+    late = table(pp["late_senders"], [("stage", "stage", num), ("direction", "waits for", _direction),
+                                      ("sender_stage", "of stage", num), ("waits", "waits", num),
+                                      ("wait_s", "waiting", seconds), ("per_step_s", "per step and rank", seconds),
+                                      ("worst_microbatch", "worst micro-batch", num),
+                                      ("worst_microbatch_s", "its wait", seconds)],
+                 caption="Late Sender waits between stages", empty="no stage waited for a late neighbour")
+    causes = table(pp["causes"][:top], [("stage", "stage", num), ("sender_stage", "late stage", num),
+                                        ("kernel", "kernel", str), ("layer", "layer", _opt),
+                                        ("microbatches", "late micro-batches", _ranges),
+                                        ("wait_s", "waits caused", seconds), ("share", "share", pct),
+                                        ("text", "meaning", str)],
+                   caption="What the late stage computed before its send (root causes)", empty="no waits to explain")
+    return head + stages + late + causes
+
+
+def _ranks(v) -> str:
+    return ", ".join(map(str, v or []))
+
+
+def _ranges(v) -> str:
+    return ranges(v or [])
+
+
+def _direction(v) -> str:
+    return "activations" if v == FORWARD else "gradients"
 
 
 def occupancy(res: dict, top: int) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analysis import mpi
+from analysis import mpi, pipeline
 from analysis.records import records, threads
 from analysis.steps import steps_table
 from gpt2trace.format.lanes import key_width, lane_key, lane_order
@@ -21,6 +21,7 @@ from gpt2trace.format.schema import (
     BYTES,
     END_NS,
     LAYER,
+    MICROSTEP,
     NAME,
     PEER,
     RANK,
@@ -30,6 +31,7 @@ from gpt2trace.format.schema import (
     STEP,
     THREAD,
     Kind,
+    Phase,
     State,
 )
 from gpt2trace.report import colors
@@ -39,6 +41,7 @@ EXACT_BUDGET = 300_000        # state + kernel records drawn exactly (~6 MB in t
 ALWAYS_EXACT = 200_000        # views with at most this many records are exact over the whole trace
 RUN_BUDGET = 3_000_000        # runs per view over all its levels (build.py drops levels if the page gets too big)
 OCCUPANCY_MAX_BINS = 32_768   # finest binned occupancy (beyond it: exact from the state records, in the page)
+MICRO_BATCH_PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.DATALOAD)
 
 
 class ViewKey:
@@ -180,15 +183,27 @@ def _steps_view(steps: pd.DataFrame, analyzed, t0, t1, run_budget) -> View | Non
 
 
 def _phases_view(trace: Trace, t0, t1, detail, run_budget) -> View | None:
-    rec = records(trace, Kind.PHASE, (RANK, NAME, STEP))
+    rec = records(trace, Kind.PHASE, (RANK, NAME, STEP, MICROSTEP))
     if not len(rec):
         return None
     ranks = np.unique(rec[RANK])
     s, e = rec[START_NS], rec[END_NS]
     cat, cats = _compact(rec[NAME], e - s, rec.names, colors.phase_color)
-    cols = {"lane": np.searchsorted(ranks, rec[RANK]), START_NS: s, END_NS: e, "cat": cat, STEP: rec[STEP]}
-    return _view(ViewKey.PHASES, [f"rank {r}" for r in ranks], ranks.tolist(), cats, _sorted(cols), t0, t1,
-                 detail, run_budget)
+    cols = {"lane": np.searchsorted(ranks, rec[RANK]), START_NS: s, END_NS: e, "cat": cat, STEP: rec[STEP],
+            MICROSTEP: _micro_batches(rec)}
+    lay = pipeline.layout(trace)
+    stage = lay.stage_of() if lay else {}
+    labels = [f"rank {r}" + (f" stage {stage[r]}" if r in stage else "") for r in ranks]
+    return _view(ViewKey.PHASES, labels, ranks.tolist(), cats, _sorted(cols), t0, t1, detail, run_budget)
+
+
+def _micro_batches(rec) -> np.ndarray:
+    """The micro-batch of the phases that have one (forward, backward, data loading) when a step has several, so
+    the page can label them (F3, B3) and a schedule such as 1F1B shows; -1 elsewhere."""
+    per_micro = np.isin(rec[NAME], [i for i, n in enumerate(rec.names) if n in MICRO_BATCH_PHASES])
+    if not (per_micro & (rec[MICROSTEP] > 0)).any():
+        return np.full(len(rec), -1, dtype=np.int64)
+    return np.where(per_micro, rec[MICROSTEP], -1)
 
 
 def _states_view(trace, lane_of, labels, lane_rank, t0, t1, detail, run_budget) -> View | None:

@@ -5,10 +5,12 @@ of a killed run (test_crash.py). Each check raises AssertionError with what brok
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gpt2trace.format import communicators as comms
@@ -58,8 +60,9 @@ def check_metadata(trace: Trace, threads: int, steps: int) -> None:
     assert clock["source"] == "CLOCK_MONOTONIC" and clock["offsets_ns"] == [0]
 
 
-def check_partition(trace: Trace, threads: int) -> None:
-    """For every thread 0..threads-1: state records in time order, back to back, covering the whole span."""
+def check_partition(trace: Trace, threads: int, mpi: bool = False) -> None:
+    """For every thread 0..threads-1: state records in time order, back to back, covering the whole span; with
+    `mpi`, the main thread may also be in MPI states."""
     span0 = min(int(trace.records(k).column(S.START_NS).to_numpy().min()) for k in trace.parts)
     span1 = max(int(trace.records(k).column(S.END_NS).to_numpy().max()) for k in trace.parts)
     st = records(trace, S.Kind.STATE)
@@ -74,6 +77,7 @@ def check_partition(trace: Trace, threads: int) -> None:
         assert len(gaps) == 0, f"thread {thread}: gap or overlap at {e[gaps[0]]} ns"
         allowed = {State.RUNNING, State.SCHEDULING_FORK_JOIN, State.SYNCHRONIZATION}
         allowed |= {State.IO} if thread == 0 else {State.IDLE}
+        allowed |= set(S.MPI_STATES) if mpi and thread == 0 else set()
         assert set(g[S.STATE].unique()) <= allowed, (thread, set(g[S.STATE].unique()))
     assert check_states(trace) == []              # the reader's own check agrees
 
@@ -219,3 +223,16 @@ def check_trace(path: Path, *, threads: int, steps: int, grad_accum: int = 1, n_
     if tokens is not None:
         check_steps(trace, steps, grad_accum, tokens, lr, closed)
     return trace
+
+
+def check_ranks(trace: Trace, threads: int, n_layer: int, grad_accum: int) -> None:
+    """The per-thread checks above on each rank of a multi-rank trace by itself (MPI states allowed on the main
+    thread): states partition every thread's span, kernels lie in their step's and micro-batch's compute phases
+    and in Running time, workers run exactly their kernels."""
+    ranks = sorted(records(trace, S.Kind.STATE)[S.RANK].unique())
+    assert ranks, "no state records"
+    for rank in ranks:
+        mine = replace(trace, parts={k: t.filter(pc.equal(t.column(S.RANK), rank)) for k, t in trace.parts.items()})
+        check_partition(mine, threads, mpi=True)
+        check_kernels(mine, threads, n_layer, grad_accum)
+        check_running_per_step(mine)

@@ -14,7 +14,7 @@ RUN = {"model": {"n_layer": 2, "n_head": 2, "n_embd": 8, "vocab_size": 16, "max_
        "train": {"batch_size": 4, "seq_len": 4, "grad_accum": 1}, "parallel": {"ranks": 2, "threads": 1}}
 
 
-def _trace(metadata: bool, counters: bool = True) -> Trace:
+def _trace(metadata: bool, counters: bool = True, run: dict = RUN) -> Trace:
     # 2 ranks x 1 thread, steps 0, 1, 2 of 1 s, 1 s and 1.5 s; each rank counts 16 tokens per step.
     recs = []
     for rank in (0, 1):
@@ -23,7 +23,7 @@ def _trace(metadata: bool, counters: bool = True) -> Trace:
             recs.append(syn.phase(rank, a, b, "forward", step))
             if counters:
                 recs.append(syn.counter(rank, b, "tokens", 16, step))
-    meta = {schema.META_RUN: json.dumps(RUN).encode(),
+    meta = {schema.META_RUN: json.dumps(run).encode(),
             schema.META_PEAK: json.dumps({"gflops_per_core": 0.001, "cores": 2}).encode()} if metadata else None
     return Trace.from_table(syn.from_records(recs, meta))
 
@@ -48,11 +48,28 @@ def test_summary_with_metadata():
     assert summary(trace, select(trace), peak_gflops=0.01)["mfu"] == pytest.approx(0.00817152)
 
 
+@pytest.mark.parametrize("recompute, study, executed", [
+    # 25.6 tokens/s on 2 cores = 12.8 tokens/s per core. The study's formula: 2 N x 3 (x 4 with recomputation)
+    # FLOPs per token: 2 x 1000 x 3 x 12.8 = 76800 FLOP/s = 7.68e-8 TFLOPS (x 4: 1.024e-7). Executed: 6384 FLOPs
+    # per token (6N + 6LTC), and with recomputation the blocks' forward again: 24 L C^2 + 2 L T C = 3072 + 128 =
+    # 3200 more: 6384 x 12.8 = 8.17152e-8, 9584 x 12.8 = 1.226752e-7 TFLOPS.
+    (False, 7.68e-8, 8.17152e-8), (True, 1.024e-7, 1.226752e-7)])
+def test_tflops_per_core_by_the_study_formula_and_as_executed(recompute, study, executed):
+    run = {**RUN, "parallel": {**RUN["parallel"], "recompute": recompute}}
+    trace = _trace(metadata=True, run=run)
+    s = summary(trace, select(trace))
+    assert (s["recompute"], s["study_passes"]) == (recompute, 4 if recompute else 3)
+    assert s["study_tflops_per_core"] == pytest.approx(study)
+    assert s["hardware_flops_per_token"] == (9584 if recompute else 6384)
+    assert s["hardware_tflops_per_core"] == pytest.approx(executed)
+
+
 def test_summary_without_metadata_still_works():
     trace = _trace(metadata=False)
     s = summary(trace, select(trace))
     assert s["tokens_per_s"] == pytest.approx(25.6)
     assert (s["flops_per_step"], s["achieved_gflops"], s["mfu"]) == (None, None, None)
+    assert (s["study_tflops_per_core"], s["hardware_tflops_per_core"]) == (None, None)
 
 
 def test_tokens_from_metadata_when_no_counter():

@@ -1,5 +1,5 @@
-"""Traces for the report tests: a real sample trace, a 2-rank synthetic trace with MPI calls, a large synthetic
-trace, and a trace whose every string is an attempt at script injection. Browser fixtures: Debian's chromium
+"""Traces for the report tests: a real sample trace, a 2-rank synthetic trace with MPI calls, a pipeline, a large
+synthetic trace, and a trace whose every string is an attempt at script injection. Browser fixtures: Debian's chromium
 driven by Playwright (a missing chromium is a failure, not a skip: `make install-test` installs it), and a
 screenshot folder whose path the run prints at the end."""
 from __future__ import annotations
@@ -15,6 +15,7 @@ from report_traces import FILE_EVIL, KERNEL_EVIL, META_EVIL, MPI_EVIL, PHASE_EVI
 from gpt2trace.format import schema
 from gpt2trace.format.schema import State
 from gpt2trace.testing import synthetic as syn
+from gpt2trace.testing import synthetic_pipeline as sp
 
 SCREENSHOTS = pytest.StashKey[Path]()
 REPO = Path(__file__).resolve().parents[3]
@@ -36,6 +37,14 @@ def two_rank_trace(tmp_path_factory) -> Path:
     """2 ranks x 2 threads, 4 steps, one MPI_Allreduce per step; rank 1 is 30 % slower (rank 0 waits)."""
     path = tmp_path_factory.mktemp("two_rank") / "two_rank.parquet"
     syn.write(syn.generate(syn.SyntheticConfig(ranks=2, threads=2, steps=4, layers=2, late_rank=(1, 1.3))), path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def pipeline_trace(tmp_path_factory) -> Path:
+    """4 pipeline stages, 1F1B, 4 micro-batches, 3 steps; stage 1 twice as slow as the others."""
+    path = tmp_path_factory.mktemp("pipeline") / "pipeline.parquet"
+    syn.write(sp.generate(sp.PipelineConfig(stages=4, micro_batches=4, slow_stage=(1, 2.0))), path)
     return path
 
 

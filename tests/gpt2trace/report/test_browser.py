@@ -17,6 +17,7 @@ from analysis.steps import steps_table
 from gpt2trace.format.reader import load
 from gpt2trace.format.schema import END_NS, START_NS, Kind
 from gpt2trace.report import write
+from gpt2trace.testing import synthetic_pipeline as sp
 
 pytestmark = pytest.mark.browser
 VIEWPORT = {"width": 1500, "height": 1000}
@@ -165,6 +166,40 @@ def test_two_rank_report_synthetic(open_report, two_rank_trace, screenshots, tmp
     hover = rep.trace_of("mpi")["hover"]
     assert any("MPI_Allreduce" in h and "entered last: 1.0" in h for h in hover)
     rep.shot(screenshots, "two_rank")
+
+
+def test_pipeline_schedule_at_a_glance(open_report, pipeline_trace, screenshots, tmp_path):
+    """A 1F1B pipeline: rows name rank and stage, phases show their micro-batch (hover, and a label where it fits) in
+    the schedule's order, and the pipeline section draws the bubble per stage."""
+    rep = open_report(pipeline_trace, tmp_path / "pipeline.html")
+    assert rep.errors == [] and rep.dialogs == []
+    assert {f"rank {k} stage {k}" for k in range(4)} <= set(rep.row_labels())
+    steps = steps_table(load(pipeline_trace))
+    # steps 1 and 2: a step starts with its earliest record, and the middle stages start the next step before
+    # stage 0 ends its last backward
+    a, b = float(steps[START_NS].iloc[1]) / 1e9, float(steps[END_NS].iloc[2]) / 1e9
+    rep.zoom(a, b)
+    assert rep.state["modes"]["phases"] == "exact"
+    bars = rep.js("(() => { const t = document.getElementById('timeline').data.find(d => d.name === 'phases' && "
+                  "d.type === 'bar'); return {base: t.base, y: t.y, text: t.text, hover: t.hovertext}; })()")
+    # stage 0's forwards and backwards of step 1, by start, read from their hover: the 1F1B order
+    top = min(bars["y"])
+    mine = sorted((base, hover) for base, y, hover in zip(bars["base"], bars["y"], bars["hover"])
+                  if y == top and "micro-batch" in hover and "step 1<" in hover)
+    seen = [("F" if h.startswith("<b>forward") else "B", int(h.split("micro-batch ")[1].split(" ")[0]))
+            for _, h in mine if not h.startswith("<b>dataload")]
+    assert seen == sp.schedule(0, 4, 4, sp.ONE_F_ONE_B)          # F0 F1 F2 F3 B0 B1 B2 B3
+    # labels inside the bars: "forward 2", or "F2" / "2" where the bar is narrower
+    labels = [t for t in bars["text"] if t]
+    assert any(t.startswith(("forward ", "backward ")) for t in labels), labels
+    assert all(t.split(" ")[-1].lstrip("FBDfbd").isdigit() or t in ("grad_sync", "optimizer", "trace_flush")
+               for t in labels), labels
+    rep.shot(screenshots, "pipeline_1f1b")
+    section = rep.page.locator("#pipeline")
+    assert "ideal bubble (P-1)/(M+P-1)" in section.inner_text()
+    assert rep.js("document.querySelectorAll('#fig-pipeline .main-svg').length") > 0
+    section.screenshot(path=str(screenshots / "pipeline_section.png"))
+    assert rep.errors == []
 
 
 def test_large_trace_overview_then_exact(open_report, large_trace, screenshots, tmp_path):

@@ -11,6 +11,7 @@ from report_traces import KERNEL_EVIL, META_EVIL, MPI_EVIL, PHASE_EVIL
 from gpt2trace.format.reader import Trace, load
 from gpt2trace.report import build
 from gpt2trace.testing import synthetic as syn
+from gpt2trace.testing import synthetic_pipeline as sp
 
 
 def page_data(html: str) -> dict:
@@ -68,3 +69,17 @@ def test_a_page_over_the_cap_loses_its_finest_levels():
     capped = build(trace, max_bytes=len(full.html) - 1)
     levels = lambda html: sum(len(v["levels"]) for v in page_data(html)["timeline"]["views"])  # noqa: E731
     assert levels(capped.html) < levels(full.html) and len(capped.html) <= len(full.html) - 1
+
+
+def test_a_pipeline_has_its_section_and_chart(sample_html):
+    trace = Trace.from_table(sp.generate(sp.PipelineConfig(stages=4, micro_batches=4, slow_stage=(1, 2.0))))
+    html = build(trace).html
+    section = re.search(r'<section id="pipeline">(.*?)</section>', html, flags=re.S).group(1)
+    for text in ("ideal bubble (P-1)/(M+P-1)", "42.9%", "Bubble per stage", "Late Sender waits between stages",
+                 "What the late stage computed", "from stage 1 (rank 1)"):
+        assert text in section
+    fig = page_data(html)["figures"]["fig-pipeline"]
+    assert [t["name"] for t in fig["data"]] == ["p2p MPI (waiting for a neighbour)", "other MPI", "idle", "bubble"]
+    assert fig["layout"]["shapes"][0]["y0"] == pytest.approx(100 * 3 / 7)        # the ideal, dashed
+    # no pipeline: no section, no chart
+    assert 'id="pipeline"' not in sample_html and page_data(sample_html)["figures"]["fig-pipeline"] is None

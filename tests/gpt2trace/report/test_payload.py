@@ -67,7 +67,7 @@ def test_the_page_data_has_exactly_the_declared_keys(pages):
         assert {v["key"] for v in data["timeline"]["views"]} <= set(ViewKey.ALL)
     assert {v["key"] for v in pages[1]["timeline"]["views"]} == set(ViewKey.ALL)     # every view was checked
     assert blob_arrays["LevelData"] == set(payload.LEVEL_ARRAYS)
-    assert blob_arrays["ExactData"] == set(payload.EXACT_ARRAYS)       # the MPI view carries every extra array
+    assert blob_arrays["ExactData"] == set(payload.EXACT_ARRAYS)       # the views together carry every extra array
     assert blob_arrays["OccupancyLevelData"] == set(payload.OCCUPANCY_ARRAYS)
 
 

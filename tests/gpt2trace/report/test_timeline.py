@@ -9,6 +9,7 @@ from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, RANK, START_NS, STATE, Kind, State
 from gpt2trace.report.timeline import build
 from gpt2trace.testing import synthetic as syn
+from gpt2trace.testing import synthetic_pipeline as sp
 
 
 @pytest.fixture(scope="module")
@@ -103,3 +104,21 @@ def test_occupancy_levels_hold_the_running_time(two_ranks):
             sel = run[run[RANK] == rank]
             # mean Running threads per bin x bin width = the rank's Running time
             assert values[i].sum() * bin_ns == pytest.approx((sel[END_NS] - sel[START_NS]).sum(), rel=1e-5)
+
+
+def test_pipeline_phases_carry_their_micro_batch_and_stage():
+    trace = Trace.from_table(sp.generate(sp.PipelineConfig(stages=2, pipelines=2, micro_batches=3, steps=2)))
+    phases = views(build(trace, analyzed(trace)))["phases"]
+    # rank = stage x 2 + pipeline
+    assert phases.lanes == ("rank 0 stage 0", "rank 1 stage 0", "rank 2 stage 1", "rank 3 stage 1")
+    names = np.array([phases.cats[c].name for c in phases.exact["cat"]])
+    micro = phases.exact["microstep"]
+    # forward, backward and data loading show their micro-batch (0, 1, 2 each step); the step's other phases none
+    for name in ("forward", "backward", "dataload"):
+        assert sorted(set(micro[names == name])) == [0, 1, 2]
+    assert (micro[~np.isin(names, ["forward", "backward", "dataload"])] == -1).all()
+
+
+def test_one_micro_batch_per_step_labels_none(one_rank):
+    # every phase of a run without gradient accumulation is micro-batch 0: nothing worth a label
+    assert (views(build(one_rank, analyzed(one_rank)))["phases"].exact["microstep"] == -1).all()
