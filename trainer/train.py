@@ -137,11 +137,10 @@ def train(model: GPT2, data: Batches, tcfg: TrainConfig, dp: DataParallel, *, ob
     """`pipeline` (trainer.parallel.pipeline.Pipeline): this rank is one stage of a pipeline, whose schedule
     replaces the plain loop over micro-batches."""
     obs = observer or NullObserver()
-    # the `tokens` counter: this rank's share; a pipeline's tokens are counted once, on its last stage
+    # the `tokens` counter: the tokens this rank trained on (every stage of a pipeline sees its pipeline's tokens;
+    # analyses count one stage per pipeline)
     rank_tokens = model.B * model.T * tcfg.grad_accum
     tokens = rank_tokens * dp.ranks
-    if pipeline is not None and not model.stage.is_last:
-        rank_tokens = 0
     history = []
     for step in range(tcfg.steps):
         t0 = time.perf_counter_ns()
