@@ -20,7 +20,7 @@ from analysis.step_phases import step_phases
 from analysis.summary import summary
 from analysis.window import select
 from gpt2trace.format.reader import Trace, check_states
-from gpt2trace.format.schema import LAYER, RANK, STATE, THREAD, Kind
+from gpt2trace.format.schema import RANK, STATE, THREAD, Kind
 
 
 def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: float | None = None,
@@ -60,8 +60,6 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
                            for k, s in zip(imbalanced["kernel"], imbalanced["scope"])]
     pipe = pipeline.pipeline(trace, window, calls, wait_rows, segs)
     first_stage = tuple(r for p in pipe["ranks"] for r in p[:1]) if pipe else None   # each pipeline's tokens once
-    if pipe:        # each layer lives on one stage: across ranks, its imbalance is the split itself (stage imbalance)
-        imbalanced = imbalanced[~((imbalanced["scope"] == "ranks") & imbalanced[LAYER].notna())]
     result = {
         "trace": trace.name,
         "window": {"t0_s": window.t0_ns / 1e9, "t1_s": window.t1_ns / 1e9, "steps": list(window.steps)},

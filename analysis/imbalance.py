@@ -3,9 +3,10 @@
 Across ranks, a rank's time in a kernel is the wall time of its segments (every rank of the trace counts, with
 zero if it never runs the kernel: ZeRO's or reduce-bcast's optimizer on some ranks only is a real imbalance); a
 kernel x layer row compares only the ranks that run that layer (a pipeline stage holds some layers only: the
-stages' own balance is analysis/pipeline's); across threads, a thread's time is the sum of its blocks (only the threads that
-run the kernel count). For values t_i: mean, max, imbalance = max / mean, time lost = sum(max - t_i), and the
-fastest one (min, with its rank or thread) so that a finding can say "2.9x slower on rank 1 than on rank 0".
+stages' own balance is analysis/pipeline's); across threads, a thread's time is the sum of its blocks (only the
+threads that run the kernel count). For values t_i: mean, max, imbalance = max / mean, time lost =
+sum(max - t_i), and the fastest one (min, with its rank or thread) so that a finding can say "2.9x slower on
+rank 1 than on rank 0".
 """
 from __future__ import annotations
 

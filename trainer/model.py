@@ -136,7 +136,7 @@ class GPT2:
     def forward(self, inputs: np.ndarray | None, targets: np.ndarray | None, slot: int = 0) -> float | None:
         """Mean loss over the micro-batch (None on a stage without the loss); inputs/targets int32 (B, T) (this
         rank's positions; inputs used on the first stage, targets on the last). Keeps what backward needs."""
-        cfg, p, run, seq, st = self.cfg, self.p, self.run, self.seq, self.stage
+        p, run, seq, st = self.p, self.run, self.seq, self.stage
         kept = self.slots[slot].a
         if st.is_first:
             self.inputs[slot] = np.ascontiguousarray(inputs, dtype=np.int32).reshape(-1)    # (BT,)

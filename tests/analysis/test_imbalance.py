@@ -31,3 +31,19 @@ def test_across_threads(slow_thread):
         ["threads", "matmul_forward", None, 0, 3, "0.2"], ["threads", "matmul_forward", 0, 0, 3, "0.2"]]
     for _, row in out.iterrows():
         assert (row["mean_s"], row["max_s"], row["imbalance"], row["lost_s"]) == pytest.approx((8 / 3, 4, 1.5, 4))
+
+
+def test_a_layer_is_compared_only_across_the_ranks_that_hold_it():
+    # 2 pipelines x 2 stages (ranks 0, 2 hold stage 0 = layers 0-1; ranks 1, 3 stage 1 = layers 2-3), stage 1 slow:
+    # a kernel x layer row compares the 2 replicas of its stage (equal work: no time lost), never stage 0 against
+    # stage 1; the all-layers rows still compare every rank (the stages' different work is real imbalance)
+    from gpt2trace.format.reader import Trace
+    from gpt2trace.testing import synthetic_pipeline as sp
+    trace = Trace.from_table(sp.generate(sp.PipelineConfig(stages=2, pipelines=2, slow_stage=(1, 2.0))))
+    rows = _rows(trace)
+    across = rows[rows["scope"] == "ranks"]
+    per_layer = across[across["layer"].notna()]
+    assert (per_layer["count"] == 2).all()
+    assert (per_layer["lost_s"] < 0.05 * across["lost_s"].max()).all()
+    whole = across[across["layer"].isna()]
+    assert len(whole) and (whole["count"] == 4).all()
