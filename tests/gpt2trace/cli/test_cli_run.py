@@ -172,7 +172,11 @@ def test_metrics_json_one_object_per_step_written_atomically(tmp_path):
         assert row["loss"] > 0 and row["ms"] > 0 and row["tokens_per_s"] > 0
     assert trace.is_file() and f"trace: {trace}" in r.stdout.replace("\n", "")
     assert ck.stat().st_size == 1024 + 4 * 34_688        # header + the tiny model's 34,688 parameters
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.bin", "metrics.jsonl", "trace.parquet"]
+    # beside it the AdamW state: header, its JSON, then m and v (8 bytes a parameter)
+    json_bytes = int(np.fromfile(tmp_path / "ck.bin.state", dtype="<i4", count=6)[5])
+    assert (tmp_path / "ck.bin.state").stat().st_size == 1024 + json_bytes + 8 * 34_688
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.bin", "ck.bin.state", "metrics.jsonl",
+                                                          "trace.parquet"]
 
 
 def test_no_trace_writes_no_trace(tmp_path):
