@@ -110,8 +110,8 @@ class ResumeMismatch(TrainerError):
         shown = "; ".join(f"{labels.get(f, f)}: saved {_show(saved)}, this run {_show(now)}"
                           for f, saved, now in self.differences)
         return (f"--resume {self.path} was saved by a run with other settings ({shown}); resume with the saved "
-                "settings (only --steps, --ranks, --sp, -B with the same global batch, --threads, --dp-sync and "
-                "the trace options may change)")
+                "run's settings: only --steps, the outputs and the layout (--ranks, --sp, -B at the same global "
+                "batch, --threads, --dp-sync, --data-loading) may change")
 
 
 def _show(value) -> str:
@@ -160,12 +160,16 @@ def write_state(path: str | os.PathLike, m: np.ndarray, v: np.ndarray, t: int, n
     text = _json(fingerprint, saved_by)
     header = np.zeros(HEADER_INTS, dtype=INT32)
     header[:6] = (STATE_MAGIC, STATE_VERSION, t, next_step, np.uint32(model_crc32).view(np.int32), len(text))
-    with open(path, "wb") as f:
-        # file.write, not ndarray.tofile: a full disk is then an OSError with its errno (ENOSPC)
-        f.write(header.tobytes())
-        f.write(text)
-        for x in (m, v):
-            f.write(memoryview(np.ascontiguousarray(layout.to_llmc(x), dtype=_FLOAT32)).cast("B"))
+    try:
+        with open(path, "wb") as f:
+            # file.write, not ndarray.tofile: a full disk is then an OSError with its errno (ENOSPC)
+            f.write(header.tobytes())
+            f.write(text)
+            for x in (m, v):
+                f.write(memoryview(np.ascontiguousarray(layout.to_llmc(x), dtype=_FLOAT32)).cast("B"))
+    except OSError as exc:
+        exc.filename = exc.filename or os.fspath(path)    # a failed write() names no file: say which one
+        raise
     return HEADER_BYTES + len(text) + 8 * layout.size
 
 
