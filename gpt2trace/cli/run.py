@@ -274,7 +274,8 @@ def _resumed_line(cfg, start_step: int, saved_by: dict) -> str:
     """Where a resumed run starts, and whether it can continue bit for bit: on the saved run's layout only."""
     from gpt2trace.run.runner import saved_by as layout_of
     now = layout_of(cfg)
-    changed = [f"{k} {saved_by.get(k)} -> {v}" for k, v in now.items() if k != "data_loading" and saved_by.get(k) != v]
+    same_tokens = ("data_loading",) + (("dp_sync",) if now["ranks"] == 1 else ())   # no effect on the numbers
+    changed = [f"{k} {saved_by.get(k)} -> {v}" for k, v in now.items() if k not in same_tokens and saved_by.get(k) != v]
     line = f"resuming {cfg.resume} at step {start_step} (AdamW state of {start_step} steps)"
     if changed:
         return (line + f"; another layout than the saved run's ({', '.join(changed)}): losses equal the "
