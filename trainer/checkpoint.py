@@ -9,6 +9,7 @@ llm.c's tensor order (our in-memory buffer is grouped by layer: read/write conve
 from __future__ import annotations
 
 import os
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,12 @@ def _magic_hint(magic: int) -> str:
     if magic == TOKENS_MAGIC:
         return "this is an llm.c token file (magic 20240520), pass it as data, not as a model"
     return f"expected {MODEL_MAGIC}; is this an llm.c model checkpoint (e.g. gpt2_124M.bin)?"
+
+
+def crc32(llmc: np.ndarray) -> int:
+    """CRC-32 of a checkpoint body: float32 parameters in llm.c's order, as the file stores them after its header
+    (trainer.state_file pairs a state file with its model file by it)."""
+    return zlib.crc32(memoryview(np.ascontiguousarray(llmc, dtype=_FLOAT32)).cast("B"))
 
 
 def read_header(path: str | Path) -> np.ndarray:
@@ -69,7 +76,7 @@ def _config_from_header(path: Path, header: np.ndarray) -> ModelConfig:
 
 def _check_size(path: Path, cfg: ModelConfig, n_params: int) -> None:
     # Python ints: a corrupt header cannot overflow this arithmetic, and we compare before allocating anything.
-    expected = HEADER_BYTES + 4 * n_params
+    expected = checkpoint_nbytes(cfg)
     actual = path.stat().st_size
     if actual < expected:
         raise FileFormatError(f"{path}: truncated, {actual} bytes but the header's model (L={cfg.n_layer}, "
@@ -90,12 +97,27 @@ def read_checkpoint_config(path: str | Path) -> ModelConfig:
 
 def read_checkpoint(path: str | Path) -> tuple[ModelConfig, np.ndarray]:
     """(config, flat float32 parameters) from an llm.c version-3 checkpoint; validates header and size first."""
+    cfg, layout, llmc = _read_body(path)
+    return cfg, layout.from_llmc(llmc)
+
+
+def read_checkpoint_crc(path: str | Path) -> tuple[ModelConfig, np.ndarray, int]:
+    """`read_checkpoint` plus the CRC-32 of the file's body (what trainer.state_file pairs a state file with)."""
+    cfg, layout, llmc = _read_body(path)
+    return cfg, layout.from_llmc(llmc), crc32(llmc)
+
+
+def _read_body(path: str | Path) -> tuple[ModelConfig, ParamLayout, np.ndarray]:
     path = Path(path)
     cfg = read_checkpoint_config(path)
     layout = ParamLayout.for_model(cfg)
-    # One bulk read (a 124M model is 500 MB: no per-tensor Python loops), then llm.c's order -> ours.
-    llmc = np.fromfile(path, dtype=_FLOAT32, count=layout.size, offset=HEADER_BYTES)
-    return cfg, layout.from_llmc(llmc)
+    # One bulk read (a 124M model is 500 MB: no per-tensor Python loops); the callers convert to our order.
+    return cfg, layout, np.fromfile(path, dtype=_FLOAT32, count=layout.size, offset=HEADER_BYTES)
+
+
+def checkpoint_nbytes(cfg: ModelConfig) -> int:
+    """The size of the checkpoint file of `cfg`."""
+    return HEADER_BYTES + 4 * ParamLayout.for_model(cfg).size
 
 
 def make_header(cfg: ModelConfig) -> np.ndarray:
@@ -105,8 +127,8 @@ def make_header(cfg: ModelConfig) -> np.ndarray:
     return header
 
 
-def write_checkpoint(path: str | Path, cfg: ModelConfig, flat: np.ndarray) -> None:
-    """Write `flat` (float32[ParamLayout.size]) as an llm.c version-3 checkpoint.
+def write_checkpoint(path: str | Path, cfg: ModelConfig, flat: np.ndarray) -> int:
+    """Write `flat` (float32[ParamLayout.size]) as an llm.c version-3 checkpoint; returns the CRC-32 of its body.
 
     Written to a temporary file and renamed, so a crash mid-write never leaves a half checkpoint at `path`; a
     failed write (a full disk) removes the temporary file and raises the OSError.
@@ -121,8 +143,10 @@ def write_checkpoint(path: str | Path, cfg: ModelConfig, flat: np.ndarray) -> No
         with open(tmp, "wb") as f:
             # file.write rather than ndarray.tofile: a full disk is then an OSError with its errno (ENOSPC)
             f.write(make_header(cfg).tobytes())
-            f.write(memoryview(np.ascontiguousarray(layout.to_llmc(flat), dtype=_FLOAT32)).cast("B"))
+            llmc = np.ascontiguousarray(layout.to_llmc(flat), dtype=_FLOAT32)
+            f.write(memoryview(llmc).cast("B"))
         os.replace(tmp, path)
+        return crc32(llmc)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

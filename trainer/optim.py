@@ -31,3 +31,12 @@ class AdamW:
         self.t += 1
         self.run(adamw_update, NO_LAYER, params, grads, self.m, self.v, np.float32(lr), np.float32(c.beta1),
                  np.float32(c.beta2), np.float32(c.eps), np.float32(c.weight_decay), np.int64(self.t))
+
+    def load(self, m: np.ndarray, v: np.ndarray, t: int) -> None:
+        """Continue from saved moments (of this optimizer's parameters, its shard under ZeRO-1) after `t` updates:
+        the next `step` is update t + 1, with the bias correction the saved run would have used."""
+        if m.shape != self.m.shape or v.shape != self.v.shape:
+            raise ValueError(f"moments of {m.shape}/{v.shape} elements for an optimizer of {self.m.shape}")
+        self.m[...] = m
+        self.v[...] = v
+        self.t = t

@@ -24,7 +24,8 @@ from trainer.model import GPT2
 class Observer(Protocol):
     def begin_step(self, step: int) -> None: ...
     def microstep(self, micro: int) -> None: ...
-    def phase(self, name: str) -> contextlib.AbstractContextManager: ...
+    # nbytes: what the phase moved to or from storage (a checkpoint's files), if anything
+    def phase(self, name: str, nbytes: int | None = None) -> contextlib.AbstractContextManager: ...
     def counter(self, name: str, value: float) -> None: ...
     def end_step(self, step: int) -> None: ...
 
@@ -32,7 +33,8 @@ class Observer(Protocol):
 class NullObserver:
     def begin_step(self, step: int) -> None: pass
     def microstep(self, micro: int) -> None: pass
-    def phase(self, name: str) -> contextlib.AbstractContextManager: return contextlib.nullcontext()
+    def phase(self, name: str, nbytes: int | None = None) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
     def counter(self, name: str, value: float) -> None: pass
     def end_step(self, step: int) -> None: pass
 
@@ -49,6 +51,19 @@ class DataParallel(Protocol):
 
 class Batches(Protocol):
     def batch(self, k: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+class Checkpoint(Protocol):
+    """Saves the run (collective: every rank saves after the same steps). `every`: after every `every`-th step
+    (0: only after the last one); `nbytes`: what one save writes from this rank."""
+    every: int
+    nbytes: int
+    def save(self, next_step: int) -> None: ...
+
+
+def save_due(step: int, every: int, steps: int) -> bool:
+    """Whether a run of `steps` steps saves after `step` (counted from 0): after every `every`-th and the last."""
+    return step + 1 == steps or (every > 0 and (step + 1) % every == 0)
 
 
 @dataclass(frozen=True)
@@ -133,16 +148,20 @@ class _NoSync:
 
 
 def train(model: GPT2, data: Batches, tcfg: TrainConfig, dp: DataParallel, *, observer: Observer | None = None,
-          on_step: Callable[[StepMetrics], None] | None = None, pipeline=None) -> list[StepMetrics]:
-    """`pipeline` (trainer.parallel.pipeline.Pipeline): this rank is one stage of a pipeline, whose schedule
-    replaces the plain loop over micro-batches."""
+          on_step: Callable[[StepMetrics], None] | None = None, start_step: int = 0,
+          checkpoint: Checkpoint | None = None, pipeline=None) -> list[StepMetrics]:
+    """Steps `start_step` to tcfg.steps - 1 (tcfg.steps is the total: a resumed run starts where the saved one
+    stopped, reading the same batches, since batch k is a pure function of k); `checkpoint` saves at the end of
+    the steps `save_due` names, inside the step (its time is the step's). `pipeline`
+    (trainer.parallel.pipeline.Pipeline): this rank is one stage of a pipeline, whose schedule replaces the plain
+    loop over micro-batches."""
     obs = observer or NullObserver()
     # the `tokens` counter: the tokens this rank trained on (every stage of a pipeline sees its pipeline's tokens;
     # analyses count one stage per pipeline)
     rank_tokens = model.B * model.T * tcfg.grad_accum
     tokens = rank_tokens * dp.ranks
     history = []
-    for step in range(tcfg.steps):
+    for step in range(start_step, tcfg.steps):
         t0 = time.perf_counter_ns()
         obs.begin_step(step)
         step_data = _Recorded(data)
@@ -171,6 +190,9 @@ def train(model: GPT2, data: Batches, tcfg: TrainConfig, dp: DataParallel, *, ob
         for name, value in counters:
             if value is not None:
                 obs.counter(name, value)
+        if checkpoint is not None and save_due(step, checkpoint.every, tcfg.steps):
+            with obs.phase(names.CHECKPOINT, nbytes=checkpoint.nbytes):
+                checkpoint.save(step + 1)
         obs.end_step(step)
         ms = (time.perf_counter_ns() - t0) / 1e6
         m = StepMetrics(step, loss, gnorm if gnorm is not None else math.nan, ms, tokens, tokens / (ms / 1e3))

@@ -31,8 +31,16 @@ OPTIONS = {
     "weight_decay": "--weight-decay", "grad_accum": "--grad-accum", "seed": "--seed", "threads": "--threads",
     "ranks": "--ranks", "n_layer": "--n-layer", "n_head": "--n-head", "n_embd": "--n-embd",
     "vocab_size": "--vocab-size", "max_seq_len": "--max-seq-len", "flush_every_s": "--flush-every", "sp": "--sp",
+<<<<<<< HEAD
     "pp": "--pp", "pp_layers": "--pp-layers", "data_loading": "--data-loading",
+=======
+    "save_every": "--save-every",
+>>>>>>> ckpt
 }
+# A resumed run's settings that differ from the saved run's (trainer.state_file.Fingerprint), as the user set them.
+_RESUME_LABELS = {**OPTIONS, "global_batch": "the global batch (-B x --ranks/--sp x --grad-accum sequences)",
+                  "data": "--data", "data_bytes": "the size of --data", "beta1": "AdamW beta1",
+                  "beta2": "AdamW beta2", "eps": "AdamW eps"}
 _SIZE_OPTIONS = ("--n-layer", "--n-head", "--n-embd", "--vocab-size", "--max-seq-len")
 
 
@@ -48,7 +56,8 @@ def run(
     seq_len: Annotated[int | None, typer.Option(
         "--seq-len", "-T", show_default=False,
         help=f"Tokens per sequence (default: {DEFAULT_T}, or the model's context if shorter).")] = None,
-    steps: Annotated[int, typer.Option(help="Optimizer steps (>= 0).")] = 60,
+    steps: Annotated[int, typer.Option(help="Optimizer steps in all (>= 0), a resumed run's saved steps included.")
+                     ] = 60,
     lr: Annotated[float, typer.Option(help="AdamW learning rate (constant, finite, >= 0).")] = 1e-3,
     weight_decay: Annotated[float, typer.Option("--weight-decay", help="AdamW weight decay (>= 0).")] = 0.0,
     grad_accum: Annotated[int, typer.Option("--grad-accum", help="Micro-steps per optimizer step (>= 1).")] = 1,
@@ -83,7 +92,15 @@ def run(
         "--recompute", help="Activation checkpointing: keep each layer's input in forward, recompute the layer "
                             "in backward.")] = False,
     seed: Annotated[int, typer.Option(help="Seed for initialization and the synthetic corpus (>= 0).")] = 1337,
-    save: Annotated[Path | None, typer.Option(help="Write an llm.c checkpoint at the end.")] = None,
+    save: Annotated[Path | None, typer.Option(
+        help="Write an llm.c checkpoint at the end, and the AdamW state beside it (PATH.state) for --resume.")
+    ] = None,
+    save_every: Annotated[int, typer.Option(
+        "--save-every", help="Also save after every K-th step (needs --save; each save replaces the last). "
+                             "0: only at the end.")] = 0,
+    resume: Annotated[Path | None, typer.Option(
+        "--resume", help="Continue the run saved in this checkpoint (and its .state) bit for bit, from its next "
+                         "step to --steps (the total); same settings as the saved run.")] = None,
     metrics_json: Annotated[Path | None, typer.Option(
         "--metrics-json", help="Per-step JSON lines: step, loss, ms, tokens_per_s.")] = None,
     trace: Annotated[Path, typer.Option(help="Where the trace goes (an existing trace there is replaced when "
@@ -120,9 +137,14 @@ def run(
     try:
         threads = threads if threads is not None else max(1, cores // max(ranks, 1))
         cfg = _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay, grad_accum, threads,
+<<<<<<< HEAD
                       ranks, rank, dp_sync, data_loading, (sp, sp_split, sp_reduce),
                       (pp, pp_schedule, pp_layers, recompute), seed, save, metrics_json,
                       None if no_trace else trace, flush_every, sizes)
+=======
+                      ranks, rank, dp_sync, data_loading, (sp, sp_split, sp_reduce), seed, (save, save_every, resume),
+                      metrics_json, None if no_trace else trace, flush_every, sizes)
+>>>>>>> ckpt
         check_run(cfg, processes_here=ranks if inside is None else 1, first_rank=rank == 0)
     except (TrainerError, OutputError) as exc:
         if rank != 0:           # every rank finds the same; rank 0 says it once
@@ -144,16 +166,27 @@ def run(
 
 
 def _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay, grad_accum, threads, ranks, rank,
+<<<<<<< HEAD
             dp_sync, data_loading, sequence, pipeline, seed, save, metrics_json, trace, flush_every, sizes):
     """The RunConfig the options describe (trainer.errors.ConfigError for a value out of range). `sequence` is
     (--sp, --sp-split, --sp-reduce), `pipeline` (--pp, --pp-schedule, --pp-layers, --recompute)."""
+=======
+            dp_sync, data_loading, sequence, seed, saving, metrics_json, trace, flush_every, sizes):
+    """The RunConfig the options describe (trainer.errors.ConfigError for a value out of range). `sequence` is
+    (--sp, --sp-split, --sp-reduce), `saving` (--save, --save-every, --resume)."""
+>>>>>>> ckpt
     from gpt2trace.run.runner import RunConfig, TraceConfig
     from trainer.config import ModelConfig, ParallelConfig, TrainConfig, model_config
     from trainer.errors import TrainerError
     from trainer.parallel.split import SequenceSplit
 
+    save, save_every, resume = saving
     given = [name for name, value in zip(_SIZE_OPTIONS, sizes.values()) if value is not None]
-    if init_from is not None:
+    if resume is not None and model is None and not given and init_from is None:
+        # the saved run's model; options that name one are compared with it instead (the fingerprint)
+        from trainer.checkpoint import read_checkpoint_config
+        mcfg = read_checkpoint_config(resume)
+    elif init_from is not None and resume is None:
         from trainer.checkpoint import read_checkpoint_config
         mcfg = read_checkpoint_config(init_from)
         if model is not None or given:
@@ -176,7 +209,8 @@ def _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay
                          sp=sp, sp_split=sp_split, sp_reduce=sp_reduce, pp=pp, pp_schedule=pp_schedule,
                          pp_layers=_layers(pp_layers), recompute=recompute)
     SequenceSplit(T, par.sp, par.sp_split)        # -T must be a multiple of --sp
-    return RunConfig(mcfg, tcfg, par, TraceConfig(trace, flush_every), data, init_from, save, metrics_json)
+    return RunConfig(mcfg, tcfg, par, TraceConfig(trace, flush_every), data, init_from, save, metrics_json,
+                     save_every, resume)
 
 
 def _layers(text: str | None) -> tuple[int, ...] | None:
@@ -193,8 +227,11 @@ def _layers(text: str | None) -> tuple[int, ...] | None:
 def _message(exc: Exception) -> str:
     """One line naming the option: a ConfigError's field becomes the option that set it."""
     from trainer.errors import ConfigError
+    from trainer.state_file import ResumeMismatch
     if isinstance(exc, ConfigError) and exc.field in OPTIONS:
         return f"{OPTIONS[exc.field]} {exc.value}: {exc.requirement}"
+    if isinstance(exc, ResumeMismatch):
+        return exc.describe(_RESUME_LABELS)
     return str(exc)
 
 
@@ -219,15 +256,24 @@ def _train(cfg, rank: int) -> None:
                       + (f" ranks={par.ranks} dp-sync={par.dp_sync.value} data-loading={par.data_loading.value}"
                          if par.ranks > 1 else "")
                       + (f" sp={par.sp} ({par.sp_split.value}, {par.sp_reduce.value}): {t.seq_len // par.sp} "
+<<<<<<< HEAD
                          "positions per rank" if par.sp > 1 else "")
                       + (f" pp={par.pp} ({par.pp_schedule.value}, {t.grad_accum} micro-batches)" if par.pp > 1
                          else "")
                       + (" recompute" if par.recompute else ""), markup=False)
+=======
+                         "positions per rank" if par.sp > 1 else ""))
+        if info["resumed_from"] is not None:
+            console.print(plain(_resumed_line(cfg, info["start_step"], info["resumed_from"])), markup=False,
+                          highlight=False, soft_wrap=True)
+            progress.update(task, completed=info["start_step"])   # the bar counts the total steps
+>>>>>>> ckpt
 
     def on_step(metrics) -> None:
         progress.update(task, advance=1, description=f"loss {metrics.loss:.4f} | {metrics.ms:8.1f} ms/step | "
                                                      f"{metrics.tokens_per_s:,.0f} tok/s")
 
+    saves = []
     kept = []
     comm = None
     if par.ranks > 1:
@@ -235,13 +281,14 @@ def _train(cfg, rank: int) -> None:
         comm = MPI.COMM_WORLD
     try:
         with progress:
-            result = run_training(cfg, on_step=on_step, on_start=on_start, comm=comm, on_trace=kept.append)
+            result = run_training(cfg, on_step=on_step, on_start=on_start, comm=comm, on_trace=kept.append,
+                                  on_save=lambda path, steps: saves.append(steps))
     except Interrupted as stop:   # a second signal: inside a step (which the trace dropped), or while merging
         if stop.after_training:
             what = f"interrupted by {stop.name} while writing the trace"
         else:
             what = f"interrupted by {stop.name} inside step {int(progress.tasks[0].completed)}"   # steps done so far
-        _stopped(what, kept, cfg, saved=stop.after_training, code=stop.exit_code)
+        _stopped(what, kept, cfg, saves[-1] if saves else None, code=stop.exit_code)
     except KeyboardInterrupt:     # before training started: nothing was written
         err_console.print("interrupted before training started; nothing was written", markup=False)
         raise typer.Exit(code=130) from None
@@ -260,23 +307,47 @@ def _train(cfg, rank: int) -> None:
         stop = Stop(result.interrupted, at_step_boundary=True)
         last = len(result.history) - 1
         where = f"after step {last}" if last >= 0 else "before step 0 ended"
-        _stopped(f"interrupted by {stop.name} {where}", kept, cfg, saved=result.saved, code=stop.exit_code)
+        _stopped(f"interrupted by {stop.name} {where}", kept, cfg, result.saved_steps, code=stop.exit_code)
     if rank == 0:
-        _summary(result, t.steps)
+        _summary(result)
+        if result.saved_steps is not None:
+            console.print(plain(_checkpoint_line(cfg.save, result.saved_steps)), markup=False, highlight=False,
+                          soft_wrap=True)
 
 
 def _with_kept(message: str, kept: list) -> str:
     return f"{message}; kept {kept[0].describe()}" if kept else message
 
 
-def _stopped(what: str, kept: list, cfg, saved: bool, code: int):
+def _resumed_line(cfg, start_step: int, saved_by: dict) -> str:
+    """Where a resumed run starts, and whether it can continue bit for bit: on the saved run's layout only."""
+    from gpt2trace.run.runner import saved_by as layout_of
+    now = layout_of(cfg)
+    same_tokens = ("data_loading",) + (("dp_sync",) if now["ranks"] == 1 else ())   # no effect on the numbers
+    changed = [f"{k} {saved_by.get(k)} -> {v}" for k, v in now.items() if k not in same_tokens and saved_by.get(k) != v]
+    line = f"resuming {cfg.resume} at step {start_step} (AdamW state of {start_step} steps)"
+    if changed:
+        return (line + f"; another layout than the saved run's ({', '.join(changed)}): losses equal the "
+                "uninterrupted run's within float32 rounding, not bit for bit")
+    return line + "; the saved run's layout: losses continue bit for bit"
+
+
+def _checkpoint_line(path: Path, steps: int) -> str:
+    from trainer.state_file import state_path
+    return (f"checkpoint: {path} and {state_path(path).name} hold {steps} step(s); continue with --resume {path} "
+            "--steps N (N: the total)")
+
+
+def _stopped(what: str, kept: list, cfg, saved_steps: int | None, code: int):
     """The one line an interrupted run ends with: what stopped it, what is kept; then exit 128 + signal."""
     parts = [what]
     if kept:
         parts.append(f"kept {kept[0].describe()}")
     if cfg.metrics_json is not None:
         parts.append(f"metrics of the whole steps in {cfg.metrics_json}")
-    if cfg.save is not None and not saved:
+    if cfg.save is not None and saved_steps is not None:
+        parts.append(f"the checkpoint {cfg.save} holds {saved_steps} step(s) (continue with --resume {cfg.save})")
+    elif cfg.save is not None:
         parts.append(f"no checkpoint written to {cfg.save}")
     console.print(plain("; ".join(parts)), markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(code=code)
@@ -347,13 +418,14 @@ def _without_option(argv: list[str], name: str) -> list[str]:
     return out
 
 
-def _summary(result, steps: int) -> None:
+def _summary(result) -> None:
     h = result.history
     if h:
-        timed = [m.ms for m in h[1:]] or [h[0].ms]  # step 0 includes JIT warm-up
-        console.print(f"loss {h[0].loss:.4f} -> {h[-1].loss:.4f} in {steps} steps; median "
-                      f"{statistics.median(timed):.1f} ms/step, "
-                      f"{h[-1].tokens / statistics.median(timed) * 1e3:,.0f} tokens/s (step 0 left out: warm-up)")
+        timed = [m.ms for m in h[1:]] or [h[0].ms]  # the first step includes JIT warm-up
+        which = f" (steps {h[0].step}-{h[-1].step})" if h[0].step else ""    # a resumed run's
+        console.print(f"loss {h[0].loss:.4f} -> {h[-1].loss:.4f} in {len(h)} steps{which}; median "
+                      f"{statistics.median(timed):.1f} ms/step, {h[-1].tokens / statistics.median(timed) * 1e3:,.0f} "
+                      f"tokens/s (step {h[0].step} left out: warm-up)")
     if result.kept is not None:
         path = result.kept.path
         size = path.stat().st_size

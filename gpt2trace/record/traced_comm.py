@@ -138,6 +138,11 @@ class TracedComm:
         return self._collective("MPI_Allgatherv", _nbytes(recvbuf), None,
                                 lambda: self.comm.Allgatherv(sendbuf, recvbuf))
 
+    def Gatherv(self, sendbuf, recvbuf, root: int = 0):
+        # a checkpoint gathers ZeRO-1's moment shards (trainer.training_state)
+        return self._collective("MPI_Gatherv", _nbytes(sendbuf), root,
+                                lambda: self.comm.Gatherv(sendbuf, recvbuf, root=root))
+
     def Barrier(self):
         return self._collective("MPI_Barrier", 0, None, self.comm.Barrier)
 

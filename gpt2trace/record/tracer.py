@@ -91,7 +91,7 @@ class Tracer:
         self._tids = np.array([threading.get_native_id()], dtype=np.int64)
         self._tid_index = np.zeros(1, dtype=np.int32)
         self._window_start = self.origin
-        self._phases: list[tuple[str, int, int, int, int]] = []   # name, start, end, step, microstep
+        self._phases: list[tuple[str, int, int, int, int, int]] = []   # name, start, end, step, microstep, bytes
         self._counters: list[tuple[str, int, float, int]] = []    # name, time, value, step
         # name, start, end, step, microstep, bytes, peer, seq, communicator, state, tag
         self._comms: list[tuple] = []
@@ -114,12 +114,14 @@ class Tracer:
         self.recorder.microstep = micro
 
     @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[None]:
+    def phase(self, name: str, nbytes: int | None = None) -> Iterator[None]:
+        """A `phase` record around the block; `nbytes` goes to its `bytes` column (a checkpoint's files)."""
         t0 = time.monotonic_ns()
         try:
             yield
         finally:
-            self._phases.append((name, t0, time.monotonic_ns(), self.recorder.step, self.recorder.microstep))
+            self._phases.append((name, t0, time.monotonic_ns(), self.recorder.step, self.recorder.microstep,
+                                 NULL if nbytes is None else nbytes))
 
     def counter(self, name: str, value: float) -> None:
         self._counters.append((name, time.monotonic_ns(), float(value), self.recorder.step))
@@ -158,7 +160,7 @@ class Tracer:
                 self._thread.wait()
                 self._thread.check()
         # In the next window, as the time between steps it is.
-        self._phases.append((FLUSH_PHASE, t, time.monotonic_ns(), NO_VALUE, NO_VALUE))
+        self._phases.append((FLUSH_PHASE, t, time.monotonic_ns(), NO_VALUE, NO_VALUE, NULL))
         self.recorder.step = NO_VALUE
         self.recorder.microstep = NO_VALUE
 
@@ -265,9 +267,14 @@ class Tracer:
         # clipped into its call's region, and a call's region starts after the previous one ended)
         korder = np.argsort(blocks.thread, kind="stable")
         co = w.counters
+<<<<<<< HEAD
         phase_arr = np.array([p[1:] for p in ph], dtype=np.int64).reshape(-1, 4)     # start end step microstep
         # start end step microstep bytes peer seq communicator tag (the state, c[9], goes to the state records)
         comm_arr = np.array([c[1:9] + c[10:] for c in cm], dtype=np.int64).reshape(-1, 9)
+=======
+        phase_arr = np.array([p[1:] for p in ph], dtype=np.int64).reshape(-1, 5)     # start end step micro bytes
+        comm_arr = np.array([c[1:9] for c in cm], dtype=np.int64).reshape(-1, 8)     # start end step micro bytes..
+>>>>>>> ckpt
         counter_t = np.array([c[1] for c in co], dtype=np.int64)
         groups = [
             {S.KIND: S.Kind.STATE, S.THREAD: st["thread"], S.START_NS: st["start"], S.END_NS: st["end"],
@@ -276,7 +283,8 @@ class Tracer:
              S.END_NS: blocks.end[korder], S.NAME: kernel_codes[kmeta[korder, 0]], S.STEP: kmeta[korder, 2],
              S.LAYER: kmeta[korder, 1], S.MICROSTEP: kmeta[korder, 3]},
             {S.KIND: S.Kind.PHASE, S.THREAD: 0, S.START_NS: phase_arr[:, 0], S.END_NS: phase_arr[:, 1],
-             S.NAME: self._codes([p[0] for p in ph]), S.STEP: phase_arr[:, 2], S.MICROSTEP: phase_arr[:, 3]},
+             S.NAME: self._codes([p[0] for p in ph]), S.STEP: phase_arr[:, 2], S.MICROSTEP: phase_arr[:, 3],
+             S.BYTES: phase_arr[:, 4]},
             {S.KIND: S.Kind.COMM, S.THREAD: 0, S.START_NS: comm_arr[:, 0], S.END_NS: comm_arr[:, 1],
              S.NAME: self._codes([c[0] for c in cm]), S.STEP: comm_arr[:, 2], S.MICROSTEP: comm_arr[:, 3],
              S.BYTES: comm_arr[:, 4], S.PEER: comm_arr[:, 5], S.SEQ: comm_arr[:, 6],
@@ -310,7 +318,7 @@ def _main_overlays(phases: list[tuple], calls: list[tuple]) -> tuple[np.ndarray,
     dataload/checkpoint phases, cut around the MPI calls made inside them, and the MPI calls' states."""
     mpi = [(c[1], c[2], c[9]) for c in calls]
     out = list(mpi)
-    for name, s, e, _, _ in phases:
+    for name, s, e, *_ in phases:
         if name not in _PHASE_STATES:
             continue
         cursor = s

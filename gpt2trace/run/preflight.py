@@ -1,11 +1,18 @@
 """What a run checks before it builds anything, so a bad option costs a second, not a training run.
 
-- every input (--init-from, --data) is an existing file, and a token file's header and size are right;
-- every output (--trace, --save, --metrics-json) may be written: not one of the inputs or another output, not a
-  directory, its folder exists and is writable (gpt2trace.format.outputs);
+- every input (--init-from, --data, --resume and its state file) is an existing file, and a token file's header
+  and size are right;
+- every output (--trace, --save and its state file, --metrics-json) may be written: not one of the inputs or
+  another output, not a directory, its folder exists and is writable (gpt2trace.format.outputs). `--save X
+  --resume X` is allowed: continuing a run in place is the usual way (llm.c, Megatron), and both files are
+  replaced atomically, after everything was read from them;
+- resuming: --resume excludes --init-from; the state file's magic, version, size and fingerprint match the run
+  (trainer.state_file: one line naming the differing settings); --steps (the total) is not below its steps;
+  --save-every needs --save;
 - the trace's parts folder: one left by an earlier run that holds no finished part is removed (it cannot block
   anything); one with parts is refused, since those are an earlier run's steps to `recover`;
-- the model: from --init-from's header when given; T within its context; the built-in corpus needs 8 tokens;
+- the model: from --init-from's or --resume's header when given; T within its context; the built-in corpus
+  needs 8 tokens;
 - memory: parameters, gradients, AdamW moments and activations of every process on this node against the
   memory available (trainer.memory), instead of dying in an allocation.
 Errors are trainer.errors.TrainerError (ConfigError names the config field) or OutputError, one line each.
@@ -19,29 +26,41 @@ from gpt2trace.format.outputs import check_output, same_file
 from gpt2trace.format.writer import clear_unfinished, parts_dir
 from trainer.config import ModelConfig, SPReduce
 from trainer.errors import ConfigError, TrainerError
+from trainer.state_file import Fingerprint, ResumeMismatch, check_same_model, read_state_header, state_path
 
 # The options that name each file, as the CLI spells them (the messages name them).
-INPUT_OPTIONS = {"init_from": "--init-from", "data": "--data"}
+INPUT_OPTIONS = {"init_from": "--init-from", "data": "--data", "resume": "--resume"}
 OUTPUT_OPTIONS = {"trace": "--trace", "save": "--save", "metrics_json": "--metrics-json"}
+SAVED_STATE = "--save's state file"
 
 
 def model_of(cfg) -> ModelConfig:
-    """The model a run trains: the --init-from checkpoint's (header only) or the configured one."""
-    if cfg.init_from is None:
+    """The model a run trains: the --resume or --init-from checkpoint's (header only) or the configured one."""
+    start = cfg.resume if cfg.resume is not None else cfg.init_from
+    if start is None:
         return cfg.model
     from trainer.checkpoint import read_checkpoint_config
-    return read_checkpoint_config(cfg.init_from)
+    return read_checkpoint_config(start)
+
+
+def fingerprint_of(cfg, model: ModelConfig) -> Fingerprint:
+    """What a state file written by this run records, and what resuming compares (trainer.state_file)."""
+    from trainer.parallel.grid import GridLayout
+    return Fingerprint.of(model, cfg.train, GridLayout.from_config(cfg.parallel).degree("dp"), cfg.data)
 
 
 def check_run(cfg, processes_here: int = 1, first_rank: bool = True) -> ModelConfig:
     """Everything above for a `gpt2trace.run.runner.RunConfig`; returns the model it will train. Only the first
     rank touches the parts folder (the others may run the same checks at the same time)."""
+    check_options(cfg)
     check_inputs(cfg)
     check_outputs(cfg)
     if first_rank and cfg.trace.path is not None:
         check_old_parts(cfg.trace.path)
     model = model_of(cfg)
     check_model(cfg, model)
+    if cfg.resume is not None:
+        check_resume(cfg, model)
     if cfg.data is not None:
         from trainer.data import read_tokens
         read_tokens(cfg.data)        # header and size (the token ids are checked against V when loading)
@@ -61,23 +80,60 @@ def check_run(cfg, processes_here: int = 1, first_rank: bool = True) -> ModelCon
     return model
 
 
+def check_options(cfg) -> None:
+    """Options that exclude or need each other."""
+    if cfg.resume is not None and cfg.init_from is not None:
+        raise TrainerError(f"--resume {cfg.resume} and --init-from {cfg.init_from}: --resume continues a saved run "
+                           "(weights and optimizer state), --init-from starts a new one from weights; give one")
+    if cfg.save_every and cfg.save is None:
+        raise TrainerError(f"--save-every {cfg.save_every} needs --save PATH, where the checkpoints go")
+
+
 def check_inputs(cfg) -> None:
     for name, option in INPUT_OPTIONS.items():
         path = getattr(cfg, name)
         if path is not None and not Path(path).is_file():
             what = "is a directory" if Path(path).is_dir() else "does not exist"
             raise TrainerError(f"{option} {path} {what}; give the path of a file")
+    if cfg.resume is not None and not state_path(cfg.resume).is_file():
+        raise TrainerError(f"--resume {cfg.resume}: its optimizer state {state_path(cfg.resume)} does not exist; "
+                           "resume from a checkpoint written by `gpt2trace run --save` (or start a new run from the "
+                           "weights alone with --init-from)")
 
 
 def check_outputs(cfg) -> None:
-    inputs = [cfg.init_from, cfg.data]
+    resumed = [cfg.resume, state_path(cfg.resume)] if cfg.resume is not None else []
+    inputs = [cfg.init_from, cfg.data, *resumed]
     outputs = {name: getattr(cfg, name) if name != "trace" else cfg.trace.path for name in OUTPUT_OPTIONS}
     given = [(OUTPUT_OPTIONS[name], Path(p)) for name, p in outputs.items() if p is not None]
+    if cfg.save is not None:
+        given.append((SAVED_STATE, state_path(cfg.save)))
+    in_place = cfg.resume is not None and cfg.save is not None and _same(Path(cfg.save), Path(cfg.resume))
     for i, (option, path) in enumerate(given):
         for other, other_path in given[i + 1:]:
-            if path.resolve() == other_path.resolve() or same_file(path, other_path):
+            if _same(path, other_path):
                 raise OutputError(f"{option} {path} and {other} {other_path} name the same file; give each its own")
-        check_output(path, inputs=inputs, option=option)
+        saving = option in (OUTPUT_OPTIONS["save"], SAVED_STATE)
+        # --save X --resume X continues in place: X is read whole before it is replaced (atomically)
+        check_output(path, inputs=[p for p in inputs if not (in_place and saving and p in resumed)], option=option)
+
+
+def _same(a: Path, b: Path) -> bool:
+    return a.resolve() == b.resolve() or same_file(a, b)
+
+
+def check_resume(cfg, model: ModelConfig) -> None:
+    """The state file beside --resume belongs to its model and to a run with this run's settings; --steps (the
+    total) reaches at least its steps."""
+    saved = read_state_header(state_path(cfg.resume))
+    check_same_model(cfg.resume, model, saved)
+    differences = saved.fingerprint.differences(fingerprint_of(cfg, cfg.model))
+    if differences:
+        raise ResumeMismatch(cfg.resume, differences)
+    if cfg.train.steps < saved.next_step:
+        raise ConfigError("steps", cfg.train.steps, f"is the total step count, and --resume {cfg.resume} holds "
+                                                    f"{saved.next_step} steps already; give --steps "
+                                                    f"{saved.next_step} or more")
 
 
 def check_old_parts(trace: Path) -> None:

@@ -43,8 +43,14 @@ class RunConfig:
     trace: TraceConfig = field(default_factory=TraceConfig)
     data: Path | None = None            # llm.c token file; None: the built-in synthetic corpus
     init_from: Path | None = None       # llm.c checkpoint (its header decides the model config)
-    save: Path | None = None            # write an llm.c checkpoint at the end
+    save: Path | None = None            # write an llm.c checkpoint and its optimizer state (trainer.state_file)
     metrics_json: Path | None = None    # per-step JSON lines
+    save_every: int = 0                 # also save after every save_every-th step (0: only after the last)
+    resume: Path | None = None          # continue the run saved there (model + state) up to train.steps in all
+
+    def __post_init__(self) -> None:
+        if isinstance(self.save_every, bool) or not isinstance(self.save_every, int) or self.save_every < 0:
+            raise ConfigError("save_every", self.save_every, "must be an integer >= 0 (0: save only at the end)")
 
 
 @dataclass(frozen=True)
@@ -53,7 +59,8 @@ class RunResult:
     kept: object | None                 # gpt2trace.run.session.KeptTrace; None with tracing off (or rank != 0)
     num_parameters: int
     interrupted: int | None = None      # the signal that stopped the run at a step boundary
-    saved: bool = False                 # the --save checkpoint was written
+    saved: bool = False                 # the --save checkpoint was written after the last step
+    saved_steps: int | None = None      # the steps the last checkpoint written holds (None: none written)
 
     @property
     def trace_path(self) -> Path | None:
@@ -70,17 +77,20 @@ def prepare_process(threads: int, oversubscribed: bool = False) -> None:
     configure_threads(threads, oversubscribed)
 
 
-def run_config_json(cfg: RunConfig, num_parameters: int) -> dict:
+def run_config_json(cfg: RunConfig, num_parameters: int, start_step: int = 0) -> dict:
     model = asdict(cfg.model) | {"padded_vocab_size": cfg.model.padded_vocab_size,
                                  "num_parameters": num_parameters}
     return {
         "model": model,
-        "train": asdict(cfg.train),
+        "train": asdict(cfg.train) | {"start_step": start_step},
         "parallel": asdict(cfg.parallel),
         "trace": {"path": str(cfg.trace.path) if cfg.trace.path else None, "flush_every_s": cfg.trace.flush_every_s},
         "data": str(cfg.data) if cfg.data else "synthetic",
         "init_from": str(cfg.init_from) if cfg.init_from else None,
         **({"pipeline": pipeline_json(cfg)} if cfg.parallel.pp > 1 else {}),
+        "resume": str(cfg.resume) if cfg.resume else None,
+        "save": str(cfg.save) if cfg.save else None,
+        "save_every": cfg.save_every,
     }
 
 
@@ -137,7 +147,8 @@ class _FaultInjector:
 
 
 def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dict], None] | None = None,
-        comm=None, on_trace: Callable | None = None) -> RunResult:
+        comm=None, on_trace: Callable | None = None, on_save: Callable[[Path, int], None] | None = None
+        ) -> RunResult:
     """Train as configured; returns the per-step metrics and what was kept of the trace.
 
     Bad input raises trainer.errors.TrainerError or gpt2trace.format.errors.OutputError (one line) before
@@ -147,6 +158,10 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
 
     With `comm` (an mpi4py communicator of cfg.parallel.ranks processes) this process is rank comm.rank of a
     data-parallel job: it traces its own part, MPI calls included, and rank 0 merges all parts at the end.
+
+    With `cfg.save`, rank 0 writes the checkpoint and its optimizer state after every `cfg.save_every`-th step and
+    the last one, and tells `on_save(path, steps it holds)`; with `cfg.resume` the run continues the saved one from
+    its next step to `cfg.train.steps` (the total).
     """
     from gpt2trace.record.traced_comm import TracedComm
     from gpt2trace.run.metrics import MetricsLog
@@ -165,13 +180,17 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
 
     threads, rank = cfg.parallel.threads, cfg.parallel.rank
     check_run(cfg, processes_here=_ranks_on_this_node(comm), first_rank=rank == 0)
-    if cfg.init_from is not None:
+    resumed = None
+    if cfg.resume is not None:
+        model_cfg, params, resumed = _read_resume(cfg.resume)
+    elif cfg.init_from is not None:
         model_cfg, params = read_checkpoint(cfg.init_from)
     else:
         model_cfg, params = cfg.model, init_params(cfg.model, cfg.train.seed)
     cfg = replace(cfg, model=model_cfg)
+    start_step = resumed.next_step if resumed is not None else 0
 
-    session = (TraceSession.open(cfg.trace.path, run_config_json(cfg, params.size), threads,
+    session = (TraceSession.open(cfg.trace.path, run_config_json(cfg, params.size, start_step), threads,
                                  cfg.trace.flush_every_s, comm) if cfg.trace.enabled else None)
     tracer = session.tracer if session is not None else None
     traced = TracedComm(comm, tracer) if comm is not None and tracer is not None else comm
@@ -183,9 +202,14 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
     model, pipeline = build_stage(model_cfg, params, par, cfg.train, grid, seq, launcher)
     loader = _load_data(cfg, model_cfg, grid, split, traced)
     dp = make_strategy(par.dp_sync, model, cfg.train, launcher, grid.grad_comm)
+    if resumed is not None:
+        from trainer.training_state import load_state
+        load_state(resumed, dp, model)
+    saver = _Saver(cfg, model, dp, grid, on_save, pipeline) if cfg.save is not None else None
     if on_start is not None:
         on_start({"model": model_cfg, "num_parameters": params.size,
-                  "activations_bytes": model.activation_bytes + seq.nbytes})
+                  "activations_bytes": model.activation_bytes + seq.nbytes, "start_step": start_step,
+                  "resumed_from": resumed.saved_by if resumed is not None else None})
 
     history = []
     metrics = MetricsLog(cfg.metrics_json) if cfg.metrics_json is not None and rank == 0 else None
@@ -204,14 +228,13 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
                                       signals, comm)
         trained, saved, interrupted = False, False, None
         try:
-            train(model, loader, cfg.train, dp, observer=observer, on_step=step_done, pipeline=pipeline)
+            train(model, loader, cfg.train, dp, observer=observer, on_step=step_done, start_step=start_step,
+                  checkpoint=saver, pipeline=pipeline)
             trained = True
-            if cfg.save is not None:
-                with observer.phase(names.CHECKPOINT):
-                    whole = model.params if pipeline is None else _gather(pipeline, model, grid, model_cfg)
-                    if rank == 0:
-                        _save(cfg.save, model_cfg, whole)
-                saved = rank == 0
+            if saver is not None and start_step >= cfg.train.steps:   # no step ran: save what was loaded
+                with observer.phase(names.CHECKPOINT, nbytes=saver.nbytes):
+                    saver.save(start_step)
+            saved = saver is not None and saver.saved_steps == cfg.train.steps
         except Interrupted as stop:
             if not (trained or stop.at_step_boundary):
                 _end(session, metrics, False, on_trace)
@@ -224,16 +247,8 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
             kept = _end(session, metrics, True, on_trace)
         except Interrupted as stop:   # a second signal while merging: the parts stay (on_trace heard so)
             raise Interrupted(stop.signum, at_step_boundary=True, after_training=True) from None
-    return RunResult(history, kept if rank == 0 else None, params.size, interrupted, saved)
-
-
-def _gather(pipeline, model, grid, model_cfg: ModelConfig):
-    """The whole model's parameters on world rank 0, from the stages of its pipeline (its data-parallel and
-    sequence replicas hold the same)."""
-    from trainer.params import ParamLayout
-    if grid.coords["dp"] != 0 or grid.coords["sp"] != 0:
-        return None
-    return pipeline.gather(model.params, ParamLayout.for_model(model_cfg), model_cfg)
+    return RunResult(history, kept if rank == 0 else None, params.size, interrupted, saved,
+                     saver.saved_steps if saver is not None else None)
 
 
 def _end(session, metrics, whole_run: bool, on_trace: Callable | None):
@@ -249,13 +264,65 @@ def _end(session, metrics, whole_run: bool, on_trace: Callable | None):
                 on_trace(session.kept)
 
 
-def _save(path: Path, model_cfg: ModelConfig, params) -> None:
-    """The --save checkpoint, written under a temporary name and renamed (a full disk: one line, no file)."""
-    from gpt2trace.format.outputs import atomic_output
-    from trainer.checkpoint import write_checkpoint
+def _read_resume(path: Path):
+    """(model config, parameters, state header) of the checkpoint `path` and its state file, checked to be a pair
+    written together (the preflight checked the state's fingerprint against the run)."""
+    from trainer.checkpoint import read_checkpoint_crc
+    from trainer.state_file import check_pair, read_state_header, state_path
 
-    with atomic_output(path) as tmp:
-        write_checkpoint(tmp, model_cfg, params)
+    saved = read_state_header(state_path(path))
+    model_cfg, params, crc = read_checkpoint_crc(path)
+    check_pair(path, model_cfg, crc, saved)
+    return model_cfg, params, saved
+
+
+def saved_by(cfg: RunConfig) -> dict:
+    """The layout of the run that writes a state file (informative: another layout may resume from it)."""
+    par = cfg.parallel
+    return {"ranks": par.ranks, "sp": par.sp, "pp": par.pp, "pp_schedule": par.pp_schedule.value,
+            "dp_sync": par.dp_sync.value, "threads": par.threads,
+            "batch_size": cfg.train.batch_size, "data_loading": par.data_loading.value}
+
+
+class _Saver:
+    """--save/--save-every (trainer.train.Checkpoint): the whole training state gathered on rank 0
+    (trainer.training_state, collective) and written there as the llm.c checkpoint and its state file."""
+
+    def __init__(self, cfg: RunConfig, model, dp, grid, on_save: Callable[[Path, int], None] | None, pipeline=None):
+        from gpt2trace.run.preflight import fingerprint_of
+        from trainer.checkpoint import checkpoint_nbytes
+        from trainer.state_file import state_nbytes
+
+        self.path, self.every, self.on_save = cfg.save, cfg.save_every, on_save
+        self.model, self.dp, self.grid, self.pipeline = model, dp, grid, pipeline
+        self.fingerprint, self.saved_by = fingerprint_of(cfg, model.cfg), saved_by(cfg)
+        # what this rank writes: rank 0 both files, the others nothing (their part is the gather's MPI calls)
+        self.nbytes = (checkpoint_nbytes(model.cfg) + state_nbytes(self.fingerprint, self.saved_by)
+                       if cfg.parallel.rank == 0 else 0)
+        self.saved_steps: int | None = None
+
+    def save(self, next_step: int) -> None:
+        from trainer.training_state import gather_state
+
+        state = gather_state(self.model, self.dp, self.grid, next_step, self.pipeline)
+        if state is not None:
+            write_pair(self.path, state, self.fingerprint, self.saved_by)
+            if self.on_save is not None:
+                self.on_save(self.path, next_step)
+        self.saved_steps = next_step
+
+
+def write_pair(path: Path, state, fingerprint, saved_by: dict) -> None:
+    """The checkpoint at `path` and its state file beside it, each under a temporary name until both are
+    complete, then renamed, the model first (a full disk: one line, neither file touched). A crash between the
+    two renames leaves a new model beside the old state, which resuming refuses (trainer.state_file's CRC)."""
+    from gpt2trace.format.outputs import atomic_outputs
+    from trainer.checkpoint import write_checkpoint
+    from trainer.state_file import state_path, write_state
+
+    with atomic_outputs([path, state_path(path)]) as (model_tmp, state_tmp):
+        crc = write_checkpoint(model_tmp, state.model, state.params)
+        write_state(state_tmp, state.m, state.v, state.t, state.next_step, crc, fingerprint, saved_by)
 
 
 def _ranks_on_this_node(comm) -> int:

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -22,10 +23,11 @@ from gpt2trace.format import schema as S
 from gpt2trace.format.writer import PartWriter, part_files, parts_dir
 from gpt2trace.testing.invariants import check_trace
 from trainer.checkpoint import write_checkpoint
-from trainer.config import model_config
+from trainer.config import TrainConfig, model_config
 from trainer.cpu import cores_available
 from trainer.data import HEADER_BYTES, write_tokens
 from trainer.params import init_params
+from trainer.state_file import Fingerprint, state_path, write_state
 
 TINY = ["--model", "tiny", "-B", "2", "-T", "16", "--threads", "2"]
 RUN = [sys.executable, "-m", "gpt2trace", "run"]
@@ -51,6 +53,27 @@ def _checkpoint(tmp):
     """The tiny model as an llm.c checkpoint: context (max_seq_len) 32, shorter than the default T of 64."""
     path = tmp / "ck.bin"
     write_checkpoint(path, model_config("tiny"), init_params(model_config("tiny"), 1))
+    return path
+
+
+def _saved(tmp, model=None, steps=3, **changes):
+    """A checkpoint and its state file as `run *TINY --save ck.bin` writes them after `steps` steps (`changes`:
+    other fingerprint fields, as if saved by a run with other settings)."""
+    model = model or model_config("tiny")
+    path = tmp / "ck.bin"
+    crc = write_checkpoint(path, model, init_params(model, 1))
+    tcfg = TrainConfig(batch_size=2, seq_len=16, lr=1e-3)                  # TINY's, and the CLI's defaults
+    fingerprint = replace(Fingerprint.of(model, tcfg, 1, None), **changes)
+    P = init_params(fingerprint.model, 1).size
+    write_state(state_path(path), np.zeros(P, np.float32), np.zeros(P, np.float32), steps, steps, crc,
+                fingerprint, {})
+    return path
+
+
+def _damaged_state(tmp, damage):
+    path = _saved(tmp)
+    state = state_path(path)
+    state.write_bytes(damage(state.read_bytes()))
     return path
 
 
@@ -112,6 +135,42 @@ BAD = [
      "the folder {tmp}/no does not exist"),
     ("missing token file", lambda tmp: [*TINY, "--data", tmp / "none.bin"], "--data {tmp}/none.bin does not exist"),
     ("token file is a directory", lambda tmp: [*TINY, "--data", tmp], "--data {tmp} is a directory"),
+    # checkpoints and resume
+    ("--save-every without --save", lambda tmp: [*TINY, "--save-every", "2"],
+     "--save-every 2 needs --save PATH, where the checkpoints go"),
+    ("negative --save-every", lambda tmp: [*TINY, "--save", tmp / "x.bin", "--save-every", "-1"],
+     "--save-every -1: must be an integer >= 0"),
+    ("--resume and --init-from", lambda tmp: [*TINY, "--resume", tmp / "a.bin", "--init-from", tmp / "b.bin"],
+     "--resume {tmp}/a.bin and --init-from {tmp}/b.bin: --resume continues a saved run"),
+    ("missing --resume", lambda tmp: [*TINY, "--resume", tmp / "none.bin"], "--resume {tmp}/none.bin does not exist"),
+    ("--resume without its state", lambda tmp: [*TINY, "--resume", _checkpoint(tmp)],
+     "--resume {tmp}/ck.bin: its optimizer state {tmp}/ck.bin.state does not exist; resume from a checkpoint "
+     "written by `gpt2trace run --save`"),
+    ("--resume with another --lr", lambda tmp: [*TINY, "--resume", _saved(tmp), "--lr", "0.002"],
+     "--resume {tmp}/ck.bin was saved by a run with other settings (--lr: saved 0.001, this run 0.002); resume "
+     "with the saved run's settings: only --steps, the outputs and the layout"),
+    ("--resume on other data and seed", lambda tmp: [*TINY, "--resume", _saved(tmp), "--data", _tokens(tmp),
+                                                    "--seed", "2"],
+     "(--seed: saved 1337, this run 2; --data: saved 'synthetic', this run '{tmp}/tok.bin'; the size of --data: "
+     "saved 0, this run 11024)"),
+    ("--resume with another global batch", lambda tmp: [*TINY, "--resume", _saved(tmp), "-B", "4"],
+     "(the global batch (-B x --ranks/--sp x --grad-accum sequences): saved 2, this run 4)"),
+    ("--resume with another model", lambda tmp: [*TINY[2:], "--model", "small", "--resume", _saved(tmp)],
+     "(--n-layer: saved 2, this run 4; --n-embd: saved 32, this run 128; --vocab-size: saved 200, this run 512;"),
+    ("--resume, --steps below the saved steps", lambda tmp: [*TINY, "--resume", _saved(tmp), "--steps", "2"],
+     "--steps 2: is the total step count, and --resume {tmp}/ck.bin holds 3 steps already; give --steps 3 or more"),
+    ("--resume, a truncated state", lambda tmp: [*TINY, "--resume", _damaged_state(tmp, lambda b: b[:-4])],
+     "{tmp}/ck.bin.state: truncated, "),
+    ("--resume, the state of another model", lambda tmp: [*TINY, "--resume", _saved(tmp, n_layer=3)],
+     "{tmp}/ck.bin.state is the optimizer state of another model (L=3 C=32 V=200) than {tmp}/ck.bin (L=2"),
+    ("--resume, a model file as its state", lambda tmp: [*TINY, "--resume", _damaged_state(
+        tmp, lambda b: (tmp / "ck.bin").read_bytes())], "bad magic 20240326, not a gpt2trace optimizer state file"),
+    ("trace over the resumed state", lambda tmp: [*TINY, "--resume", _saved(tmp), "--trace", tmp / "ck.bin.state"],
+     "--trace {tmp}/ck.bin.state is also an input of this command"),
+    ("metrics over the saved state", lambda tmp: [*TINY, "--save", tmp / "x", "--metrics-json", tmp / "x.state"],
+     "--metrics-json {tmp}/x.state and --save's state file {tmp}/x.state name the same file"),
+    ("save over the resumed state", lambda tmp: [*TINY, "--resume", _saved(tmp), "--save", tmp / "ck.bin.state"],
+     "--save {tmp}/ck.bin.state is also an input of this command"),
 ]
 
 
@@ -172,7 +231,11 @@ def test_metrics_json_one_object_per_step_written_atomically(tmp_path):
         assert row["loss"] > 0 and row["ms"] > 0 and row["tokens_per_s"] > 0
     assert trace.is_file() and f"trace: {trace}" in r.stdout.replace("\n", "")
     assert ck.stat().st_size == 1024 + 4 * 34_688        # header + the tiny model's 34,688 parameters
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.bin", "metrics.jsonl", "trace.parquet"]
+    # beside it the AdamW state: header, its JSON, then m and v (8 bytes a parameter)
+    json_bytes = int(np.fromfile(tmp_path / "ck.bin.state", dtype="<i4", count=6)[5])
+    assert (tmp_path / "ck.bin.state").stat().st_size == 1024 + json_bytes + 8 * 34_688
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.bin", "ck.bin.state", "metrics.jsonl",
+                                                          "trace.parquet"]
 
 
 def test_no_trace_writes_no_trace(tmp_path):
@@ -240,6 +303,15 @@ def test_a_full_disk_when_saving_is_one_line_and_leaves_no_file(small_fs):
     assert r.exit_code == 2 and "Traceback" not in r.output
     assert r.stderr.strip().count("\n") == 0 and f"cannot write {disk}/ck.bin: No space left on device" in r.stderr
     assert list(disk.iterdir()) == []
+
+
+def test_a_full_disk_when_saving_the_optimizer_state_leaves_neither_file(small_fs):
+    disk = small_fs(256)          # room for the tiny checkpoint (139,776 bytes), not for its state (278,920)
+    r = _run(*TINY, "--steps", "1", "--no-trace", "--save", disk / "ck.bin")
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert r.stderr.strip().count("\n") == 0
+    assert f"cannot write {disk}/ck.bin.state: No space left on device" in r.stderr
+    assert list(disk.iterdir()) == []       # the model was not renamed into place without its state
 
 
 def test_file_names_that_are_not_utf8(tmp_path):
