@@ -31,11 +31,8 @@ OPTIONS = {
     "weight_decay": "--weight-decay", "grad_accum": "--grad-accum", "seed": "--seed", "threads": "--threads",
     "ranks": "--ranks", "n_layer": "--n-layer", "n_head": "--n-head", "n_embd": "--n-embd",
     "vocab_size": "--vocab-size", "max_seq_len": "--max-seq-len", "flush_every_s": "--flush-every", "sp": "--sp",
-<<<<<<< HEAD
     "pp": "--pp", "pp_layers": "--pp-layers", "data_loading": "--data-loading",
-=======
     "save_every": "--save-every",
->>>>>>> ckpt
 }
 # A resumed run's settings that differ from the saved run's (trainer.state_file.Fingerprint), as the user set them.
 _RESUME_LABELS = {**OPTIONS, "global_batch": "the global batch (-B x --ranks/--sp x --grad-accum sequences)",
@@ -137,14 +134,9 @@ def run(
     try:
         threads = threads if threads is not None else max(1, cores // max(ranks, 1))
         cfg = _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay, grad_accum, threads,
-<<<<<<< HEAD
                       ranks, rank, dp_sync, data_loading, (sp, sp_split, sp_reduce),
-                      (pp, pp_schedule, pp_layers, recompute), seed, save, metrics_json,
-                      None if no_trace else trace, flush_every, sizes)
-=======
-                      ranks, rank, dp_sync, data_loading, (sp, sp_split, sp_reduce), seed, (save, save_every, resume),
+                      (pp, pp_schedule, pp_layers, recompute), seed, (save, save_every, resume),
                       metrics_json, None if no_trace else trace, flush_every, sizes)
->>>>>>> ckpt
         check_run(cfg, processes_here=ranks if inside is None else 1, first_rank=rank == 0)
     except (TrainerError, OutputError) as exc:
         if rank != 0:           # every rank finds the same; rank 0 says it once
@@ -166,15 +158,10 @@ def run(
 
 
 def _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay, grad_accum, threads, ranks, rank,
-<<<<<<< HEAD
-            dp_sync, data_loading, sequence, pipeline, seed, save, metrics_json, trace, flush_every, sizes):
+            dp_sync, data_loading, sequence, pipeline, seed, saving, metrics_json, trace, flush_every, sizes):
     """The RunConfig the options describe (trainer.errors.ConfigError for a value out of range). `sequence` is
-    (--sp, --sp-split, --sp-reduce), `pipeline` (--pp, --pp-schedule, --pp-layers, --recompute)."""
-=======
-            dp_sync, data_loading, sequence, seed, saving, metrics_json, trace, flush_every, sizes):
-    """The RunConfig the options describe (trainer.errors.ConfigError for a value out of range). `sequence` is
-    (--sp, --sp-split, --sp-reduce), `saving` (--save, --save-every, --resume)."""
->>>>>>> ckpt
+    (--sp, --sp-split, --sp-reduce), `pipeline` (--pp, --pp-schedule, --pp-layers, --recompute), `saving` (--save,
+    --save-every, --resume)."""
     from gpt2trace.run.runner import RunConfig, TraceConfig
     from trainer.config import ModelConfig, ParallelConfig, TrainConfig, model_config
     from trainer.errors import TrainerError
@@ -256,18 +243,14 @@ def _train(cfg, rank: int) -> None:
                       + (f" ranks={par.ranks} dp-sync={par.dp_sync.value} data-loading={par.data_loading.value}"
                          if par.ranks > 1 else "")
                       + (f" sp={par.sp} ({par.sp_split.value}, {par.sp_reduce.value}): {t.seq_len // par.sp} "
-<<<<<<< HEAD
                          "positions per rank" if par.sp > 1 else "")
                       + (f" pp={par.pp} ({par.pp_schedule.value}, {t.grad_accum} micro-batches)" if par.pp > 1
                          else "")
                       + (" recompute" if par.recompute else ""), markup=False)
-=======
-                         "positions per rank" if par.sp > 1 else ""))
         if info["resumed_from"] is not None:
             console.print(plain(_resumed_line(cfg, info["start_step"], info["resumed_from"])), markup=False,
                           highlight=False, soft_wrap=True)
             progress.update(task, completed=info["start_step"])   # the bar counts the total steps
->>>>>>> ckpt
 
     def on_step(metrics) -> None:
         progress.update(task, advance=1, description=f"loss {metrics.loss:.4f} | {metrics.ms:8.1f} ms/step | "

@@ -267,14 +267,9 @@ class Tracer:
         # clipped into its call's region, and a call's region starts after the previous one ended)
         korder = np.argsort(blocks.thread, kind="stable")
         co = w.counters
-<<<<<<< HEAD
-        phase_arr = np.array([p[1:] for p in ph], dtype=np.int64).reshape(-1, 4)     # start end step microstep
+        phase_arr = np.array([p[1:] for p in ph], dtype=np.int64).reshape(-1, 5)     # start end step micro bytes
         # start end step microstep bytes peer seq communicator tag (the state, c[9], goes to the state records)
         comm_arr = np.array([c[1:9] + c[10:] for c in cm], dtype=np.int64).reshape(-1, 9)
-=======
-        phase_arr = np.array([p[1:] for p in ph], dtype=np.int64).reshape(-1, 5)     # start end step micro bytes
-        comm_arr = np.array([c[1:9] for c in cm], dtype=np.int64).reshape(-1, 8)     # start end step micro bytes..
->>>>>>> ckpt
         counter_t = np.array([c[1] for c in co], dtype=np.int64)
         groups = [
             {S.KIND: S.Kind.STATE, S.THREAD: st["thread"], S.START_NS: st["start"], S.END_NS: st["end"],
