@@ -1,4 +1,4 @@
-"""Run under mpiexec by tests/trainer/test_pipeline.py: pipeline parallelism against a 1-rank run on the global batch.
+"""Run under mpiexec by tests/trainer/test_pp.py: pipeline parallelism against a 1-rank run on the global batch.
 
 argv: threads per rank. For every case (stages P, schedule, micro-batches M, recompute, dp-sync, sp) the N ranks form
 N/(P*S) pipelines and train a 4-layer tiny model for STEPS steps, each pipeline on its B sequences per micro-batch.
