@@ -59,15 +59,16 @@ def run_config(args, pp: int, schedule: str, micro: int, workdir: Path) -> dict:
 
 def from_trace(path: Path, pp: int) -> dict:
     """The measured bubble (mean over the timed steps and the stages) and the model's parameter count."""
-    from analysis.pipeline import bubble_summary
+    from analysis.analyze import analyze
     from gpt2trace.format.reader import load
-    from gpt2trace.format.schema import META_RUN, metadata_json
 
     trace = load(path)
-    n_params = metadata_json(trace.schema, META_RUN)["model"]["num_parameters"]
+    n_params = trace.run["model"]["num_parameters"]
     if pp == 1:
         return {"bubble": 0.0, "num_parameters": n_params}
-    return {"bubble": bubble_summary(trace), "num_parameters": n_params}
+    pipe = analyze(trace)["pipeline"]           # the window leaves step 0 out (warm-up)
+    return {"bubble": pipe["bubble"], "num_parameters": n_params,
+            "bubble_per_stage": [row["bubble"] for row in pipe["per_stage"]]}
 
 
 def main() -> None:

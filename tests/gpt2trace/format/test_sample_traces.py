@@ -7,7 +7,7 @@ import pytest
 
 from gpt2trace.format import schema as S
 from gpt2trace.format.reader import load
-from gpt2trace.testing.invariants import check_trace
+from gpt2trace.testing.invariants import check_messages, check_trace
 
 SAMPLES = Path(__file__).resolve().parents[3] / "sample_traces"
 FILES = sorted(SAMPLES.glob("*.parquet"))
@@ -38,7 +38,8 @@ def test_sample_trace(path):
 
 @pytest.mark.parametrize("path", MPI, ids=[f.name for f in MPI])
 def test_mpi_sample_trace(path):
-    """Both ranks traced, each (rank, thread) partitioning its rank's span, every collective on both ranks."""
+    """Both ranks traced, each (rank, thread) partitioning its rank's span, every collective on both ranks, every
+    point-to-point send received on its peer (the pipeline samples' activations and gradients)."""
     assert path.stat().st_size < MAX_BYTES
     trace = load(path)
     assert trace.run["parallel"]["ranks"] == 2 and trace.clock["ranks"] == 2
@@ -55,3 +56,20 @@ def test_mpi_sample_trace(path):
     assert len(per_seq) > 0
     for (cid, _), ranks in per_seq.items():
         assert ranks == sorted(trace.communicators[int(cid)].ranks)
+    check_messages(trace)
+
+
+@pytest.mark.parametrize("name", ["small_2ranks_pp2_1f1b.parquet", "small_2ranks_pp2_gpipe.parquet"])
+def test_pipeline_samples_carry_each_micro_batchs_messages(name):
+    # 2 stages, 4 micro-batches, 8 steps: rank 1 receives 4 activations a step (tag 2m), rank 0 4 gradients
+    # (tag 2m + 1), each MPI_Recv with the micro-batch m it carries, on the `pp` communicator, from the other rank
+    trace = load(SAMPLES / name)
+    comm = trace.records(S.Kind.COMM).to_pandas()
+    recv = comm[comm[S.NAME] == "MPI_Recv"]
+    pp = next(c.id for c in trace.communicators.values() if c.name == "pp")
+    assert (recv[S.COMMUNICATOR] == pp).all()
+    for rank, kind in ((1, 0), (0, 1)):
+        mine = recv[recv[S.RANK] == rank]
+        assert len(mine) == 8 * 4 and (mine[S.PEER] == 1 - rank).all()
+        assert (mine[S.TAG] == 2 * mine[S.MICROSTEP] + kind).all()
+        assert sorted(mine[S.MICROSTEP].value_counts().to_dict().items()) == [(m, 8) for m in range(4)]
