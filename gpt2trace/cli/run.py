@@ -31,7 +31,7 @@ OPTIONS = {
     "weight_decay": "--weight-decay", "grad_accum": "--grad-accum", "seed": "--seed", "threads": "--threads",
     "ranks": "--ranks", "n_layer": "--n-layer", "n_head": "--n-head", "n_embd": "--n-embd",
     "vocab_size": "--vocab-size", "max_seq_len": "--max-seq-len", "flush_every_s": "--flush-every", "sp": "--sp",
-    "pp": "--pp", "pp_layers": "--pp-layers", "data_loading": "--data-loading",
+    "pp": "--pp", "pp_layers": "--pp-layers", "data_loading": "--data-loading", "emulate_network": "--emulate-network",
     "save_every": "--save-every",
 }
 # A resumed run's settings that differ from the saved run's (trainer.state_file.Fingerprint), as the user set them.
@@ -85,6 +85,10 @@ def run(
         "--pp-layers", show_default=False,
         help="Layers per stage, e.g. 3,3,3,1 (default: balanced by compute, the lm head counted on the last "
              "stage).")] = None,
+    emulate_network: Annotated[str | None, typer.Option(
+        "--emulate-network", show_default=False,
+        help='Emulate a cluster: "nodes=5,link=10Gb/s,latency=5us": ranks in blocks on the nodes, every MPI call '
+             "held for what that network adds (docs/parallel.md).")] = None,
     recompute: Annotated[bool, typer.Option(
         "--recompute", help="Activation checkpointing: keep each layer's input in forward, recompute the layer "
                             "in backward.")] = False,
@@ -136,7 +140,7 @@ def run(
         cfg = _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay, grad_accum, threads,
                       ranks, rank, dp_sync, data_loading, (sp, sp_split, sp_reduce),
                       (pp, pp_schedule, pp_layers, recompute), seed, (save, save_every, resume),
-                      metrics_json, None if no_trace else trace, flush_every, sizes)
+                      metrics_json, None if no_trace else trace, flush_every, sizes, emulate_network)
         check_run(cfg, processes_here=ranks if inside is None else 1, first_rank=rank == 0)
     except (TrainerError, OutputError) as exc:
         if rank != 0:           # every rank finds the same; rank 0 says it once
@@ -158,7 +162,8 @@ def run(
 
 
 def _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay, grad_accum, threads, ranks, rank,
-            dp_sync, data_loading, sequence, pipeline, seed, saving, metrics_json, trace, flush_every, sizes):
+            dp_sync, data_loading, sequence, pipeline, seed, saving, metrics_json, trace, flush_every, sizes,
+            network=None):
     """The RunConfig the options describe (trainer.errors.ConfigError for a value out of range). `sequence` is
     (--sp, --sp-split, --sp-reduce), `pipeline` (--pp, --pp-schedule, --pp-layers, --recompute), `saving` (--save,
     --save-every, --resume)."""
@@ -196,8 +201,9 @@ def _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay
                          sp=sp, sp_split=sp_split, sp_reduce=sp_reduce, pp=pp, pp_schedule=pp_schedule,
                          pp_layers=_layers(pp_layers), recompute=recompute)
     SequenceSplit(T, par.sp, par.sp_split)        # -T must be a multiple of --sp
+    from gpt2trace.record.network import parse
     return RunConfig(mcfg, tcfg, par, TraceConfig(trace, flush_every), data, init_from, save, metrics_json,
-                     save_every, resume)
+                     save_every, resume, parse(network) if network is not None else None)
 
 
 def _layers(text: str | None) -> tuple[int, ...] | None:

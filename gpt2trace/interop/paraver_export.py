@@ -165,7 +165,7 @@ def export_paraver(source, name: str | Path, date: datetime | None = None, tmpdi
         collectives = any(t == F.MPI_COLLECTIVE for t, _ in enc.mpi.values())
         with opener(t_prv, "wb") as fh:
             comms = _communicators(src.meta, lay) if collectives else []
-            fh.write(header(lay, date or datetime.now(), comms).encode())
+            fh.write(header(lay, date or datetime.now(), comms, _nodes(lay, src.meta)).encode())
             lines = sorter.write(fh)
         write_pcf(t_pcf, enc.event_types())
         write_row(t_row, _row_levels(lay, src.meta))
@@ -173,11 +173,15 @@ def export_paraver(source, name: str | Path, date: datetime | None = None, tmpdi
     return ParaverExport(prv, pcf, row, meta, lay.records, lines, messages, dropped)
 
 
-def header(lay: Layout, date: datetime, comms: list) -> str:
-    """`#Paraver (dd/mm/yyyy at hh:mm):<end>_ns:1(<cpus>):1:<ranks>(<threads>:1,...),<comms>` and a `c:` line
-    per communicator the collectives use (none without collectives)."""
-    tasks = ",".join(f"{t}:1" for t in lay.threads)
-    text = (f"#Paraver ({date:%d/%m/%Y at %H:%M}):{lay.end_ns}_ns:1({lay.total_threads}):1:"
+def header(lay: Layout, date: datetime, comms: list, nodes: list[tuple[str, int]] | None = None) -> str:
+    """`#Paraver (dd/mm/yyyy at hh:mm):<end>_ns:<nodes>(<cpus>,...):1:<ranks>(<threads>:<node>,...),<comms>` and
+    a `c:` line per communicator the collectives use (none without collectives). `nodes`: (name, CPUs) per node,
+    its ranks' threads in rank order (default one node)."""
+    nodes = nodes or [("node1", lay.total_threads)]
+    node_of_rank = _node_of_rank(lay, nodes)
+    tasks = ",".join(f"{t}:{node_of_rank[r] + 1}" for r, t in enumerate(lay.threads))
+    cpus = ",".join(str(c) for _, c in nodes)
+    text = (f"#Paraver ({date:%d/%m/%Y at %H:%M}):{lay.end_ns}_ns:{len(nodes)}({cpus}):1:"
             f"{lay.ranks}({tasks}),{len(comms)}\n")
     for c in comms:
         text += (f"c:1:{c.id + F.PARAVER_COMM_OFFSET}:{len(c.ranks)}:" + ":".join(str(r + 1) for r in c.ranks)
@@ -311,10 +315,37 @@ def _by_id(names: dict[str, int]) -> dict[int, str]:
     return {v: n for n, v in names.items()}
 
 
+def _nodes(lay: Layout, meta: dict) -> list[tuple[str, int]]:
+    """(name, CPUs) of each node: the emulated nodes of a run with --emulate-network (gpt2trace.record.network:
+    ranks in blocks, in rank order), else the machine as one node; a CPU per thread."""
+    as_schema = pa.schema([], metadata=meta)
+    machine = schema.metadata_json(as_schema, schema.META_MACHINE) or {}
+    run = schema.metadata_json(as_schema, schema.META_RUN) or {}
+    placement = (run.get("network") or {}).get("node_of_rank") if isinstance(run, dict) else None
+    if not placement or len(placement) != lay.ranks or sorted(placement) != list(placement):
+        return [(str(machine.get("hostname") or "node1"), lay.total_threads)]
+    count = max(placement) + 1
+    cpus = [0] * count
+    for r, node in enumerate(placement):
+        cpus[node] += int(lay.threads[r])
+    return [(f"node{i + 1}", c) for i, c in enumerate(cpus) if c > 0]
+
+
+def _node_of_rank(lay: Layout, nodes: list[tuple[str, int]]) -> list[int]:
+    """Each rank's node index, filling the nodes' CPUs in rank order."""
+    out, node, used = [], 0, 0
+    for t in lay.threads:
+        while node < len(nodes) - 1 and used >= nodes[node][1]:
+            node, used = node + 1, 0
+        out.append(node)
+        used += int(t)
+    return out
+
+
 def _row_levels(lay: Layout, meta: dict) -> dict[str, list[str]]:
-    machine = schema.metadata_json(pa.schema([], metadata=meta), schema.META_MACHINE) or {}
-    node = str(machine.get("hostname") or "node1")
-    return {"CPU": [f"{i + 1}.{node}" for i in range(lay.total_threads)], "NODE": [node], "APPL": ["gpt2trace"],
+    nodes = _nodes(lay, meta)
+    cpu_names = [f"{i + 1}.{name}" for name, c in nodes for i in range(c)]
+    return {"CPU": cpu_names, "NODE": [name for name, _ in nodes], "APPL": ["gpt2trace"],
             "TASK": [f"TASK 1.{r + 1}" for r in range(lay.ranks)],
             "THREAD": [f"THREAD 1.{r + 1}.{t + 1}" for r in range(lay.ranks) for t in range(lay.threads[r])]}
 

@@ -28,7 +28,9 @@ from typing import Protocol
 import numpy as np
 
 from gpt2trace.format import communicators as comms
+from gpt2trace.format import mpi_calls
 from gpt2trace.format.schema import State
+from gpt2trace.record.network import Network, hold
 
 
 class CommSink(Protocol):
@@ -47,18 +49,24 @@ def _nbytes(buf) -> int:
 
 
 class _Family:
-    """What every communicator derived from one world shares: its size and how many creating calls were made."""
+    """What every communicator derived from one world shares: its size, how many creating calls were made, and the
+    emulated network (gpt2trace.record.network) with the node of every world rank, if any."""
 
-    def __init__(self, world_size: int):
+    def __init__(self, world_size: int, network: Network | None = None, world_rank: int = 0):
         self.world_size, self.created = world_size, 0
+        self.network, self.world_rank = network, world_rank
+        self.node_of = network.placement(world_size) if network is not None else None
 
 
 class TracedComm:
-    def __init__(self, comm, sink: CommSink, *, _family: _Family | None = None,
+    """`network`: hold every call for the extra time that emulated network would add (gpt2trace.record.network)."""
+
+    def __init__(self, comm, sink: CommSink, *, network: Network | None = None, _family: _Family | None = None,
                  _info: comms.Communicator | None = None):
         from mpi4py import MPI
         self.comm, self.sink, self.MPI = comm, sink, MPI
-        self.family = _family or _Family(comm.Get_size())
+        self.family = _family or _Family(comm.Get_size(), network, comm.Get_rank())
+        self._posted: list[tuple[int, float]] = []   # nonblocking collectives: (posting time, network cost)
         self.info = _info or comms.world(range(comm.Get_size()))
         self.seq = 0   # collectives posted on this communicator, in order: identical on every rank of it
         sink.communicator(self.info)
@@ -76,8 +84,29 @@ class TracedComm:
         t0 = time.monotonic_ns()
         out = call()
         peer = None if root is None else self.info.ranks[root]
+        net = self.family.network
+        if net is not None:
+            cost = net.cost(name, nbytes, self.info.ranks, peer, self.family.node_of)
+            if name in mpi_calls.NONBLOCKING_COLLECTIVES:
+                self._posted.append((t0, cost))       # its Waitall holds for it
+            elif cost > 0:
+                hold(cost, time.monotonic_ns())
         self.sink.comm(name, t0, time.monotonic_ns(), nbytes, peer, seq, state, self.info.id)
         return out
+
+    def _hold_posted(self) -> None:
+        """At a Waitall: until every nonblocking collective posted since has had its network time."""
+        if self._posted:
+            t, cost = max(self._posted, key=lambda p: p[0] + p[1] * 1e9)
+            self._posted = []
+            hold(cost, t)
+
+    def _hold_message(self, partner_world: int, nbytes: int, name: str) -> None:
+        net = self.family.network
+        if net is not None:
+            cost = net.cost(name, nbytes, (), None, self.family.node_of, partner_world, self.family.world_rank)
+            if cost > 0:
+                hold(cost, time.monotonic_ns())
 
     def _data(self, sendbuf, recvbuf):
         return _nbytes(recvbuf) if sendbuf is self.MPI.IN_PLACE else _nbytes(sendbuf)
@@ -154,6 +183,7 @@ class TracedComm:
     def Waitall(self, requests) -> None:
         t0 = time.monotonic_ns()
         self.MPI.Request.Waitall(requests)
+        self._hold_posted()
         self.sink.comm("MPI_Waitall", t0, time.monotonic_ns(), None, None, None, State.WAIT_WAITALL, self.info.id)
 
     # -- point to point -------------------------------------------------------------------------------
@@ -188,6 +218,8 @@ class TracedComm:
         tag = MPI.ANY_TAG if tag is None else tag
         t0 = time.monotonic_ns()
         self.comm.Recv(buf, source, tag, status)
+        if self.family.network is not None and status.Get_source() != MPI.PROC_NULL:
+            self._hold_message(self.info.ranks[status.Get_source()], status.Get_count(MPI.BYTE), "MPI_Recv")
         t1 = time.monotonic_ns()
         self._record("MPI_Recv", State.WAITING_A_MESSAGE, t0, t1, status.Get_count(MPI.BYTE), status.Get_source(),
                      status.Get_tag())
@@ -202,6 +234,8 @@ class TracedComm:
         recvtag = MPI.ANY_TAG if recvtag is None else recvtag
         t0 = time.monotonic_ns()
         self.comm.Sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag, status)
+        if self.family.network is not None and status.Get_source() != MPI.PROC_NULL:
+            self._hold_message(self.info.ranks[status.Get_source()], status.Get_count(MPI.BYTE), "MPI_Sendrecv")
         t1 = time.monotonic_ns()
         peer, tag = (dest, sendtag) if dest != MPI.PROC_NULL else (status.Get_source(), status.Get_tag())
         self._record("MPI_Sendrecv", State.SEND_RECEIVE, t0, t1, _nbytes(sendbuf) if dest != MPI.PROC_NULL else 0,

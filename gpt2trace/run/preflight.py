@@ -87,6 +87,11 @@ def check_options(cfg) -> None:
                            "(weights and optimizer state), --init-from starts a new one from weights; give one")
     if cfg.save_every and cfg.save is None:
         raise TrainerError(f"--save-every {cfg.save_every} needs --save PATH, where the checkpoints go")
+    if cfg.network is not None:
+        if cfg.parallel.ranks < 2:
+            raise TrainerError("--emulate-network needs --ranks 2 or more: one rank sends no messages")
+        if cfg.trace.path is None:
+            raise TrainerError("--emulate-network works in the traced MPI layer: drop --no-trace")
 
 
 def check_inputs(cfg) -> None:

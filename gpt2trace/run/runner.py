@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from gpt2trace.record.network import Network
 from trainer import names
 from trainer.config import ModelConfig, ParallelConfig, TrainConfig
 from trainer.errors import ConfigError
@@ -47,6 +48,7 @@ class RunConfig:
     metrics_json: Path | None = None    # per-step JSON lines
     save_every: int = 0                 # also save after every save_every-th step (0: only after the last)
     resume: Path | None = None          # continue the run saved there (model + state) up to train.steps in all
+    network: Network | None = None      # --emulate-network: every traced MPI call held for that network's cost
 
     def __post_init__(self) -> None:
         if isinstance(self.save_every, bool) or not isinstance(self.save_every, int) or self.save_every < 0:
@@ -88,6 +90,7 @@ def run_config_json(cfg: RunConfig, num_parameters: int, start_step: int = 0) ->
         "data": str(cfg.data) if cfg.data else "synthetic",
         "init_from": str(cfg.init_from) if cfg.init_from else None,
         **({"pipeline": pipeline_json(cfg)} if cfg.parallel.pp > 1 else {}),
+        **({"network": cfg.network.as_json(cfg.parallel.ranks)} if cfg.network is not None else {}),
         "resume": str(cfg.resume) if cfg.resume else None,
         "save": str(cfg.save) if cfg.save else None,
         "save_every": cfg.save_every,
@@ -193,7 +196,8 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
     session = (TraceSession.open(cfg.trace.path, run_config_json(cfg, params.size, start_step), threads,
                                  cfg.trace.flush_every_s, comm) if cfg.trace.enabled else None)
     tracer = session.tracer if session is not None else None
-    traced = TracedComm(comm, tracer) if comm is not None and tracer is not None else comm
+    traced = (TracedComm(comm, tracer, network=cfg.network) if comm is not None and tracer is not None
+              else comm)
     launcher = Launcher(threads, recorder=tracer.recorder if tracer else None)
     par, B, T = cfg.parallel, cfg.train.batch_size, cfg.train.seq_len
     grid = RankGrid.build(par, traced)
