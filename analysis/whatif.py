@@ -45,7 +45,8 @@ class Model:
 
 
 def whatif(trace: Trace, model: Model, steps: str | None = None) -> dict:
-    """The measured and predicted step times (per step and median), runtime and POP factors of the window
+    """The measured and predicted step times (per step and median), runtime, ideal-network runtime and POP factors of
+    the window
     (`steps` as `analyze --steps`). Raises WhatIfError for a kernel the trace does not run, WindowError for
     `steps` that do not fit."""
     window = select(trace, steps)
@@ -71,6 +72,7 @@ def whatif(trace: Trace, model: Model, steps: str | None = None) -> dict:
         "mpi_calls": int((prog.mark < 0).sum()),
         "step_time_s": {"measured": _median(step_rows["measured_s"]), "predicted": _median(step_rows["predicted_s"])},
         "runtime_s": {"measured": runtime / NS, "predicted": predicted.end_ns / NS},
+        "ideal_runtime_s": {"measured": measured.end_ns / NS, "predicted": ideal_changed.end_ns / NS},
         "pop": {"measured": _factors(measured.busy_ns, runtime, measured.end_ns),
                 "predicted": _factors(predicted.busy_ns, predicted.end_ns, ideal_changed.end_ns)},
         "steps": step_rows.to_dict("records"),
