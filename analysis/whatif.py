@@ -45,10 +45,9 @@ class Model:
 
 
 def whatif(trace: Trace, model: Model, steps: str | None = None) -> dict:
-    """The measured and predicted step times (per step and median), runtime, ideal-network runtime and POP factors of
-    the window
-    (`steps` as `analyze --steps`). Raises WhatIfError for a kernel the trace does not run, WindowError for
-    `steps` that do not fit."""
+    """The measured and predicted step times (per step and median), runtime, ideal-network runtime and POP factors
+    of the window (`steps` as `analyze --steps`). Raises WhatIfError for a kernel the trace does not run,
+    WindowError for `steps` that do not fit."""
     window = select(trace, steps)
     ranks = np.unique(threads(trace)[RANK].to_numpy())
     calls = mpi.calls(trace, window)
