@@ -51,6 +51,7 @@ COMMANDS = {
     "export paraver": lambda t, out: ["export", t, "-o", out / "p"],
     "export chrome": lambda t, out: ["export", t, "-f", "chrome", "-o", out / "c"],
     "recover": lambda t, out: ["recover", t],
+    "whatif --json": lambda t, out: ["whatif", t, "--json", out / "w.json"],
     "run --init-from": lambda t, out: ["run", "--init-from", t, "--steps", "1", "--no-trace"],
     "run --data": lambda t, out: ["run", "--data", t, "--steps", "1", "--no-trace"],
 }
@@ -180,6 +181,8 @@ OUTPUT_CASES = {
     "export paraver.gz onto its .pcf": (lambda d, t, c: ["export", d / "run.prv", "-o", d / "run.prv.gz"],
                                         "run.pcf"),
     "export chrome onto its input": (_json_named_trace, "--output"),
+    "whatif --json = input": (lambda d, t, c: ["whatif", d / "trace.parquet", "--json", d / "trace.parquet"],
+                              "--json"),
 }
 
 
@@ -282,6 +285,16 @@ def test_existing_output_is_replaced_and_said(app, tmp_path, trace_file, copy_pr
     (["export", "{t}"], "Missing option '--output'"),
     (["import"], "Missing argument 'TRACE'"),
     (["frobnicate"], "No such command 'frobnicate'"),
+    (["whatif", "{t}", "--bandwidth", "0"], "--bandwidth 0: a bandwidth must be positive"),
+    (["whatif", "{t}", "--bandwidth", "-3GB/s"], "--bandwidth -3GB/s: a bandwidth must be positive"),
+    (["whatif", "{t}", "--bandwidth", "10 parsecs"], "--bandwidth '10 parsecs': expected a number with one of"),
+    (["whatif", "{t}", "--latency", "5 years"], "--latency '5 years': expected a number with one of"),
+    (["whatif", "{t}", "--latency", "-1"], "--latency -1: a latency must be zero or positive"),
+    (["whatif", "{t}", "--scale", "no_such_kernel=2"], "--scale no_such_kernel=...: no kernel 'no_such_kernel'"),
+    (["whatif", "{t}", "--scale", "matmul_forward"], "--scale matmul_forward: expected KERNEL=FACTOR"),
+    (["whatif", "{t}", "--scale", "matmul_forward=-1"], "--scale matmul_forward=-1: expected KERNEL=FACTOR"),
+    (["whatif", "{t}", "--scale", "matmul_forward=nan"], "--scale matmul_forward=nan"),
+    (["whatif", "{t}", "--steps", "7:9"], "--steps 7:9 selects no step"),
 ])
 def test_bad_options(app, tmp_path, trace_file, snapshot, args, message):
     out = tmp_path / "out"

@@ -1,0 +1,117 @@
+"""The network model of a replay: what a message and each collective cost, given latency L and bandwidth B.
+
+A message of n bytes costs L + n / B. A collective on p ranks costs what its usual algorithm costs (MPICH and
+Open MPI pick these for large buffers; small ones get other algorithms, which a replay does not try to guess).
+`n` is the call's `bytes` as the trace records it (docs/trace-format.md), the largest over the instance's ranks:
+
+| collective | algorithm | `n` is | cost |
+| --- | --- | --- | --- |
+| Allreduce | ring (reduce-scatter + allgather) | the vector | 2(p-1)/p n/B + 2(p-1) L |
+| Reduce_scatter(_block), Allgather(v) | ring | the whole vector | (p-1)/p n/B + (p-1) L |
+| Bcast, Reduce | binomial tree | the vector | ceil(log2 p) (L + n/B) |
+| Scan, Exscan | recursive doubling | the vector | ceil(log2 p) (L + n/B) |
+| Scatter(v), Gather(v) | linear from/to the root | one rank's part | (p-1) (L + n/B) |
+| Alltoall(v/w) | pairwise exchange | what one rank sends | (p-1) (L + n/p/B) |
+| Barrier | dissemination | - | ceil(log2 p) L |
+
+The ideal network (B infinite, L = 0) costs nothing: the replay `analyze` uses for POP's serialization/transfer.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+RING = ("MPI_Reduce_scatter", "MPI_Reduce_scatter_block", "MPI_Allgather", "MPI_Allgatherv")
+TREE = ("MPI_Bcast", "MPI_Reduce", "MPI_Scan", "MPI_Exscan")
+LINEAR = ("MPI_Scatter", "MPI_Scatterv", "MPI_Gather", "MPI_Gatherv")
+PAIRWISE = ("MPI_Alltoall", "MPI_Alltoallv", "MPI_Alltoallw")
+
+# Units accepted after a number; a bare number is GB/s for a bandwidth and microseconds for a latency.
+BANDWIDTH_UNITS = {"B/s": 1.0, "KB/s": 1e3, "MB/s": 1e6, "GB/s": 1e9, "Kb/s": 1e3 / 8, "Mb/s": 1e6 / 8,
+                   "Gb/s": 1e9 / 8}
+LATENCY_UNITS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+_QUANTITY = re.compile(r"^\s*([0-9.eE+-]+)\s*([A-Za-z/]*)\s*$")
+
+
+class NetworkError(ValueError):
+    """A bandwidth or latency that cannot be used; the message is one line naming the option."""
+
+
+@dataclass(frozen=True)
+class Network:
+    """Bandwidth in bytes per second (inf: transfers take no time) and latency in nanoseconds."""
+    bandwidth_bps: float = math.inf
+    latency_ns: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.bandwidth_bps > 0:
+            raise NetworkError(f"--bandwidth {self.bandwidth_bps:g} B/s: a bandwidth must be positive")
+        if not (self.latency_ns >= 0 and math.isfinite(self.latency_ns)):
+            raise NetworkError(f"--latency {self.latency_ns:g} ns: a latency must be zero or positive and finite")
+
+    @property
+    def ideal(self) -> bool:
+        return self.bandwidth_bps == math.inf and self.latency_ns == 0
+
+    def message_ns(self, nbytes):
+        """L + n / B, for a number or an array of them."""
+        return self.latency_ns + _transfer_ns(nbytes, self.bandwidth_bps)
+
+    def collective_ns(self, name: str, nbytes: float, p: int) -> float:
+        """The algorithm's time for the blocking collective `name` on p ranks (table above); 0 on one rank."""
+        if p <= 1 or self.ideal:
+            return 0.0
+        L, B = self.latency_ns, self.bandwidth_bps
+        if name == "MPI_Allreduce":
+            return 2 * (p - 1) / p * _transfer_ns(nbytes, B) + 2 * (p - 1) * L
+        if name in RING:
+            return (p - 1) / p * _transfer_ns(nbytes, B) + (p - 1) * L
+        if name in TREE:
+            return math.ceil(math.log2(p)) * (L + _transfer_ns(nbytes, B))
+        if name in LINEAR:
+            return (p - 1) * (L + _transfer_ns(nbytes, B))
+        if name in PAIRWISE:
+            return (p - 1) * (L + _transfer_ns(nbytes / p, B))
+        return math.ceil(math.log2(p)) * L                  # Barrier, and any collective outside the vocabulary
+
+
+IDEAL = Network()
+
+
+def _transfer_ns(nbytes, bandwidth_bps: float):
+    """n / B in ns, for a number or an array of them (n / inf = 0)."""
+    return np.maximum(nbytes, 0) / bandwidth_bps * 1e9
+
+
+def parse_bandwidth(text: str) -> float:
+    """'12.5' (GB/s), '12.5GB/s', '10Gb/s', '800MB/s', 'inf' -> bytes per second; NetworkError otherwise."""
+    if text.strip().lower() in ("inf", "infinite"):
+        return math.inf
+    value = _quantity(text, BANDWIDTH_UNITS, "GB/s", "--bandwidth")
+    if not value > 0:
+        raise NetworkError(f"--bandwidth {text}: a bandwidth must be positive (for example 10GB/s, or inf)")
+    return value
+
+
+def parse_latency(text: str) -> float:
+    """'5' (us), '5us', '800ns', '1ms' -> nanoseconds; NetworkError otherwise."""
+    value = _quantity(text, LATENCY_UNITS, "us", "--latency")
+    if not (value >= 0 and math.isfinite(value)):
+        raise NetworkError(f"--latency {text}: a latency must be zero or positive and finite (for example 5us)")
+    return value
+
+
+def _quantity(text: str, units: dict[str, float], default: str, option: str) -> float:
+    m = _QUANTITY.match(text)
+    unit = (m.group(2) if m else "") or default
+    try:
+        number = float(m.group(1)) if m else math.nan
+    except ValueError:
+        number = math.nan
+    if not m or unit not in units or math.isnan(number):
+        raise NetworkError(f"{option} {text!r}: expected a number with one of the units {', '.join(units)} "
+                           f"(a bare number is {default})")
+    return number * units[unit]

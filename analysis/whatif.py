@@ -1,0 +1,184 @@
+"""What-if replay: the trace's run replayed under another network, with balanced compute, or with kernels scaled.
+
+Each rank's compute bursts and MPI calls (`analysis.replay.program`) are cut at the rank's step starts (its first
+phase record of each step, else kernel record) and replayed on a network model (`analysis.network`), after two
+optional changes to the bursts, in this order:
+- `scale` KERNEL=FACTOR: each invocation of the kernel on a rank (a segment, `analysis.segments`) takes its threads'
+  blocks times FACTOR from the segment's start, and the segment's length follows its slowest thread; the burst
+  holding the segment grows or shrinks by the change (never below zero).
+- `balance`: the k-th burst of step s on every rank becomes the mean over the ranks that have one: what perfect
+  load balance would give with the same calls.
+Predicted step s starts when the first rank reaches its start in the replay (as the measured one does in the
+trace), and the last step ends with the replay. POP factors (MPI level, from the bursts: B_r = rank r's compute,
+T the runtime, T_ideal the ideal-network replay of the same bursts): LB = avg(B) / max(B), CommE = max(B) / T,
+PE = LB x CommE, SerE = max(B) / T_ideal, TE = T_ideal / T. The measured column gets the same formulas from the
+trace's own bursts, so both columns compare like with like (they differ from `analyze`'s useful-time factors by
+the non-Running time inside bursts).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analysis import mpi, pop, replay, segments
+from analysis.network import IDEAL, Network
+from analysis.records import NS, records, threads
+from analysis.steps import steps_table
+from analysis.window import Window, select
+from gpt2trace.format.reader import Trace
+from gpt2trace.format.schema import END_NS, NAME, RANK, START_NS, STEP, Kind
+
+POP_KEYS = pop.LEVEL_KEYS + pop.COMM_KEYS
+
+
+class WhatIfError(ValueError):
+    """A model that does not fit the trace (an unknown kernel); the message is one line naming the option."""
+
+
+@dataclass(frozen=True)
+class Model:
+    network: Network = IDEAL
+    balance: bool = False
+    scale: tuple[tuple[str, float], ...] = ()       # (kernel name, factor)
+
+
+def whatif(trace: Trace, model: Model, steps: str | None = None) -> dict:
+    """The measured and predicted step times (per step and median), runtime, ideal-network runtime and POP factors
+    of the window (`steps` as `analyze --steps`). Raises WhatIfError for a kernel the trace does not run,
+    WindowError for `steps` that do not fit."""
+    window = select(trace, steps)
+    ranks = np.unique(threads(trace)[RANK].to_numpy())
+    calls = mpi.calls(trace, window)
+    mark_rank, mark_t, mark_step = _step_starts(trace, window, ranks)
+    prog = replay.program(calls, ranks, window.t0_ns, window.t1_ns, marks=(mark_rank, mark_t))
+    kern = segments.kernel_records(trace, window) if model.scale else None
+    burst, tail = _scaled(prog, kern, model.scale, window) if model.scale else (prog.burst, prog.tail)
+    if model.balance:
+        burst, tail = _balanced(prog, burst, tail)
+    changed = prog.with_bursts(burst, tail)
+    measured = replay.play(prog, IDEAL)
+    predicted = replay.play(changed, model.network)
+    ideal_changed = replay.play(changed, IDEAL) if not model.network.ideal else predicted
+    runtime = window.t1_ns - window.t0_ns
+    step_rows = _steps(trace, window, prog, predicted, mark_step)
+    out = {
+        "trace": trace.name,
+        "window": {"t0_s": window.t0_ns / NS, "t1_s": window.t1_ns / NS, "steps": list(window.steps)},
+        "model": {"bandwidth_GBps": model.network.bandwidth_bps / 1e9, "latency_us": model.network.latency_ns / 1e3,
+                  "balance": model.balance, "scale": dict(model.scale)},
+        "mpi_calls": int((prog.mark < 0).sum()),
+        "step_time_s": {"measured": _median(step_rows["measured_s"]), "predicted": _median(step_rows["predicted_s"])},
+        "runtime_s": {"measured": runtime / NS, "predicted": predicted.end_ns / NS},
+        "ideal_runtime_s": {"measured": measured.end_ns / NS, "predicted": ideal_changed.end_ns / NS},
+        "pop": {"measured": _factors(measured.busy_ns, runtime, measured.end_ns),
+                "predicted": _factors(predicted.busy_ns, predicted.end_ns, ideal_changed.end_ns)},
+        "steps": step_rows.to_dict("records"),
+        "forced_releases": predicted.forced,
+        "warnings": _warnings(prog, model, predicted),
+    }
+    return out
+
+
+def _warnings(prog: replay.Program, model: Model, predicted: replay.Played) -> list[str]:
+    out = []
+    if not (prog.mark < 0).any() and not model.network.ideal:
+        out.append("the window has no MPI calls: the network changes nothing (a compute-only replay)")
+    if predicted.forced:
+        calls = ", ".join(f"{n} x{c}" for n, c in sorted(predicted.forced.items(), key=lambda kv: -kv[1]))
+        out.append(f"the replay found no partner for {sum(predicted.forced.values())} blocked MPI call(s) and "
+                   f"released them at their entry ({calls}): the trace's MPI calls do not match, so the "
+                   f"prediction is approximate")
+    return out
+
+
+def _step_starts(trace: Trace, window: Window, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rank, time, step) of each rank's start of each window step (its first phase, else kernel record of it),
+    and a last mark at the window's end on every rank (step -1)."""
+    starts = pd.DataFrame({RANK: [], START_NS: [], STEP: []})
+    for kind in (Kind.PHASE, Kind.KERNEL):
+        rec = records(trace, kind, (RANK, STEP), window, clip=False)
+        df = pd.DataFrame({RANK: rec[RANK], START_NS: rec[START_NS], STEP: rec[STEP]})
+        df = df[df[STEP].isin(window.steps) & df[RANK].isin(ranks)]
+        if len(df):
+            starts = df.groupby([RANK, STEP], as_index=False)[START_NS].min()
+            break
+    rank = np.r_[starts[RANK].to_numpy(), ranks].astype(np.int64)
+    t = np.r_[np.maximum(starts[START_NS].to_numpy(), window.t0_ns), np.full(len(ranks), window.t1_ns)]
+    step = np.r_[starts[STEP].to_numpy(), np.full(len(ranks), -1)].astype(np.int64)
+    return rank, t.astype(np.int64), step
+
+
+def _scaled(prog: replay.Program, kern, scale: tuple[tuple[str, float], ...],
+            window: Window) -> tuple[np.ndarray, np.ndarray]:
+    """The bursts with each scaled kernel's segments made FACTOR times longer, thread by thread."""
+    ran = {kern.names[c] for c in np.unique(kern[NAME]) if c >= 0}
+    for name, _ in scale:
+        if name not in ran:
+            known = ", ".join(sorted(ran)) or "none"
+            raise WhatIfError(f"--scale {name}=...: no kernel {name!r} in the window; its kernels: {known}")
+    segs = segments.segments(kern)
+    factor = np.ones(len(kern.names))
+    for name, f in scale:
+        factor[kern.names.index(name)] = f
+    rank, start, end = kern[RANK].astype(np.int64), kern[START_NS], kern[END_NS]
+    f = factor[kern[NAME]]
+    seg = segs.locate(rank, start)
+    pick = (f != 1) & (seg >= 0)
+    seg, f = seg[pick], f[pick]
+    # The segment's new length: the latest of its threads' scaled blocks, each from its own start.
+    new_len = np.zeros(len(segs), dtype=np.float64)
+    np.maximum.at(new_len, seg, start[pick] - segs.start_ns[seg] + f * (end[pick] - start[pick]))
+    touched = np.unique(seg)
+    delta = np.rint(new_len[touched] - (segs.end_ns[touched] - segs.start_ns[touched])).astype(np.int64)
+    # The burst holding a segment is that of the rank's first call (or mark) starting after the segment starts.
+    dense = np.searchsorted(prog.ranks, segs.rank[touched])
+    width = int(max(prog.start_ns.max(initial=0), window.t1_ns - window.t0_ns)) + 2
+    row_rank = np.repeat(np.arange(len(prog.ranks)), np.diff(prog.ptr))
+    row = np.searchsorted(row_rank * width + prog.start_ns, dense * width + (segs.start_ns[touched] - window.t0_ns),
+                          side="right")
+    in_burst = (row < len(row_rank)) & (row_rank[np.minimum(row, len(row_rank) - 1)] == dense)
+    burst = prog.burst.astype(np.float64).copy()
+    tail = prog.tail.astype(np.float64).copy()
+    np.add.at(burst, row[in_burst], delta[in_burst])
+    np.add.at(tail, dense[~in_burst], delta[~in_burst])
+    return np.maximum(burst, 0).astype(np.int64), np.maximum(tail, 0).astype(np.int64)
+
+
+def _balanced(prog: replay.Program, burst: np.ndarray, tail: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The k-th burst of each step (counted from the rank's step marks) set to its mean over the ranks."""
+    row_rank = np.repeat(np.arange(len(prog.ranks)), np.diff(prog.ptr))
+    df = pd.DataFrame({"rank": row_rank, "burst": burst.astype(np.float64)})
+    is_mark = (prog.mark >= 0).astype(np.int64)
+    df["step"] = pd.Series(is_mark).groupby(row_rank).cumsum() - is_mark          # a mark ends the previous step
+    df["pos"] = df.groupby(["rank", "step"]).cumcount()
+    mean = df.groupby(["step", "pos"])["burst"].transform("mean")
+    return np.rint(mean.to_numpy()).astype(np.int64), np.full(len(tail), np.rint(tail.mean()), dtype=np.int64)
+
+
+def _steps(trace: Trace, window: Window, prog: replay.Program, played: replay.Played,
+           mark_step: np.ndarray) -> pd.DataFrame:
+    """step, measured_s, predicted_s for the window's steps (one row for the window when it has no steps)."""
+    runtime = (window.t1_ns - window.t0_ns) / NS
+    if not window.steps:
+        return pd.DataFrame({STEP: [None], "measured_s": [runtime], "predicted_s": [played.end_ns / NS]})
+    table = steps_table(trace)
+    table = table[table[STEP].isin(window.steps)]
+    marks = np.flatnonzero(prog.mark >= 0)
+    reach = pd.Series(played.leave_ns[marks]).groupby(mark_step[prog.mark[marks]]).min()
+    starts = np.array([reach.get(s, np.nan) for s in table[STEP]], dtype=np.float64)
+    ends = np.r_[starts[1:], played.end_ns]
+    return pd.DataFrame({STEP: table[STEP].to_numpy(), "measured_s": table["seconds"].to_numpy(),
+                         "predicted_s": (ends - starts) / NS})
+
+
+def _factors(busy: np.ndarray, runtime_ns: float, ideal_ns: float) -> dict:
+    f = pop.efficiencies(busy.astype(float), busy.astype(float), float(runtime_ns), float(ideal_ns),
+                         float(busy.max()) if len(busy) else None)["mpi"]
+    return {k: None if f.get(k) is None else float(f[k]) for k in POP_KEYS}
+
+
+def _median(values: pd.Series) -> float | None:
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    return float(v.median()) if len(v) else None
