@@ -1,7 +1,7 @@
 """Replay of a trace's MPI calls under a network model (as Dimemas does), the ideal network included.
 
 Each rank keeps its compute bursts (the time between its MPI calls) and replays its calls in order. On the ideal
-network (`analysis.network.IDEAL`, the one POP's Serialization / Transfer split uses) transfers take no time: a
+network (`gpt2trace.format.network.IDEAL`, the one POP's Serialization / Transfer split uses) transfers take no time: a
 posting or an (eager) send returns at once; an all-to-all collective ends when its last rank enters; a
 broadcast/scatter ends for a non-root when the root has entered; a reduce/gather ends for the root when the last
 rank has entered; a receive (or a Sendrecv's receive half) ends when its matched send starts; a wait ends when
@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from analysis.network import IDEAL, Network
 from gpt2trace.format.mpi_calls import ALL_TO_ONE, COLL, COLL_POST, IRECV, LOCAL, NO_CLASS, RECV, SENDRECV
+from gpt2trace.format.network import IDEAL, Network
 from gpt2trace.format.schema import BYTES, END_NS, NAME, RANK, START_NS
 
 MARK = "mark"     # a column of the calls table for `program`'s marks: the mark's index, -1 for a call

@@ -1,7 +1,7 @@
 """What-if replay: the trace's run replayed under another network, with balanced compute, or with kernels scaled.
 
 Each rank's compute bursts and MPI calls (`analysis.replay.program`) are cut at the rank's step starts (its first
-phase record of each step, else kernel record) and replayed on a network model (`analysis.network`), after two
+phase record of each step, else kernel record) and replayed on a network model (`gpt2trace.format.network`), after two
 optional changes to the bursts, in this order:
 - `scale` KERNEL=FACTOR: each invocation of the kernel on a rank (a segment, `analysis.segments`) takes its threads'
   blocks times FACTOR from the segment's start, and the segment's length follows its slowest thread; the burst
@@ -23,10 +23,10 @@ import numpy as np
 import pandas as pd
 
 from analysis import mpi, pop, replay, segments
-from analysis.network import IDEAL, Network
 from analysis.records import NS, records, threads
 from analysis.steps import steps_table
 from analysis.window import Window, select
+from gpt2trace.format.network import IDEAL, Network
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, NAME, RANK, START_NS, STEP, Kind
 

@@ -45,7 +45,7 @@ def whatif(
         "table).")] = None,
 ) -> None:
     """Predict the step time and POP factors of the run on another network, balanced, or with kernels scaled."""
-    from analysis.network import IDEAL, Network, NetworkError, parse_bandwidth, parse_latency
+    from gpt2trace.format.network import IDEAL, Network, NetworkError, parse_bandwidth, parse_latency
     try:
         network = Network(parse_bandwidth(bandwidth) if bandwidth is not None else IDEAL.bandwidth_bps,
                           parse_latency(latency) if latency is not None else IDEAL.latency_ns)

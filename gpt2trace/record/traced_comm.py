@@ -30,7 +30,7 @@ import numpy as np
 from gpt2trace.format import communicators as comms
 from gpt2trace.format import mpi_calls
 from gpt2trace.format.schema import State
-from gpt2trace.record.network import Network, hold
+from gpt2trace.record.network import Cluster, hold
 
 
 class CommSink(Protocol):
@@ -52,7 +52,7 @@ class _Family:
     """What every communicator derived from one world shares: its size, how many creating calls were made, and the
     emulated network (gpt2trace.record.network) with the node of every world rank, if any."""
 
-    def __init__(self, world_size: int, network: Network | None = None, world_rank: int = 0):
+    def __init__(self, world_size: int, network: Cluster | None = None, world_rank: int = 0):
         self.world_size, self.created = world_size, 0
         self.network, self.world_rank = network, world_rank
         self.node_of = network.placement(world_size) if network is not None else None
@@ -61,7 +61,7 @@ class _Family:
 class TracedComm:
     """`network`: hold every call for the extra time that emulated network would add (gpt2trace.record.network)."""
 
-    def __init__(self, comm, sink: CommSink, *, network: Network | None = None, _family: _Family | None = None,
+    def __init__(self, comm, sink: CommSink, *, network: Cluster | None = None, _family: _Family | None = None,
                  _info: comms.Communicator | None = None):
         from mpi4py import MPI
         self.comm, self.sink, self.MPI = comm, sink, MPI

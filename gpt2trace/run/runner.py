@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from gpt2trace.record.network import Network
+from gpt2trace.record.network import Cluster
 from trainer import names
 from trainer.config import ModelConfig, ParallelConfig, TrainConfig
 from trainer.errors import ConfigError
@@ -48,7 +48,7 @@ class RunConfig:
     metrics_json: Path | None = None    # per-step JSON lines
     save_every: int = 0                 # also save after every save_every-th step (0: only after the last)
     resume: Path | None = None          # continue the run saved there (model + state) up to train.steps in all
-    network: Network | None = None      # --emulate-network: every traced MPI call held for that network's cost
+    network: Cluster | None = None      # --emulate-network: every traced MPI call held for that network's cost
 
     def __post_init__(self) -> None:
         if isinstance(self.save_every, bool) or not isinstance(self.save_every, int) or self.save_every < 0:

@@ -8,9 +8,9 @@ import pytest
 
 from analysis import mpi, replay
 from analysis.analyze import analyze
-from analysis.network import Network, NetworkError, parse_bandwidth, parse_latency
 from analysis.whatif import Model, WhatIfError, whatif
 from analysis.window import select
+from gpt2trace.format.network import Network, NetworkError, parse_bandwidth, parse_latency
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import State
 from gpt2trace.interop.loader import load

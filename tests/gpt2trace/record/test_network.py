@@ -8,8 +8,9 @@ import sys
 import pytest
 
 from gpt2trace.format import schema as S
+from gpt2trace.format.network import Network
 from gpt2trace.format.reader import load
-from gpt2trace.record.network import Network, parse
+from gpt2trace.record.network import Cluster, parse
 from trainer.errors import ConfigError
 
 GBIT = 1e9 / 8
@@ -17,18 +18,18 @@ GBIT = 1e9 / 8
 
 def test_parse_reads_bits_and_bytes_and_times():
     net = parse("nodes=5,link=10Gb/s,latency=5us")
-    assert net == Network(5, 10 * GBIT, 5e-6)
-    assert parse("nodes=2, link=1.5GB/s, latency=0.2ms").link_bytes_per_s == 1.5e9
-    assert parse("latency=1ms,nodes=3,link=100Mb/s").latency_s == pytest.approx(1e-3)
+    assert net == Cluster(5, Network(10 * GBIT, 5_000, rooted="flat"))
+    assert parse("nodes=2, link=1.5GB/s, latency=0.2ms").network.bandwidth_bps == 1.5e9
+    assert parse("latency=1ms,nodes=3,link=100Mb/s").network.latency_ns == pytest.approx(1e6)
 
 
 @pytest.mark.parametrize("text,says", [
     ("nodes=5,link=10Gb/s", "needs latency"),
     ("nodes=0,link=10Gb/s,latency=5us", "nodes must be"),
-    ("nodes=5,link=10,latency=5us", "not a number with a unit"),
-    ("nodes=5,link=10furlongs/s,latency=5us", "positive bandwidth"),
-    ("nodes=5,link=0Gb/s,latency=5us", "positive bandwidth"),
-    ("nodes=5,link=10Gb/s,latency=5parsecs", "a time in s, ms"),
+    ("nodes=5,link=10furlongs/s,latency=5us", "link '10furlongs/s': expected a number with one of the units"),
+    ("nodes=5,link=0Gb/s,latency=5us", "a bandwidth must be positive"),
+    ("nodes=5,link=inf,latency=5us", "finite bandwidth"),
+    ("nodes=5,link=10Gb/s,latency=5parsecs", "latency '5parsecs': expected a number"),
     ("speed=fast", "must be nodes=N"),
 ])
 def test_bad_descriptions_are_one_line_naming_the_option(text, says):
@@ -39,17 +40,20 @@ def test_bad_descriptions_are_one_line_naming_the_option(text, says):
 
 def test_ranks_fill_the_nodes_in_blocks():
     # 9 ranks on 5 nodes: ceil(9/5) = 2 per node, {0,1} {2,3} {4,5} {6,7} {8}: the porting study's layout
-    assert Network(5, GBIT, 0).placement(9) == [0, 0, 1, 1, 2, 2, 3, 3, 4]
-    assert Network(2, GBIT, 0).placement(2) == [0, 1]
+    assert Cluster(5, Network(GBIT)).placement(9) == [0, 0, 1, 1, 2, 2, 3, 3, 4]
+    assert Cluster(2, Network(GBIT)).placement(2) == [0, 1]
 
 
 def test_costs_by_hand():
-    net = Network(5, 10 * GBIT, 5e-6)          # 1.25 GB/s per link
+    net = Cluster(5, Network(10 * GBIT, 5_000, rooted="flat"))          # 1.25 GB/s per link, 5 us
     node_of = net.placement(9)
     world, mb = tuple(range(9)), 1_250_000      # 1 ms of one link per member's megabytes
     # reduce onto rank 0: the 7 members off node 0 send through node 0's link: 5 us + 7 x 1 ms
     assert net.cost("MPI_Reduce", mb, world, 0, node_of) == pytest.approx(5e-6 + 7e-3)
     assert net.cost("MPI_Bcast", mb, world, 0, node_of) == pytest.approx(5e-6 + 7e-3)
+    # the same network with tree-rooted collectives (what-if's default): ceil(log2 5) x (5 us + 1 ms)
+    tree = Cluster(5, Network(10 * GBIT, 5_000))
+    assert tree.cost("MPI_Reduce", mb, world, 0, node_of) == pytest.approx(3 * (5e-6 + 1e-3))
     # ring allreduce over the 5 nodes: 2 x 4 latencies + 2 x 4/5 x 1 ms
     assert net.cost("MPI_Allreduce", mb, world, None, node_of) == pytest.approx(8 * 5e-6 + 1.6e-3)
     assert net.cost("MPI_Iallreduce", mb, world, None, node_of) == pytest.approx(8 * 5e-6 + 1.6e-3)

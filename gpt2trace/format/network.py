@@ -1,4 +1,6 @@
-"""The network model of a replay: what a message and each collective cost, given latency L and bandwidth B.
+"""The network model: what a message and each collective cost, given latency L and bandwidth B; the one model the
+what-if replay (analysis.whatif, analysis.replay) and the trainer's emulated cluster (gpt2trace.record.network,
+`gpt2trace run --emulate-network`) share, so a replay of an emulated run predicts it with the same costs.
 
 A message of n bytes costs L + n / B. A collective on p ranks costs what its usual algorithm costs (MPICH and
 Open MPI pick these for large buffers; small ones get other algorithms, which a replay does not try to guess).
@@ -15,6 +17,11 @@ Open MPI pick these for large buffers; small ones get other algorithms, which a 
 | Barrier | dissemination | - | ceil(log2 p) L |
 
 The ideal network (B infinite, L = 0) costs nothing: the replay `analyze` uses for POP's serialization/transfer.
+
+On a cluster of nodes (`on_nodes`) only traffic between nodes costs: p is then the number of distinct nodes among
+the members, a message inside a node is free, and with `rooted="flat"` a Bcast/Reduce/Scatter/Gather moves every
+off-node member's part through the root node's one link: (members off the root's node) x n/B + L, the update-phase
+congestion the GPT-2 porting study measured (9 ranks on 5 nodes reducing onto one node behind a 10 Gb/s link).
 """
 from __future__ import annotations
 
@@ -40,11 +47,16 @@ class NetworkError(ValueError):
     """A bandwidth or latency that cannot be used; the message is one line naming the option."""
 
 
+FLAT_ROOTED = TREE[:2] + LINEAR    # collectives with a root whose traffic "flat" sends through the root's link
+
+
 @dataclass(frozen=True)
 class Network:
-    """Bandwidth in bytes per second (inf: transfers take no time) and latency in nanoseconds."""
+    """Bandwidth in bytes per second (inf: transfers take no time) and latency in nanoseconds; `rooted`: the
+    algorithm of rooted collectives, "tree" (the table above) or "flat" (through the root node's link)."""
     bandwidth_bps: float = math.inf
     latency_ns: float = 0.0
+    rooted: str = "tree"
 
     def __post_init__(self) -> None:
         if not self.bandwidth_bps > 0:
@@ -76,6 +88,25 @@ class Network:
         if name in PAIRWISE:
             return (p - 1) * (L + _transfer_ns(nbytes / p, B))
         return math.ceil(math.log2(p)) * L                  # Barrier, and any collective outside the vocabulary
+
+    def on_nodes(self, name: str, nbytes: float, member_nodes: list[int], root_node: int | None = None) -> float:
+        """The blocking collective `name` on members placed on `member_nodes` (one node id per member): only the
+        traffic between nodes costs; p = the distinct nodes."""
+        nodes = set(member_nodes)
+        if len(nodes) <= 1 or self.ideal:
+            return 0.0
+        if self.rooted == "flat" and name in FLAT_ROOTED:
+            home = root_node if root_node is not None else member_nodes[0]
+            off = sum(1 for n in member_nodes if n != home)
+            return self.latency_ns + off * float(_transfer_ns(nbytes, self.bandwidth_bps))
+        return self.collective_ns(name, nbytes, len(nodes))
+
+
+def placement(ranks: int, nodes: int) -> list[int]:
+    """The node of each rank when `ranks` fill `nodes` in blocks of ceil(ranks / nodes), in rank order (as mpiexec
+    fills nodes): 9 ranks on 5 nodes are {0,1} {2,3} {4,5} {6,7} {8}."""
+    per = -(-ranks // nodes)
+    return [r // per for r in range(ranks)]
 
 
 IDEAL = Network()
