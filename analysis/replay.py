@@ -125,9 +125,9 @@ def program(calls: pd.DataFrame, ranks: np.ndarray, t0_ns: int, t1_ns: int,
                    wait_inst=df["wait_inst"].to_numpy().astype(np.int64), parts=parts, root_present=root_present)
 
 
-def play(prog: Program, network: Network = IDEAL) -> Played:
+def play(prog: Program, network: Network = IDEAL, node_of: dict[int, int] | None = None) -> Played:
     """Replays the program on the network: when each call returns and when the last rank ends."""
-    inst_cost, xfer = costs(prog, network)
+    inst_cost, xfer = costs(prog, network, node_of)
     from analysis.replay_kernels import replay_calls  # Numba: only when there is something to replay
     end, leave, forced = replay_calls(prog.ptr, prog.op, prog.cls, prog.inst, prog.is_root, prog.send_of,
                                       prog.wait_inst, prog.burst, prog.tail, prog.parts, prog.root_present,
@@ -138,9 +138,10 @@ def play(prog: Program, network: Network = IDEAL) -> Played:
     return Played(int(end), leave, busy, {str(n): int(c) for n, c in zip(names, counts)})
 
 
-def costs(prog: Program, network: Network) -> tuple[np.ndarray, np.ndarray]:
+def costs(prog: Program, network: Network, node_of: dict[int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(per collective instance: the algorithm's time, per row: the time of the message it waits for or sends to
-    a reducing root), in ns; all zero on the ideal network."""
+    a reducing root), in ns; all zero on the ideal network. `node_of` (world rank -> node) places the ranks on a
+    cluster's nodes: only traffic between nodes costs (Network.on_nodes); default: a node per rank."""
     n_inst = len(prog.parts)
     inst_cost = np.zeros(n_inst, dtype=np.int64)
     xfer = np.zeros(len(prog.op), dtype=np.int64)
@@ -152,11 +153,37 @@ def costs(prog: Program, network: Network) -> tuple[np.ndarray, np.ndarray]:
         np.maximum.at(size, prog.inst[coll], prog.nbytes[coll])
         base = np.empty(n_inst, dtype=object)
         base[prog.inst[coll]] = prog.base[coll]
-        inst_cost[:] = [round(network.collective_ns(base[k], size[k], prog.parts[k])) for k in range(n_inst)]
+        if node_of is None:
+            inst_cost[:] = [round(network.collective_ns(base[k], size[k], prog.parts[k])) for k in range(n_inst)]
+        else:
+            row_rank = prog.ranks[np.repeat(np.arange(len(prog.ranks)), np.diff(prog.ptr))]
+            members: list[list[int]] = [[] for _ in range(n_inst)]
+            roots = [None] * n_inst
+            for i in coll:
+                members[prog.inst[i]].append(node_of[int(row_rank[i])])
+                if prog.is_root[i]:
+                    roots[prog.inst[i]] = node_of[int(row_rank[i])]
+            inst_cost[:] = [round(network.on_nodes(base[k], size[k], members[k], roots[k])) for k in range(n_inst)]
     recv = np.flatnonzero(np.isin(prog.op, (RECV, SENDRECV, IRECV)) & (prog.send_of >= 0))
     xfer[recv] = np.rint(network.message_ns(prog.nbytes[prog.send_of[recv]]))
     leaf = np.flatnonzero(np.isin(prog.op, (COLL, COLL_POST)) & (prog.cls == ALL_TO_ONE) & ~prog.is_root)
     xfer[leaf] = np.rint(network.message_ns(prog.nbytes[leaf]))
+    if node_of is not None:
+        # inside a node a message is free; a reduce's leaf part inside the root's node too, and with flat rooted
+        # collectives the root link's cost is the instance's, not each leaf's
+        row_rank = prog.ranks[np.repeat(np.arange(len(prog.ranks)), np.diff(prog.ptr))]
+        node = np.array([node_of[int(r)] for r in row_rank], dtype=np.int64)
+        xfer[recv[node[recv] == node[prog.send_of[recv]]]] = 0
+        if network.rooted == "flat":
+            xfer[leaf] = 0
+        else:
+            inst_root = {}
+            for i in coll:
+                if prog.is_root[i]:
+                    inst_root[int(prog.inst[i])] = node[i]
+            if len(leaf):
+                same = np.array([inst_root.get(int(prog.inst[i]), -1) == node[i] for i in leaf], dtype=bool)
+                xfer[leaf[same]] = 0
     return inst_cost, xfer
 
 

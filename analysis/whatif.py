@@ -26,7 +26,7 @@ from analysis import mpi, pop, replay, segments
 from analysis.records import NS, records, threads
 from analysis.steps import steps_table
 from analysis.window import Window, select
-from gpt2trace.format.network import IDEAL, Network
+from gpt2trace.format.network import IDEAL, Network, placement
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, NAME, RANK, START_NS, STEP, Kind
 
@@ -42,6 +42,7 @@ class Model:
     network: Network = IDEAL
     balance: bool = False
     scale: tuple[tuple[str, float], ...] = ()       # (kernel name, factor)
+    nodes: int = 0          # > 0: the ranks on that many nodes in blocks (gpt2trace.format.network.placement)
 
 
 def whatif(trace: Trace, model: Model, steps: str | None = None) -> dict:
@@ -59,7 +60,8 @@ def whatif(trace: Trace, model: Model, steps: str | None = None) -> dict:
         burst, tail = _balanced(prog, burst, tail)
     changed = prog.with_bursts(burst, tail)
     measured = replay.play(prog, IDEAL)
-    predicted = replay.play(changed, model.network)
+    node_of = dict(zip(ranks.tolist(), placement(len(ranks), model.nodes))) if model.nodes > 0 else None
+    predicted = replay.play(changed, model.network, node_of)
     ideal_changed = replay.play(changed, IDEAL) if not model.network.ideal else predicted
     runtime = window.t1_ns - window.t0_ns
     step_rows = _steps(trace, window, prog, predicted, mark_step)

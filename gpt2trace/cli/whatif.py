@@ -33,6 +33,10 @@ def whatif(
     latency: Annotated[str | None, typer.Option(
         "--latency", metavar="us", help="Message latency: a number in microseconds, or with a unit (800ns, 1ms). "
         "Default: 0.")] = None,
+    cluster: Annotated[str | None, typer.Option(
+        "--cluster", metavar="SPEC", help='The cluster `gpt2trace run --emulate-network` emulates, e.g. '
+        '"nodes=5,link=10Gb/s,latency=5us": ranks in blocks on the nodes, only traffic between nodes costs, rooted '
+        "collectives flat through the root node's link. Instead of --bandwidth/--latency.")] = None,
     balance: Annotated[bool, typer.Option(
         "--balance", help="Give every rank the mean over ranks of each compute burst of each step.")] = False,
     scale: Annotated[list[str] | None, typer.Option(
@@ -46,11 +50,23 @@ def whatif(
 ) -> None:
     """Predict the step time and POP factors of the run on another network, balanced, or with kernels scaled."""
     from gpt2trace.format.network import IDEAL, Network, NetworkError, parse_bandwidth, parse_latency
-    try:
-        network = Network(parse_bandwidth(bandwidth) if bandwidth is not None else IDEAL.bandwidth_bps,
-                          parse_latency(latency) if latency is not None else IDEAL.latency_ns)
-    except NetworkError as exc:
-        fail(str(exc))
+    nodes = 0
+    if cluster is not None:
+        from gpt2trace.record.network import parse
+        from trainer.errors import ConfigError
+        if bandwidth is not None or latency is not None:
+            fail("--cluster describes the network itself: drop --bandwidth/--latency")
+        try:
+            emulated = parse(cluster)
+        except ConfigError as exc:
+            fail(f"--cluster {exc.value}: {exc.requirement}")
+        network, nodes = emulated.network, emulated.nodes
+    else:
+        try:
+            network = Network(parse_bandwidth(bandwidth) if bandwidth is not None else IDEAL.bandwidth_bps,
+                              parse_latency(latency) if latency is not None else IDEAL.latency_ns)
+        except NetworkError as exc:
+            fail(str(exc))
     factors = tuple(_factor(s) for s in scale or ())
     to_stdout = json_out is not None and str(json_out) == "-"
     json_file = output(json_out, trace_files([trace]), "--json") if json_out is not None and not to_stdout else None
@@ -63,7 +79,7 @@ def whatif(
     try:
         if steps is not None:
             parse_steps(steps)
-        result = jsonable(predict(load(trace), Model(network, balance, factors), steps))
+        result = jsonable(predict(load(trace), Model(network, balance, factors, nodes), steps))
     except (TraceError, WindowError, WhatIfError) as exc:
         fail(str(exc))
     if json_out is not None:

@@ -10,7 +10,7 @@ from analysis import mpi, replay
 from analysis.analyze import analyze
 from analysis.whatif import Model, WhatIfError, whatif
 from analysis.window import select
-from gpt2trace.format.network import Network, NetworkError, parse_bandwidth, parse_latency
+from gpt2trace.format.network import Network, NetworkError, parse_bandwidth, parse_latency, placement
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import State
 from gpt2trace.interop.loader import load
@@ -195,3 +195,24 @@ def test_own_step_time_on_this_machines_network():
     out = whatif(load(SAMPLES / "tiny_2ranks_allreduce.parquet"), Model(Network(9.5e9, 2700)))
     assert out["step_time_s"]["predicted"] == pytest.approx(out["step_time_s"]["measured"], rel=0.05)
     assert out["forced_releases"] == {}
+
+
+def test_a_cluster_charges_only_traffic_between_nodes():
+    # 4 ranks on 2 nodes ({0,1} {2,3}), Reduce of 1e9 bytes to root 0, all entering at 1, then 1 s of compute.
+    # Flat (the emulated cluster): ranks 2 and 3 send through node 0's link: L + 2 n/B = 0.1 + 2 = 2.1 s; the root
+    # leaves at 1 + 2.1 = 3.1, computes to 4.1. Leaves send no priced message of their own (the link is the
+    # instance's cost): ranks 1-3 leave at 1 and end at 2. T = 4.1. Tree on the same nodes: p = 2 nodes,
+    # ceil(log2 2) (L + n/B) = 1.1 s: the root ends at 1 + 1.1 + 1 = 3.1; a leaf on node 1 pays its message
+    # (1.1 s, to 3.1), the one on node 0 does not (2). T = 3.1. Without nodes (4 ranks, tree): 2 x 1.1 = 2.2 s:
+    # T = 1 + 2.2 + 1 = 4.2.
+    recs = [syn.comm(r, 1, 2, "MPI_Reduce", seq=0, nbytes=10**9, peer=0) for r in range(4)]
+    trace = _trace(recs, 3, 4)
+    w = select(trace)
+    prog = replay.program(mpi.calls(trace, w), np.arange(4), w.t0_ns, w.t1_ns)
+    nodes = dict(enumerate(placement(4, 2)))
+    flat = Network(bandwidth_bps=1e9, latency_ns=1e8, rooted="flat")
+    assert replay.play(prog, flat, nodes).end_ns / 1e9 == pytest.approx(4.1)
+    assert replay.play(prog, NET, nodes).end_ns / 1e9 == pytest.approx(3.1)
+    assert replay.play(prog, NET).end_ns / 1e9 == pytest.approx(4.2)
+    # one node: nothing crosses a link
+    assert replay.play(prog, flat, dict.fromkeys(range(4), 0)).end_ns / 1e9 == pytest.approx(2)
