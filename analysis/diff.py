@@ -63,8 +63,10 @@ def per_step(res: dict) -> float:
 
 
 def _layout(a: dict, b: dict) -> dict[str, list]:
-    """What differs in the two runs' layouts (`parallel`, and the threads per rank): {key: [A's, B's]}."""
-    la, lb = ({**r["parallel"], "threads_per_rank": r["summary"]["threads_per_rank"]} for r in (a, b))
+    """What differs in the two runs' layouts (`parallel` when the trace records it, the ranks and the threads per
+    rank): {key: [A's, B's]}."""
+    la, lb = ({**(r["parallel"] or {}), "ranks": r["summary"]["ranks"],
+               "threads_per_rank": r["summary"]["threads_per_rank"]} for r in (a, b))
     return {k: [la.get(k), lb.get(k)] for k in {**la, **lb} if la.get(k) != lb.get(k)}
 
 
@@ -179,8 +181,10 @@ def sentences(a: dict, b: dict, changes: pd.DataFrame, pop: list[dict]) -> list[
 
 
 def _ms(seconds: float) -> str:
-    return f"{1e3 * seconds:.3g}"
+    """Milliseconds, 3 significant digits; whole ones from 1 s up (1,250 rather than 1.25e+03)."""
+    ms = 1e3 * seconds
+    return f"{ms:.3g}" if abs(ms) < 1e3 else f"{ms:,.0f}"
 
 
 def _signed(seconds: float) -> str:
-    return f"{1e3 * seconds:+.3g}"
+    return ("+" if seconds >= 0 else "-") + _ms(abs(seconds))
