@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from gpt2trace.testing import synthetic as syn
 
 SAMPLES = Path(__file__).resolve().parents[3] / "sample_traces"
-CONTIGUOUS, INTERLEAVED = SAMPLES / "small_2ranks_sp_contiguous.parquet", SAMPLES / "small_2ranks_sp_interleaved.parquet"
+CONTIGUOUS = SAMPLES / "small_2ranks_sp_contiguous.parquet"
+INTERLEAVED = SAMPLES / "small_2ranks_sp_interleaved.parquet"
 
 
 def invoke(app, *args):
