@@ -30,8 +30,9 @@ def heatmap(result: dict) -> dict | None:
                        f"collectives {r['collective_bytes']:,} bytes")
     labels = [str(rank) for rank in ranks]
     z = [[None if np.isnan(v) else v for v in row] for row in nbytes / 1e6]      # MB; None: no message
+    top = float(np.nanmax(nbytes)) / 1e6 or 1.0           # from 0: a 1% difference must not look like 100%
     fig = go.Figure(go.Heatmap(z=z, x=labels, y=labels, colorscale="Blues", hoverinfo="text", text=hover,
-                               xgap=1, ygap=1, zmin=0, colorbar={"title": {"text": "MB"}}))
+                               xgap=1, ygap=1, zmin=0, zmax=top, colorbar={"title": {"text": "MB"}}))
     return _layout(fig, max(260, min(700, 26 * n + 120)),
                    xaxis={"title": {"text": "destination rank"}, "type": "category"},
                    yaxis={"title": {"text": "source rank"}, "type": "category", "autorange": "reversed"})
