@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import bursts, comm_groups, counters, groups, mpi, pipeline, pop, rootcause, scaling, segments, waits
+from analysis.comm_matrix import comm_matrix
 from analysis.findings import findings
 from analysis.imbalance import imbalance
 from analysis.kernel_threads import kernel_threads
@@ -73,6 +74,7 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
                   "communicators": rows(groups.per_communicator(calls, wait_rows, trace, layout)),
                   "groups": rows(comm_groups.per_group(calls, wait_rows))},
         "pipeline": {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in pipe.items()} if pipe else None,
+        "comm_matrix": {k: rows(v) for k, v in comm_matrix(calls).items()},    # bytes, seconds per rank pair
         "root_causes": [{**r, "text": rootcause.sentence(r)} for r in rows(causes)],
         "states": {k: rows(v) for k, v in state_profile(states, window).items()},
         "occupancy": {"mean_occupancy": float(per_rank["mean_occupancy"].mean()) if len(per_rank) else None,

@@ -151,6 +151,7 @@ def render(out: Console, res: dict, top: int) -> None:
                          Col("MPI s"), Col("wait s"), Col("share")],
                         [(r["group"], _int(r["communicators"]), _int(r["ranks"]), _int(r["calls"]), _int(r["bytes"]),
                           _num(r["time_s"]), _num(r["wait_s"]), _pct(r["share"])) for r in res["waits"]["groups"]])
+        render_comm_matrix(out, res["comm_matrix"], top)
         print_table(out, "Root causes of waits",
                     [Col("group", label=True), Col("rank", label=True), Col("kernel", label=True, bare=True),
                      Col("layer", label=True), Col("wait s"), Col("waits"), Col("share")],
@@ -171,6 +172,16 @@ def render(out: Console, res: dict, top: int) -> None:
         out.print("layer none: a kernel outside the transformer blocks (encoder, loss, AdamW) or no kernel at all",
                   style="dim", overflow="fold")
     _findings(out, res["findings"][:top])
+
+
+def render_comm_matrix(out: Console, matrix: dict, top: int) -> None:
+    """The rank pairs that exchange the most bytes, per communicator (analysis.comm_matrix)."""
+    if matrix["communicators"]:
+        print_table(out, "Communication matrix (top rank pairs by bytes)",
+                    [Col("group", label=True), Col("source -> destination", label=True), Col("bytes"),
+                     Col("messages"), Col("seconds")],
+                    [(r["group"], f"{r['src']} -> {r['dst']}", _int(r["bytes"]), _int(r["messages"]),
+                      _num(r["time_s"])) for r in matrix["communicators"][:top]])
 
 
 def render_pipeline(out: Console, pp: dict, top: int) -> None:

@@ -12,6 +12,7 @@ from analysis.window import select
 from gpt2trace.format.outputs import atomic_output
 from gpt2trace.format.reader import Trace
 from gpt2trace.report import colors, figures, page, tables
+from gpt2trace.report.comm_matrix import heatmap as comm_heatmap
 from gpt2trace.report.pack import Blobs
 from gpt2trace.report.payload import page_data
 from gpt2trace.report.tables import esc
@@ -47,7 +48,7 @@ def build(trace: Trace, result: dict | None = None, steps: str | None = None,
     blobs = Blobs()
     figs = {"fig-steps": figures.step_durations(result), "fig-occupancy": figures.occupancy_levels(result),
             "fig-imbalance": figures.imbalance_heatmap(result), "fig-useful": figures.useful_histogram(result),
-            "fig-pipeline": figures.pipeline_bubble(result)}
+            "fig-pipeline": figures.pipeline_bubble(result), "fig-comm-matrix": comm_heatmap(result)}
     data = page_data(tl, blobs, analyzed, figs, [colors.rank_color(i) for i in range(len(colors.RANK_RGB))])
     name = Path(trace.name).name
     header, sections = _header(trace, result, name), _sections(result, tl, figs, top)
@@ -129,7 +130,10 @@ def _sections(res: dict, tl, figs: dict, top: int) -> list[tuple[str, str, str]]
         *pipeline,
         ("charts", "Steps, occupancy and balance", charts),
         ("pop", "POP efficiencies", tables.pop(res) + "<h3>Phases</h3>" + tables.phases(res)),
-        ("mpi", "MPI waits and their root causes", tables.waits(res, top)),
+        ("mpi", "MPI waits and their root causes", tables.waits(res, top) + _figure(
+            "fig-comm-matrix", "Communication matrix", "Bytes from each source rank (row) to each destination rank "
+            "(column) in the analyzed window; a collective counts as each member's contribution to the members that "
+            "need it (docs/analyze.md).", figs)),
         ("imbalance", "Load imbalance", tables.imbalance(res, top)),
         ("occupancy", "Thread occupancy", tables.occupancy(res, top)),
     ]
