@@ -10,11 +10,14 @@ import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gpt2trace.record.network import Cluster
 from trainer import names
 from trainer.config import ModelConfig, ParallelConfig, TrainConfig
 from trainer.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gpt2trace.record.network import Cluster
 
 DEFAULT_TRACE = Path("trace.parquet")
 SYNTHETIC_TOKENS = 1 << 20  # the built-in corpus: 1M tokens of a learnable Markov chain (trainer.data)
