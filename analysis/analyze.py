@@ -11,6 +11,7 @@ import pandas as pd
 
 from analysis import bursts, comm_groups, counters, groups, mpi, pipeline, pop, rootcause, scaling, segments, waits
 from analysis.comm_matrix import comm_matrix
+from analysis.critical_path import critical_path_tables
 from analysis.findings import findings
 from analysis.imbalance import imbalance
 from analysis.kernel_threads import kernel_threads
@@ -28,8 +29,8 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
             bins: int = 100) -> dict:
     """Everything about one trace: summary, pop, counters, parallel (the layout), imbalance, waits (per call and
     group, per communicator, per communicator name), pipeline (None without pipeline parallelism), root_causes,
-    states, occupancy, step_phases, kernel_threads, bursts, findings, warnings (problems with the trace or with the
-    replay's numbers).
+    states, occupancy, step_phases, kernel_threads, critical_path, bursts, findings, warnings (problems with the
+    trace or with the replay's numbers).
 
     `steps` is '--steps A:B' (B excluded); `top` limits the findings and serial sections, not the tables.
     Raises TraceError for an invalid trace and WindowError for a `steps` that does not fit it.
@@ -82,6 +83,8 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
                       **{k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in occ.items()}},
         "step_phases": {k: rows(v) for k, v in step_phases(trace).items()},      # every step, not only the window
         "kernel_threads": rows(kernel_threads(kern)),
+        "critical_path": {k: (rows(v) if isinstance(v, pd.DataFrame) else v)
+                          for k, v in critical_path_tables(trace, window, calls, kern).items()},
         "bursts": {"edges_s": burst_hist["edges_s"], "cells": rows(burst_hist["cells"])},
         "warnings": warnings,
     }

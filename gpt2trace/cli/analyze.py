@@ -171,6 +171,8 @@ def render(out: Console, res: dict, top: int) -> None:
     if any(r["layer"] is None for r in res["root_causes"][:top] + occ["per_kernel"][:top]):
         out.print("layer none: a kernel outside the transformer blocks (encoder, loss, AdamW) or no kernel at all",
                   style="dim", overflow="fold")
+    if res.get("critical_path"):
+        render_critical_path(out, res["critical_path"], top)
     _findings(out, res["findings"][:top])
 
 
@@ -182,6 +184,22 @@ def render_comm_matrix(out: Console, matrix: dict, top: int) -> None:
                      Col("messages"), Col("seconds")],
                     [(r["group"], f"{r['src']} -> {r['dst']}", _int(r["bytes"]), _int(r["messages"]),
                       _num(r["time_s"])) for r in matrix["communicators"][:top]])
+
+
+def render_critical_path(out: Console, cp: dict, top: int) -> None:
+    """The critical path's length against the analyzed time, the threads it runs through, and what is on it."""
+    lanes = ", ".join(f"{r['rank']}.{r['thread']} {_pct(r['share'])}" for r in cp["lanes"][:4])
+    more = len(cp["lanes"]) - 4
+    _pairs(out, "Critical path", [
+        ("length (analyzed time)", f"{_num(cp['length_s'], ' s')} ({_num(cp['window_s'], ' s')})"),
+        ("rank switches", _int(cp["rank_switches"])),
+        ("threads (rank.thread)", lanes + (f", {more} more" if more > 0 else "")),
+        *([("clock violations", _int(cp["clock_violations"]))] if cp["clock_violations"] else [])])
+    print_table(out, "On the critical path",
+                [Col("what", label=True, bare=True), Col("layer", label=True), Col("kind", label=True),
+                 Col("seconds"), Col("share")],
+                [(r["name"], _layer(r["layer"], "none" if r["category"] in ("kernel", "fork/join") else ""),
+                  r["category"], _num(r["time_s"]), _pct(r["share"])) for r in cp["items"][:top]])
 
 
 def render_pipeline(out: Console, pp: dict, top: int) -> None:

@@ -49,9 +49,11 @@ def build(trace: Trace, result: dict | None = None, steps: str | None = None,
     figs = {"fig-steps": figures.step_durations(result), "fig-occupancy": figures.occupancy_levels(result),
             "fig-imbalance": figures.imbalance_heatmap(result), "fig-useful": figures.useful_histogram(result),
             "fig-pipeline": figures.pipeline_bubble(result), "fig-comm-matrix": comm_heatmap(result)}
-    data = page_data(tl, blobs, analyzed, figs, [colors.rank_color(i) for i in range(len(colors.RANK_RGB))])
+    data = page_data(tl, blobs, analyzed, figs, [colors.rank_color(i) for i in range(len(colors.RANK_RGB))],
+                     (result.get("critical_path") or {}).get("segments"))
     name = Path(trace.name).name
-    header, sections = _header(trace, result, name), _sections(result, tl, figs, top)
+    header = _header(trace, result, name)
+    sections = _sections(result, tl, figs, top, data["criticalPath"] is not None)
     html = page.render(f"gpt2trace report: {name}", header, sections, data, blobs)
     while len(html.encode("utf-8")) > max_bytes and _drop_finest_level(data, blobs):
         html = page.render(f"gpt2trace report: {name}", header, sections, data, blobs)
@@ -96,14 +98,16 @@ def _figure(fid: str, heading: str, hint: str, figs: dict) -> str:
     return f'<div><h3>{esc(heading)}</h3><p class="hint">{esc(hint)}</p><div class="fig" id="{esc(fid)}"></div></div>'
 
 
-def _sections(res: dict, tl, figs: dict, top: int) -> list[tuple[str, str, str]]:
+def _sections(res: dict, tl, figs: dict, top: int, critical: bool) -> list[tuple[str, str, str]]:
     window = res["window"]
     steps = window["steps"]
     analyzed = (f"steps {steps[0]}-{steps[-1]}" if len(steps) > 1 else f"step {steps[0]}") if steps else "the trace"
     toolbar = ('<div class="toolbar"><button id="btn-whole">Whole trace</button>'
                f'<button id="btn-analyzed">Analyzed window ({esc(analyzed)})</button>'
                + ('<button id="btn-detail">Window with exact records</button>'
-                  if tl.detail != (tl.t0_ns, tl.t1_ns) else "") + "</div>")
+                  if tl.detail != (tl.t0_ns, tl.t1_ns) else "")
+               + ('<button id="btn-critical" aria-pressed="false">Show the critical path</button>' if critical else "")
+               + "</div>")
     timeline = (
         '<p class="hint">One row per thread (rank.thread), grouped by rank; all panels share the time axis. Drag to '
         "zoom in time, scroll to zoom, double-click for the whole trace. Overviews show the dominant category of "

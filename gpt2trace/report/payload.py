@@ -34,6 +34,7 @@ OCCUPANCY_SCALE = 1000        # occupancy travels as uint16 thousandths of a thr
 LEVEL_ARRAYS = ("count", "gap", "len", "cat")
 EXACT_ARRAYS = ("lane", "ds", "dur", "cat") + tuple(_EXTRA)      # the extra ones where the view has them
 OCCUPANCY_ARRAYS = ("value",)
+CRITICAL_ARRAYS = ("lane", "ds", "dur")                          # the critical path's stretches, as exact records
 
 
 class BlobRef(TypedDict):
@@ -103,11 +104,17 @@ class ConstantsData(TypedDict):
     runningState: int              # Paraver's Running id: the states view's category code for Running
 
 
+class CriticalPathData(BlobRef):   # CRITICAL_ARRAYS: stretches of the path on one thread, in time order
+    n: int
+    view: str                      # the key of the view whose lanes `lane` indexes (the overlay's panel)
+
+
 class PageData(TypedDict):
     timeline: TimelineData
     figures: dict                  # element id -> plotly figure dict (figures.py), or None
     rankColors: list[str]
     constants: ConstantsData
+    criticalPath: CriticalPathData | None     # None: the analysis found no path (an empty window)
 
 
 @dataclass(frozen=True)
@@ -129,11 +136,29 @@ PANELS = {
 
 
 def page_data(tl: Timeline, blobs: Blobs, analyzed: tuple[int, int], figures: dict,
-              rank_colors: list[str]) -> PageData:
+              rank_colors: list[str], critical_segments: list[dict] | None = None) -> PageData:
+    """`critical_segments` are the `segments` of analyze's `critical_path` (rank, thread, start_s, end_s)."""
     return {"timeline": timeline_data(tl, blobs, analyzed), "figures": figures, "rankColors": rank_colors,
             "constants": {"viewKeys": {name.lower(): key for name, key in vars(ViewKey).items()
                                        if isinstance(key, str) and name.isupper()},
-                          "runningState": int(State.RUNNING)}}
+                          "runningState": int(State.RUNNING)},
+            "criticalPath": critical_path_data(tl, critical_segments or [], blobs)}
+
+
+def critical_path_data(tl: Timeline, segments: list[dict], blobs: Blobs) -> CriticalPathData | None:
+    """The path's stretches on the kernels view's lanes (rank.thread rows), as exact records travel."""
+    view = next((v for v in tl.views if v.key == ViewKey.KERNELS), None)
+    if view is None or not segments:
+        return None
+    lane_of = {label: i for i, label in enumerate(view.lanes)}
+    lane = np.array([lane_of.get(f"{s['rank']}.{s['thread']}", -1) for s in segments], dtype=np.int64)
+    start = np.array([round(s["start_s"] * 1e9) for s in segments], dtype=np.int64)
+    end = np.array([round(s["end_s"] * 1e9) for s in segments], dtype=np.int64)
+    keep = lane >= 0
+    lane, start, end = lane[keep], start[keep], end[keep]
+    return {"n": int(len(lane)), "view": view.key,
+            **blobs.add({"lane": lane.astype(np.uint16), "ds": np.diff(start, prepend=0).astype(np.float64),
+                         "dur": (end - start).astype(np.float64)})}
 
 
 def timeline_data(tl: Timeline, blobs: Blobs, analyzed: tuple[int, int]) -> TimelineData:

@@ -5,7 +5,7 @@
 // constants it needs (view keys, state ids) come from that data, never written here. Payload objects go by
 // fixed names, which the contract test (tests/gpt2trace/report/test_payload.py) relies on to find the reads:
 // DATA the page data, TL its timeline, occ the occupancy, st the steps, v and sv a view, c a category, lv a
-// level, ex a view's exact records, ref any blob reference; `a` holds the arrays of a blob.
+// level, ex a view's exact records, ref any blob reference, CP the critical path; `a` holds the arrays of a blob.
 // Strings from the trace reach the DOM only through textContent, and plotly (which renders a subset of HTML in
 // labels and hover text) only after `esc`.
 (function () {
@@ -15,6 +15,7 @@ const TL = DATA.timeline;
 const KEY = DATA.constants.viewKeys, RUNNING = DATA.constants.runningState;
 const LINE_LIMIT = 2000;          // collective and message lines drawn at once
 const OCC_EXACT_LIMIT = 200000;   // Running records for an exact occupancy curve
+const CP = DATA.criticalPath, CP_COLOR = '#e6007e';
 // Heatmap rows are SUB sub-rows per lane and one empty sub-row between ranks: all bricks the same size, so plotly
 // draws the heatmap as one small image scaled with crisp pixels instead of a rectangle per cell (many times faster).
 const SUB = 3, GAP = 1 / SUB;
@@ -23,7 +24,7 @@ const TITLE_PX = 24, OCC_PX = 100;
 const LONGEST = Math.max(0, ...TL.views.map(v => Math.max(0, ...v.lanes.map(l => l.length))));
 const MARGIN = {l: Math.max(70, Math.round(12 + 6.5 * LONGEST)), r: 16, t: 6, b: 46};
 const state = {range: null, drawn: null, renders: 0, pending: 0, modes: {}, bars: {}, level: {}, busy: false,
-               queued: null};
+               queued: null, critical: false, criticalPoints: 0};
 window.gpt2traceReport = state;
 
 // Plotly renders a few HTML tags in labels and decodes &amp; &lt; &gt; (not &quot;): with those three escaped no
@@ -425,6 +426,33 @@ function occLine(p, x, y, rank, ri, what) {
           hovertemplate: 'rank ' + rank + ': %{y:.2f} ' + what + '<extra></extra>', showlegend: false};
 }
 
+// ---------- the critical path: one line over the rows it runs through, hidden until its button is pressed ----------
+// Stretches shorter than a pixel column after one already drawn in that column are left out: the line joins the
+// ones drawn, so it stays one connected line at any zoom.
+function criticalTraces(range, px) {
+  state.criticalPoints = 0;
+  const p = CP && state.critical ? panels.find(q => q.view && q.view.key === CP.view) : null;
+  const rec = p ? need(CP, loadExact) : null;
+  if (!rec) return [];
+  const v = p.view, pxNs = (range[1] - range[0]) / px, xs = [], ys = [], text = [];
+  let lastCol = null;
+  for (let i = 0; i < rec.n; i++) {
+    if (rec.end[i] <= range[0] || rec.start[i] >= range[1]) continue;
+    const col = Math.floor((rec.start[i] - range[0]) / pxNs);
+    const last = i + 1 === rec.n || rec.start[i + 1] >= range[1];
+    if (col === lastCol && !last) continue;
+    lastCol = col;
+    const y = v.y0[rec.lane[i]] + 0.5, label = esc('critical path · thread ' + v.lanes[rec.lane[i]]);
+    xs.push(Math.max(rec.start[i], range[0]) / 1e9, Math.min(rec.end[i], range[1]) / 1e9);
+    ys.push(y, y);
+    text.push(label, label);
+  }
+  state.criticalPoints = xs.length;
+  return [{type: 'scatter', mode: 'lines', xaxis: 'x', yaxis: p.axis, x: xs, y: ys, name: 'critical path',
+           hovertext: text, hoverinfo: 'text', line: {color: CP_COLOR, width: 4}, opacity: 0.85,
+           showlegend: false}];
+}
+
 // ---------- marks: step boundaries, analyzed and exact windows ----------
 function marks(layout, range) {
   const st = TL.steps, stepsPanel = panels.find(p => p.view && p.view.key === KEY.steps);
@@ -458,6 +486,7 @@ async function render(range) {
     const px = plotWidth(), layout = baseLayout(range), traces = [];
     for (const p of panels) if (p.view) traces.push(...viewTraces(p.view, p, range, px, layout));
     traces.push(...occupancyTraces(range, px, layout));
+    traces.push(...criticalTraces(range, px));
     marks(layout, range);
     await Plotly.react(gd, traces, layout, CONFIG);
     state.drawn = range;
@@ -534,6 +563,10 @@ function legends() {
     if (v.key === KEY.mpi) entries.push(['collective / message (line across the ranks)', '#111', true]);
     legend(v.title, entries);
   }
+  if (CP) {
+    legend('Critical path', [['the path through ranks and threads, over the kernel rows (button above the timeline)',
+                              CP_COLOR, true]]);
+  }
   if (occRanks.length) {
     legend('Occupancy', occ.ranks.map((r, i) => ['rank ' + r, DATA.rankColors[i % DATA.rankColors.length], false])
       .concat([['all threads of the rank (dotted line)', 'rgba(0,0,0,0.45)', true]]));
@@ -569,6 +602,15 @@ async function start() {
   await Plotly.newPlot(gd, [], baseLayout(first), CONFIG);
   gd.on('plotly_relayout', onRelayout);
   button('btn-whole', whole); button('btn-analyzed', TL.analyzed.slice()); button('btn-detail', TL.detail.slice());
+  const toggle = document.getElementById('btn-critical');
+  if (toggle) {
+    toggle.addEventListener('click', () => {
+      state.critical = !state.critical;
+      toggle.setAttribute('aria-pressed', String(state.critical));
+      toggle.textContent = (state.critical ? 'Hide' : 'Show') + ' the critical path';
+      rerender();
+    });
+  }
   await preload(first);
   await render(first);
   document.body.dataset.firstView = String(performance.now());

@@ -1,10 +1,13 @@
+import io
 import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
+from gpt2trace.cli.analyze import render_critical_path
 from gpt2trace.format import schema
 from gpt2trace.format.schema import KIND, State
 from gpt2trace.testing import synthetic as syn
@@ -98,3 +101,16 @@ def test_bad_options_exit_2(app, trace_file, args, message):
 def test_missing_file_is_a_usage_error(app, tmp_path):
     r = _run(app, tmp_path / "nope.parquet")
     assert r.exit_code == 2 and "does not exist" in r.output and "Traceback" not in r.output
+
+
+def test_critical_path_table_fits_80_columns(app, trace_file):
+    r = _run(app, trace_file)
+    assert r.exit_code == 0, r.output
+    assert "Critical path" in r.stdout and "On the critical path" in r.stdout
+    out = json.loads(_run(app, trace_file, "--json", "-").stdout)["critical_path"]
+    # the path tiles the analyzed window: its length is the window's time
+    assert out["length_s"] == pytest.approx(out["window_s"]) and out["clock_violations"] == 0
+    console = Console(width=80, record=True, file=io.StringIO())
+    render_critical_path(console, out, top=10)
+    text = console.export_text()
+    assert "rank switches" in text and max(len(line) for line in text.splitlines()) <= 80

@@ -255,3 +255,34 @@ def test_every_bar_has_no_outline(open_report, two_rank_trace, tmp_path):
     widths = rep.js("Array.from(document.querySelectorAll('.js-plotly-plot')).flatMap(gd => gd._fullData"
                     ".filter(d => d.type === 'bar').map(d => d.marker.line.width))")
     assert widths and set(json.loads(json.dumps(widths))) == {0}
+
+
+def test_critical_path_overlay_toggles(open_report, screenshots, tmp_path):
+    """The real 1F1B pipeline sample: the critical path is hidden at first; its button draws one line over the
+    kernel rows of both stages, and hides it again."""
+    trace = Path(__file__).resolve().parents[3] / "sample_traces" / "small_2ranks_pp2_1f1b.parquet"
+    rep = open_report(trace, tmp_path / "critical.html")
+    line = ("(() => { const t = document.getElementById('timeline').data.find(d => d.name === 'critical path'); "
+            "return t ? {x: t.x, y: t.y, hover: t.hovertext.slice(0, 5)} : null; })()")
+    assert rep.js(line) is None and "Critical path" in rep.page.locator("#legends").inner_text()
+    button = rep.page.locator("#btn-critical")
+    renders = int(rep.js("document.body.dataset.renders"))
+    button.click()
+    rep.wait(f"Number(document.body.dataset.renders) > {renders} && document.body.dataset.idle === '1'")
+    drawn = rep.js(line)
+    assert drawn is not None and button.get_attribute("aria-pressed") == "true"
+    # the kernel rows of rank 0 and rank 1 (one thread each): the line visits both, and moves between them
+    kernel_rows = rep.js("(() => { const v = JSON.parse(document.getElementById('report-data').textContent)"
+                         ".timeline.views.find(v => v.key === 'kernels'); return v.lanes; })()")
+    assert kernel_rows == ["0.0", "1.0"]
+    ys = drawn["y"]
+    assert len(set(ys)) == 2 and sum(a != b for a, b in zip(ys, ys[1:])) >= 2
+    assert all(h.startswith("critical path · thread ") for h in drawn["hover"])
+    xs = drawn["x"]
+    assert xs == sorted(xs)                                   # one line forward in time, no going back
+    rep.shot(screenshots, "critical_path_1f1b")
+    renders = int(rep.js("document.body.dataset.renders"))
+    button.click()
+    rep.wait(f"Number(document.body.dataset.renders) > {renders} && document.body.dataset.idle === '1'")
+    assert rep.js(line) is None and button.get_attribute("aria-pressed") == "false"
+    assert rep.errors == [] and rep.dialogs == []

@@ -23,8 +23,9 @@ from gpt2trace.report.timeline import ViewKey
 VARIABLES = {"DATA": (payload.PageData,), "TL": (payload.TimelineData,), "occ": (payload.OccupancyData,),
              "st": (payload.StepsData,), "v": (payload.ViewData,), "sv": (payload.ViewData,),
              "c": (payload.CategoryData,), "lv": (payload.LevelData, payload.OccupancyLevelData),
-             "ex": (payload.ExactData,), "ref": (payload.BlobRef,)}
-ARRAYS = set(payload.LEVEL_ARRAYS) | set(payload.EXACT_ARRAYS) | set(payload.OCCUPANCY_ARRAYS)
+             "ex": (payload.ExactData,), "ref": (payload.BlobRef,), "CP": (payload.CriticalPathData,)}
+ARRAYS = (set(payload.LEVEL_ARRAYS) | set(payload.EXACT_ARRAYS) | set(payload.OCCUPANCY_ARRAYS)
+          | set(payload.CRITICAL_ARRAYS))
 
 
 def page_data(html: str) -> dict:
@@ -69,6 +70,9 @@ def test_the_page_data_has_exactly_the_declared_keys(pages):
     assert blob_arrays["LevelData"] == set(payload.LEVEL_ARRAYS)
     assert blob_arrays["ExactData"] == set(payload.EXACT_ARRAYS)       # the views together carry every extra array
     assert blob_arrays["OccupancyLevelData"] == set(payload.OCCUPANCY_ARRAYS)
+    for data in pages:                                                  # declared `| None`: checked here
+        check(data["criticalPath"], payload.CriticalPathData, "data.criticalPath", blob_arrays)
+    assert blob_arrays["CriticalPathData"] == set(payload.CRITICAL_ARRAYS)
 
 
 def test_the_script_reads_only_declared_keys():
@@ -84,7 +88,7 @@ def test_every_declared_key_and_array_is_read():
     declared = set()
     for typed_dict in (payload.PageData, payload.TimelineData, payload.OccupancyData, payload.OccupancyLevelData,
                        payload.StepsData, payload.ViewData, payload.CategoryData, payload.LevelData,
-                       payload.ExactData, payload.BlobRef, payload.ConstantsData):
+                       payload.ExactData, payload.BlobRef, payload.ConstantsData, payload.CriticalPathData):
         declared |= keys(typed_dict)
     read = set(re.findall(r"\.([A-Za-z]\w*)", SCRIPT))
     assert declared | ARRAYS <= read, f"never read by report.js: {(declared | ARRAYS) - read}"

@@ -1,0 +1,428 @@
+"""The critical path through ranks and threads: the chain of dependent activity that sets the run's length, as
+Scalasca and pipit find it (Böhme et al., "Scalable critical-path based performance analysis", IPDPS 2012).
+
+Built backward from the end of the window, on the rank whose last kernel or MPI call ends last. On a rank, time
+is a tiling of parallel regions (one invocation: the kernel records of its threads that overlap), MPI calls and
+the serial code between them on the main thread. Going back through a region, the path follows the thread whose
+block ends last (the join waits for it) through its block and its fork delay, then leaves the region at its
+start (the fork). Going back through an MPI call, the path stays on the rank unless the call waited for another
+rank, then it moves there, to the partner's own call:
+  receive (or Sendrecv)   the matched send, when it started after the receive (Late Sender);
+  synchronous send        the matched receive, when it started after the send (Late Receiver);
+  all-to-all collective   the member that entered last; a broadcast's non-root: the root; a reduce's root: the
+                          member that entered last;
+  wait                    of the requests it completes (a nonblocking collective: as its blocking twin; Irecv: the
+                          send; Isend: the receive), the partner that entered last before the wait returned.
+The path lands on the partner at the end of the partner's call (or earlier, where the waiting call ended first),
+so the call's time after the landing is the waiting rank's transfer, and the partner's own call is on the path.
+Wait time is therefore never on the path: it is what the path explains.
+
+Each piece of the path is a real interval of one record, so the pieces tile the window and the path's length (the
+sum of its pieces) equals the window's time. The exception tells clocks apart: a partner whose call starts after
+the waiting call ended (a message received before it was sent) puts the path back in time; those jumps are
+counted (`clock_violations`) and the length then exceeds the window by their total.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analysis import mpi
+from analysis.records import NS, Records, decode, records, threads
+from analysis.steps import steps_table
+from analysis.window import Window
+from gpt2trace.format import mpi_calls as C
+from gpt2trace.format.reader import Trace
+from gpt2trace.format.schema import END_NS, LAYER, NAME, RANK, START_NS, STEP, THREAD, Kind
+
+KERNEL, FORK, MPI, SERIAL = "kernel", "fork/join", "mpi", "serial"   # what a piece of the path is
+SERIAL_NAME = "serial code"            # the main thread between kernels and calls: Python, I/O, the tracer
+NO_PHASE = "(no phase)"
+_GAP, _REGION, _CALL = 0, 1, 2         # kinds of the entries that tile a rank's time
+PIECES = (RANK, THREAD, START_NS, END_NS, "category", NAME, LAYER, "phase", STEP)
+
+
+@dataclass(frozen=True)
+class CriticalPath:
+    pieces: pd.DataFrame       # PIECES, in time order; layer -1 and step -1 when none
+    t0_ns: int
+    t1_ns: int
+    clock_violations: int      # jumps to a partner that started after the waiting call ended
+
+    @property
+    def length_ns(self) -> int:
+        return int((self.pieces[END_NS] - self.pieces[START_NS]).sum())
+
+
+def critical_path(trace: Trace, window: Window, calls: pd.DataFrame | None = None,
+                  kern: Records | None = None) -> CriticalPath:
+    """The critical path of the window. `calls` is `mpi.calls(trace, window)` and `kern` the window's kernel
+    records (`segments.kernel_records`), when the caller has them."""
+    t0, t1 = window.t0_ns, window.t1_ns
+    if calls is None:
+        calls = mpi.calls(trace, window)
+    if kern is None:
+        kern = records(trace, Kind.KERNEL, (RANK, THREAD, NAME, LAYER), window)
+    pairs = threads(trace)
+    main = pairs.groupby(RANK)[THREAD].min()                         # a rank's main thread: its lowest id
+    regions = _regions(kern)
+    tiles = _tiling(regions, calls, main.index.to_numpy(), t0, t1)
+    walk = _Walk(tiles, calls, _partners(calls), t0)
+    walk.run(*_end_point(tiles, t1))
+    pieces = _pieces(walk, tiles, regions, calls, main, kern.names)
+    pieces = _label(pieces, trace, window)
+    return CriticalPath(pieces, t0, t1, walk.violations)
+
+
+# ---------- a rank's time as a tiling: regions, calls, serial gaps ----------
+
+def _regions(kern: Records) -> pd.DataFrame:
+    """One row per parallel region (kernel records of a rank that overlap): rank, start_ns, end_ns and the thread,
+    block start, name code and layer of the record that ends last (the one the join waits for)."""
+    cols = [RANK, START_NS, END_NS, THREAD, "block_ns", NAME, LAYER]
+    if not len(kern):
+        return pd.DataFrame({c: np.zeros(0, np.int64) for c in cols})
+    df = pd.DataFrame({RANK: kern[RANK].astype(np.int64), THREAD: kern[THREAD].astype(np.int64),
+                       START_NS: kern[START_NS], END_NS: kern[END_NS], NAME: kern[NAME].astype(np.int64),
+                       LAYER: kern[LAYER].astype(np.int64)})
+    df = df[df[END_NS] > df[START_NS]].sort_values([RANK, START_NS], kind="stable").reset_index(drop=True)
+    rank, start, end = df[RANK].to_numpy(), df[START_NS].to_numpy(), df[END_NS].to_numpy()
+    reach = df[END_NS].groupby(df[RANK]).cummax().to_numpy()
+    cut = np.ones(len(df), dtype=bool)
+    cut[1:] = (rank[1:] != rank[:-1]) | (start[1:] >= reach[:-1])
+    df["region"] = np.cumsum(cut) - 1
+    last = df.sort_values(["region", END_NS, THREAD], ascending=[True, False, True], kind="stable")
+    last = last.drop_duplicates("region").set_index("region").sort_index()
+    first = np.flatnonzero(cut)
+    return pd.DataFrame({RANK: rank[first], START_NS: start[first], END_NS: np.maximum.reduceat(end, first),
+                         THREAD: last[THREAD].to_numpy(), "block_ns": last[START_NS].to_numpy(),
+                         NAME: last[NAME].to_numpy(), LAYER: last[LAYER].to_numpy()})
+
+
+@dataclass(frozen=True)
+class _Tiles:
+    """Entries tiling [t0, t1) on every rank, sorted by (rank, start): kind, the region or call row, and for each
+    entry the last call entry at or before it on its rank (-1: none)."""
+    rank: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    kind: np.ndarray
+    ref: np.ndarray
+    prev_call: np.ndarray
+    ranks: np.ndarray          # sorted rank ids; entries of ranks[k] are ptr[k]:ptr[k+1]
+    ptr: np.ndarray
+
+
+def _tiling(regions: pd.DataFrame, calls: pd.DataFrame, ranks: np.ndarray, t0: int, t1: int) -> _Tiles:
+    rank = np.r_[regions[RANK].to_numpy(), calls[RANK].to_numpy()].astype(np.int64)
+    start = np.clip(np.r_[regions[START_NS].to_numpy(), calls[START_NS].to_numpy()], t0, t1).astype(np.int64)
+    end = np.clip(np.r_[regions[END_NS].to_numpy(), calls[END_NS].to_numpy()], t0, t1).astype(np.int64)
+    kind = np.r_[np.full(len(regions), _REGION), np.full(len(calls), _CALL)].astype(np.int64)
+    ref = np.r_[np.arange(len(regions)), np.arange(len(calls))].astype(np.int64)
+    order = np.lexsort((-kind, start, rank))                       # a call before a region starting with it
+    rank, start, end, kind, ref = rank[order], start[order], end[order], kind[order], ref[order]
+    # A record overlapping the one before it on its rank (a call inside a region) keeps only what is after it.
+    before = pd.Series(end).groupby(rank).cummax().groupby(rank).shift(1).fillna(t0).to_numpy().astype(np.int64)
+    start = np.maximum(start, before)
+    keep = end > start
+    rank, start, end, kind, ref, before = rank[keep], start[keep], end[keep], kind[keep], ref[keep], before[keep]
+    # Serial gaps: before each entry (from the previous one's end or t0) and after each rank's last one.
+    first = np.r_[True, rank[1:] != rank[:-1]] if len(rank) else np.zeros(0, bool)
+    gap_start = np.where(first, t0, np.r_[t0, end[:-1]])
+    lead = start > gap_start
+    last = np.r_[rank[1:] != rank[:-1], True] if len(rank) else np.zeros(0, bool)
+    tail = last & (end < t1)
+    idle = np.setdiff1d(ranks, rank)                                 # ranks with nothing but serial code
+    g_rank = np.r_[rank[lead], rank[tail], idle]
+    g_start = np.r_[gap_start[lead], end[tail], np.full(len(idle), t0)]
+    g_end = np.r_[start[lead], np.full(tail.sum() + len(idle), t1)]
+    rank = np.r_[rank, g_rank].astype(np.int64)
+    start, end = np.r_[start, g_start].astype(np.int64), np.r_[end, g_end].astype(np.int64)
+    kind = np.r_[kind, np.full(len(g_rank), _GAP)].astype(np.int64)
+    ref = np.r_[ref, np.full(len(g_rank), -1)].astype(np.int64)
+    order = np.lexsort((start, rank))
+    rank, start, end, kind, ref = rank[order], start[order], end[order], kind[order], ref[order]
+    idx = np.where(kind == _CALL, np.arange(len(kind)), -1)
+    prev = np.maximum.accumulate(idx) if len(idx) else idx
+    prev = np.where((prev >= 0) & (rank[np.maximum(prev, 0)] == rank), prev, -1)
+    all_ranks = np.unique(rank)
+    ptr = np.searchsorted(rank, np.r_[all_ranks, all_ranks[-1] + 1 if len(all_ranks) else 0])
+    return _Tiles(rank, start, end, kind, ref, prev, all_ranks, ptr)
+
+
+def _end_point(tiles: _Tiles, t1: int) -> tuple[int, int]:
+    """Where the path ends: t1 on the rank whose last region or call ends last (the lowest such rank)."""
+    work = tiles.kind != _GAP
+    if not work.any():
+        return (int(tiles.ranks[0]) if len(tiles.ranks) else -1), t1
+    latest = tiles.end[work].max()
+    return int(tiles.rank[work][tiles.end[work] == latest].min()), t1
+
+
+# ---------- who each call waited for ----------
+
+def _partners(calls: pd.DataFrame) -> np.ndarray:
+    """For each call row, the row of the partner call it waited for (see the module's docstring), or -1."""
+    n = len(calls)
+    dep = np.full(n, -1, dtype=np.int64)
+    if not n:
+        return dep
+    start, end = calls[START_NS].to_numpy(), calls[END_NS].to_numpy()
+    op, cls, inst = (calls[c].to_numpy() for c in ("op", "cls", "inst"))
+    root, send_of, recv_of = (calls[c].to_numpy() for c in ("is_root", "send_of", "recv_of"))
+    # The partner each call or request waits for, whether or not it came late.
+    partner = np.full(n, -1, dtype=np.int64)
+    recv = np.isin(op, (C.RECV, C.IRECV, C.SENDRECV))
+    partner[recv] = send_of[recv]
+    sends = np.isin(op, (C.SEND, C.ISEND))
+    partner[sends] = recv_of[sends]
+    both = (op == C.SENDRECV) & (recv_of >= 0)                        # its send half may be the later one
+    later = both & ((send_of < 0) | (start[np.maximum(recv_of, 0)] > start[np.maximum(send_of, 0)]))
+    partner[later] = recv_of[later]
+    coll = np.flatnonzero(inst >= 0)
+    if len(coll):
+        g = pd.DataFrame({"row": coll, "inst": inst[coll], "s": start[coll], "root": root[coll]})
+        last = g.loc[g.groupby("inst")["s"].idxmax()].set_index("inst")["row"]
+        roots = g[g["root"]].drop_duplicates("inst").set_index("inst")["row"]
+        by_last = last.reindex(g["inst"]).to_numpy()
+        by_root = roots.reindex(g["inst"]).fillna(-1).to_numpy().astype(np.int64)
+        c = cls[coll]
+        pick = np.where(c == C.NXN, by_last, np.where(c == C.ONE_TO_ALL, np.where(root[coll], -1, by_root),
+                                                      np.where(root[coll], by_last, -1)))
+        partner[coll] = pick
+    # Blocking calls wait for their partner; a wait for the partners of the requests it completes.
+    blocking = np.isin(op, (C.RECV, C.SEND, C.SENDRECV, C.COLL))
+    dep[blocking] = partner[blocking]
+    req = np.flatnonzero(np.isin(op, (C.COLL_POST, C.IRECV, C.ISEND)) & (partner >= 0))
+    if len(req):
+        completer = _completers(calls)[req]
+        ok = completer >= 0
+        w, p = completer[ok], partner[req[ok]]
+        came = start[p] <= end[w]                                     # a partner after the wait returned: not it
+        w, p = w[came], p[came]
+        if len(w):
+            best = pd.DataFrame({"w": w, "p": p, "s": start[p]}).sort_values(["w", "s"]).drop_duplicates(
+                "w", keep="last")
+            dep[best["w"].to_numpy()] = best["p"].to_numpy()
+    late = dep >= 0
+    late[late] = start[dep[late]] > start[late]
+    return np.where(late, dep, -1)
+
+
+def _completers(calls: pd.DataFrame) -> np.ndarray:
+    """The wait that completes each request: `mpi.post_waits` for postings and Irecvs, and an Isend's the first
+    wait after it on its rank that names no collective."""
+    out = mpi.post_waits(calls)
+    op, rank = calls["op"].to_numpy(), calls[RANK].to_numpy()
+    isend = np.flatnonzero(op == C.ISEND)
+    waits = np.flatnonzero((op == C.WAIT) & (calls["wait_inst"].to_numpy() < 0))
+    if len(isend) and len(waits):                                     # rows are sorted by rank, then start
+        nxt = np.minimum(np.searchsorted(waits, isend, side="right"), len(waits) - 1)
+        cand = waits[nxt]
+        out[isend] = np.where((cand > isend) & (rank[cand] == rank[isend]), cand, -1)
+    return out
+
+
+# ---------- the backward walk ----------
+
+class _Walk:
+    """Walks back from (rank, t) to t0. Between calls a rank's entries go on the path whole (`spans`: first and last
+    tiling index and the time the last is cut at); a call adds a piece (`calls`: rank row, start, end, call row)."""
+
+    def __init__(self, tiles: _Tiles, calls: pd.DataFrame, dep: np.ndarray, t0: int):
+        self.tiles, self.dep, self.t0 = tiles, dep, t0
+        self.c_start, self.c_end = calls[START_NS].to_numpy(), calls[END_NS].to_numpy()
+        self.c_rank = calls[RANK].to_numpy()
+        self.spans: list[tuple[int, int, int]] = []
+        self.calls: list[tuple[int, int, int]] = []
+        self.violations = 0
+
+    def run(self, rank: int, t: int) -> None:
+        tl = self.tiles
+        if rank < 0:
+            return
+        for _ in range(4 * len(tl.kind) + 4):                         # each turn consumes an entry or a jump
+            if t <= self.t0:
+                return
+            k = int(np.searchsorted(tl.ranks, rank))
+            lo, hi = tl.ptr[k], tl.ptr[k + 1]
+            i = lo + int(np.searchsorted(tl.start[lo:hi], t, side="left")) - 1
+            if i < lo:
+                return
+            j = int(tl.prev_call[i])
+            if j != i:
+                self.spans.append((max(j + 1, lo), i, t))
+                if j < 0:
+                    return
+                t = int(tl.end[j])
+            rank, t = self._call(j, t)
+        raise RuntimeError("critical path: the walk does not end")   # a bug, not a trace problem
+
+    def _call(self, j: int, t: int) -> tuple[int, int]:
+        """Adds call entry j's piece up to t and says where the path goes on."""
+        tl = self.tiles
+        row, begin = int(tl.ref[j]), int(tl.start[j])
+        p = int(self.dep[row])
+        if p < 0:
+            self.calls.append((row, begin, t))
+            return int(tl.rank[j]), begin
+        land = min(int(self.c_end[p]), t)
+        if self.c_start[p] > t:                                       # received before sent: clocks disagree
+            self.violations += 1
+            land = int(self.c_start[p])
+        self.calls.append((row, min(land, t), t))
+        return int(self.c_rank[p]), land
+
+
+# ---------- the pieces, labelled ----------
+
+def _pieces(walk: _Walk, tiles: _Tiles, regions: pd.DataFrame, calls: pd.DataFrame, main: pd.Series,
+            names: tuple[str, ...]) -> pd.DataFrame:
+    frames = []
+    if walk.spans:
+        sp = np.array(walk.spans, dtype=np.int64)
+        count = sp[:, 1] - sp[:, 0] + 1
+        idx = np.repeat(sp[:, 0] - np.r_[0, np.cumsum(count)[:-1]], count) + np.arange(count.sum())
+        cut = np.full(len(idx), np.iinfo(np.int64).max)
+        cut[np.cumsum(count) - 1] = sp[:, 2]
+        rank, start, end, kind, ref = (a[idx] for a in (tiles.rank, tiles.start, tiles.end, tiles.kind, tiles.ref))
+        end = np.minimum(end, cut)
+        gap = kind == _GAP
+        frames.append(pd.DataFrame({RANK: rank[gap], THREAD: main.reindex(rank[gap]).to_numpy(),
+                                    START_NS: start[gap], END_NS: end[gap], "category": SERIAL,
+                                    NAME: SERIAL_NAME, LAYER: -1}))
+        r = regions.iloc[ref[~gap]]
+        block = np.clip(r["block_ns"].to_numpy(), start[~gap], end[~gap])
+        kname = decode(r[NAME].to_numpy(), names)
+        for category, s, e in ((FORK, start[~gap], block), (KERNEL, block, end[~gap])):
+            frames.append(pd.DataFrame({RANK: rank[~gap], THREAD: r[THREAD].to_numpy(), START_NS: s, END_NS: e,
+                                        "category": category, NAME: kname, LAYER: r[LAYER].to_numpy()}))
+    if walk.calls:
+        cp = np.array(walk.calls, dtype=np.int64)
+        rows = cp[:, 0]
+        frames.append(pd.DataFrame({RANK: calls[RANK].to_numpy()[rows], THREAD: calls[THREAD].to_numpy()[rows],
+                                    START_NS: cp[:, 1], END_NS: cp[:, 2], "category": MPI,
+                                    NAME: calls[NAME].to_numpy()[rows], LAYER: -1}))
+    if not frames:
+        return pd.DataFrame({c: [] for c in PIECES[:-2]})
+    out = pd.concat(frames, ignore_index=True)
+    out = out[out[END_NS] > out[START_NS]]
+    for col in (RANK, THREAD, START_NS, END_NS, LAYER):
+        out[col] = out[col].astype(np.int64)
+    return out.sort_values([START_NS, END_NS], kind="stable").reset_index(drop=True)
+
+
+def _label(pieces: pd.DataFrame, trace: Trace, window: Window) -> pd.DataFrame:
+    """Pieces cut at the step boundaries and at their rank's phase edges, with their step (-1: none) and phase."""
+    steps = steps_table(trace)
+    steps = steps[steps[STEP].isin(window.steps)] if window.steps else steps.iloc[:0]
+    ph = records(trace, Kind.PHASE, (RANK, NAME), window)
+    phases = pd.DataFrame({RANK: ph[RANK].astype(np.int64), START_NS: ph[START_NS], END_NS: ph[END_NS],
+                           NAME: decode(ph[NAME], ph.names)}).sort_values([RANK, START_NS], kind="stable")
+    if pieces.empty:
+        return pieces.assign(phase=NO_PHASE, **{STEP: -1})[list(PIECES)]
+    rank, s, e = (pieces[c].to_numpy().astype(np.int64) for c in (RANK, START_NS, END_NS))
+    lo = min(window.t0_ns, int(s.min()))
+    span = max(window.t1_ns, int(e.max())) - lo + 1
+    path_ranks = np.unique(rank)
+    bounds = steps[START_NS].to_numpy()[1:].astype(np.int64)
+    on_path = phases[phases[RANK].isin(path_ranks)]
+    edges = np.r_[np.repeat(path_ranks, len(bounds)) * span + (np.tile(bounds, len(path_ranks)) - lo),
+                  on_path[RANK].to_numpy() * span + (np.clip(on_path[START_NS].to_numpy(), lo, lo + span - 1) - lo),
+                  on_path[RANK].to_numpy() * span + (np.clip(on_path[END_NS].to_numpy(), lo, lo + span - 1) - lo)]
+    edges = np.unique(edges)                                          # (rank, time) keys where a piece is cut
+    ks, ke = rank * span + (s - lo), rank * span + (e - lo)
+    k0, k1 = np.searchsorted(edges, ks, side="right"), np.searchsorted(edges, ke, side="left")
+    parts = np.maximum(k1 - k0 + 1, 1)
+    rep = np.repeat(np.arange(len(pieces)), parts)
+    j = np.arange(parts.sum()) - np.repeat(np.r_[0, np.cumsum(parts)[:-1]], parts)
+    k = k0[rep] + j
+    cut = lambda i: edges[np.clip(i, 0, max(len(edges) - 1, 0))] - rank[rep] * span + lo  # noqa: E731
+    out = pieces.iloc[rep].reset_index(drop=True)
+    out[START_NS] = np.where(j == 0, s[rep], cut(k - 1)) if len(edges) else s[rep]
+    out[END_NS] = np.where(j == parts[rep] - 1, e[rep], cut(k)) if len(edges) else e[rep]
+    step_ids = steps[STEP].to_numpy().astype(np.int64)
+    at_step = np.searchsorted(steps[START_NS].to_numpy(), out[START_NS].to_numpy(), side="right") - 1
+    out[STEP] = step_ids[np.maximum(at_step, 0)] if len(step_ids) else -1
+    out["phase"] = _phases(out, phases)
+    return out[list(PIECES)]
+
+
+def _phases(pieces: pd.DataFrame, phases: pd.DataFrame) -> np.ndarray:
+    """The phase of each piece: the one of its rank that holds its middle (the latest started), or NO_PHASE."""
+    out = np.full(len(pieces), NO_PHASE, dtype=object)
+    mid = (pieces[START_NS].to_numpy() + pieces[END_NS].to_numpy()) // 2
+    prank = pieces[RANK].to_numpy()
+    for rank, sub in phases.groupby(RANK):                            # one iteration per rank
+        here = np.flatnonzero(prank == rank)
+        at = np.searchsorted(sub[START_NS].to_numpy(), mid[here], side="right") - 1
+        ok = (at >= 0) & (mid[here] < sub[END_NS].to_numpy()[np.maximum(at, 0)])
+        out[here[ok]] = sub[NAME].to_numpy()[at[ok]]
+    return out
+
+
+# ---------- tables ----------
+
+def critical_path_tables(trace: Trace, window: Window, calls: pd.DataFrame | None = None,
+                         kern: Records | None = None) -> dict:
+    """`tables` of the window's critical path (what `analyze` reports under `critical_path`)."""
+    return tables(critical_path(trace, window, calls, kern))
+
+
+def tables(cp: CriticalPath) -> dict:
+    """What `analyze` reports: length against the window, the items (kernels with their layer, MPI calls, fork/join,
+    serial code) and phases on the path with their time and share, summed and per step, the lanes it runs through,
+    and the path itself as merged segments (one per stretch on one thread) for the report's overlay."""
+    p = cp.pieces
+    length = cp.length_ns
+    dur = (p[END_NS] - p[START_NS]).to_numpy()
+    df = p.assign(time_s=dur / NS)
+    window_s = (cp.t1_ns - cp.t0_ns) / NS
+
+    def shares(t: pd.DataFrame, total_s: float) -> pd.DataFrame:
+        t["share"] = t["time_s"] / total_s if total_s > 0 else 0.0
+        return t.sort_values("time_s", ascending=False, kind="stable").reset_index(drop=True)
+
+    keys = ["category", NAME, LAYER]
+    items = shares(df.groupby(keys, as_index=False).agg(time_s=("time_s", "sum"), pieces=("time_s", "size")),
+                   length / NS)
+    items[LAYER] = _layers(items[LAYER])
+    phases = shares(df.groupby("phase", as_index=False).agg(time_s=("time_s", "sum")), length / NS)
+    lanes = shares(df.groupby([RANK, THREAD], as_index=False).agg(time_s=("time_s", "sum")), length / NS)
+    per_step, steps = [], []
+    for step, sub in df[df[STEP] >= 0].groupby(STEP):                  # one iteration per step
+        total = sub["time_s"].sum()
+        its = shares(sub.groupby(keys, as_index=False).agg(time_s=("time_s", "sum")), total)
+        its[LAYER] = _layers(its[LAYER])
+        its.insert(0, STEP, int(step))
+        per_step.append(its)
+        ranks = sub[RANK].to_numpy()
+        steps.append({STEP: int(step), "length_s": total, "switches": int((ranks[1:] != ranks[:-1]).sum()),
+                      "ranks": sorted(int(r) for r in np.unique(ranks)),
+                      "top": f"{its[NAME].iloc[0]}" + (f" (layer {its[LAYER].iloc[0]})"
+                                                       if its[LAYER].iloc[0] is not None else "")})
+    return {"length_s": length / NS, "window_s": window_s,
+            "length_ratio": length / (cp.t1_ns - cp.t0_ns) if cp.t1_ns > cp.t0_ns else None,
+            "clock_violations": cp.clock_violations,
+            "rank_switches": int((p[RANK].to_numpy()[1:] != p[RANK].to_numpy()[:-1]).sum()),
+            "items": items, "phases": phases, "lanes": lanes, "steps": steps,
+            "per_step": pd.concat(per_step, ignore_index=True) if per_step else pd.DataFrame(),
+            "segments": segments(p)}
+
+
+def _layers(col: pd.Series) -> pd.Series:
+    return col.astype(object).where(col >= 0, None)
+
+
+def segments(pieces: pd.DataFrame) -> pd.DataFrame:
+    """The path as stretches on one thread: consecutive pieces on the same (rank, thread) merged; seconds."""
+    if pieces.empty:
+        return pd.DataFrame({RANK: [], THREAD: [], "start_s": [], "end_s": []})
+    lane = pieces[RANK].to_numpy() * (int(pieces[THREAD].max()) + 1) + pieces[THREAD].to_numpy()
+    new = np.r_[True, lane[1:] != lane[:-1]]
+    first = np.flatnonzero(new)
+    return pd.DataFrame({RANK: pieces[RANK].to_numpy()[first], THREAD: pieces[THREAD].to_numpy()[first],
+                         "start_s": pieces[START_NS].to_numpy()[first] / NS,
+                         "end_s": np.maximum.reduceat(pieces[END_NS].to_numpy(), first) / NS})
