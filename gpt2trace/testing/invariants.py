@@ -143,14 +143,16 @@ def check_running_per_step(trace: Trace) -> None:
 
 
 def check_steps(trace: Trace, steps: int, grad_accum: int, tokens: int, lr: float, closed: bool = True) -> None:
-    """Counters once per step (end == start), the phases of every step, the tracer's flushes (one per step;
-    the last flush's own `trace_flush` phase would be in the next window, which a killed run never writes)."""
+    """Counters once per step (end == start), the phases of every step, the resident memory at every phase end,
+    the tracer's flushes (one per step; the last flush's own `trace_flush` phase would be in the next window,
+    which a killed run never writes)."""
     co = records(trace, S.Kind.COUNTER)
     assert (co[S.END_NS] == co[S.START_NS]).all() and co[S.VALUE].notna().all()
+    rss, co = co[co[S.NAME] == S.Counter.RSS_BYTES], co[co[S.NAME] != S.Counter.RSS_BYTES]
     counts = co.groupby([S.STEP, S.NAME]).size()
-    assert len(counts) == steps * len(S.COUNTERS) and (counts == 1).all(), f"counters per step:\n{counts}"
+    assert len(counts) == steps * len(S.Counter.PER_STEP) and (counts == 1).all(), f"counters per step:\n{counts}"
     if steps:
-        assert set(co[S.NAME]) == set(S.COUNTERS)
+        assert set(co[S.NAME]) == set(S.Counter.PER_STEP)
         assert (co[co[S.NAME] == S.Counter.TOKENS][S.VALUE] == tokens).all()
         assert (co[co[S.NAME] == "lr"][S.VALUE] == lr).all()
     ph = records(trace, S.Kind.PHASE)
@@ -163,6 +165,17 @@ def check_steps(trace: Trace, steps: int, grad_accum: int, tokens: int, lr: floa
         assert steps == 0 or (per_step[name] == n).all(), (name, per_step)
     flushes = ph[ph[S.NAME] == S.Phase.TRACE_FLUSH]
     assert flushes[S.STEP].isna().all() and len(flushes) == (steps if closed else max(steps - 1, 0))
+    # one sample at the end of each of the trainer's phases, with its rank, step and micro-batch
+    cols = [S.RANK, S.END_NS, S.STEP, S.MICROSTEP]
+    assert _in_order(rss[cols]) == _in_order(ph[ph[S.NAME] != S.Phase.TRACE_FLUSH][cols]), \
+        "resident memory: not one sample at each phase end"
+    assert (rss[S.VALUE] > 0).all(), "resident memory: a sample <= 0"
+
+
+def _in_order(df: pd.DataFrame) -> list[list]:
+    """Rows as lists (None for nulls), sorted by the first two columns."""
+    df = df.sort_values(list(df.columns[:2]), kind="stable")
+    return df.astype(object).where(df.notna(), None).values.tolist()
 
 
 def check_messages(trace: Trace) -> None:
