@@ -2,8 +2,9 @@
 
 The tracer samples each rank's resident set size at every phase end (`rss_bytes` counter, with the phase's step
 and micro-batch); a sample belongs to the phase that ends at its time on its rank. Samples are those of the
-analyzed window (t0, t1], as each closes its phase. What a schedule or a sharding saves shows here: GPipe holds the activations of every micro-batch
-until its backwards, 1F1B at most one per stage still ahead; ZeRO-1 keeps a shard of the AdamW moments.
+analyzed window (t0, t1], as each closes its phase. What a schedule or a sharding saves shows here: GPipe holds
+the activations of every micro-batch until its backwards, 1F1B only those of the micro-batches in flight (at most
+the stages ahead); ZeRO-1 keeps a shard of the AdamW moments.
 """
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ from analysis.window import select
 from gpt2trace.format.outputs import atomic_output
 from gpt2trace.format.reader import Trace
 from gpt2trace.report import colors, figures, page, tables
+from gpt2trace.report.memory_figure import memory_per_rank
 from gpt2trace.report.pack import Blobs
 from gpt2trace.report.payload import page_data
 from gpt2trace.report.tables import esc
@@ -47,7 +48,7 @@ def build(trace: Trace, result: dict | None = None, steps: str | None = None,
     blobs = Blobs()
     figs = {"fig-steps": figures.step_durations(result), "fig-occupancy": figures.occupancy_levels(result),
             "fig-imbalance": figures.imbalance_heatmap(result), "fig-useful": figures.useful_histogram(result),
-            "fig-pipeline": figures.pipeline_bubble(result)}
+            "fig-pipeline": figures.pipeline_bubble(result), "fig-memory": memory_per_rank(result)}
     data = page_data(tl, blobs, analyzed, figs, [colors.rank_color(i) for i in range(len(colors.RANK_RGB))])
     name = Path(trace.name).name
     header, sections = _header(trace, result, name), _sections(result, tl, figs, top)
@@ -116,6 +117,8 @@ def _sections(res: dict, tl, figs: dict, top: int) -> list[tuple[str, str, str]]
                         "kernel's mean over its threads (analyzed window): red = slower than the mean.", figs)
               + _figure("fig-useful", "Useful duration histogram", "Where the Running time goes by burst length "
                         "(a burst: uninterrupted Running time of one thread), as in Paraver.", figs)
+              + _figure("fig-memory", "Resident memory per rank", "Each rank's resident memory (RSS) sampled at "
+                        "every phase end; a point is the highest sample of its slice of the analyzed window.", figs)
               + "</div>")
     overview = ('<div class="grid"><div><h3>Summary</h3>' + tables.summary(res) + "</div><div><h3>Findings</h3>"
                 + tables.findings(res, top) + tables.warnings(res) + "</div></div>")

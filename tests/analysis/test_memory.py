@@ -3,33 +3,13 @@ import pytest
 from analysis import memory
 from analysis.analyze import analyze
 from analysis.window import select
-from gpt2trace.format.reader import Trace
-from gpt2trace.format.schema import MICROSTEP, Counter
-from gpt2trace.testing import synthetic as syn
+from gpt2trace.testing.synthetic_memory import MB, RSS, memory_trace
 
-MB = 1_000_000
-# Per step (0, 1) and rank: the phases [start, end) and the resident memory (MB) sampled at each end.
-#   step 0: dataload [0,1], forward [1,3], backward [3,5], optimizer [5,6]
-#   step 1: dataload [6,7], forward [7,9], backward [9,11], optimizer [11,12]
-PHASES = (("dataload", 0, 1), ("forward", 1, 3), ("backward", 3, 5), ("optimizer", 5, 6))
-RSS = {0: ((100, 300, 200, 250), (150, 320, 210, 260)),      # rank 0: highest after step 1's forward (320)
-       1: ((100, 180, 170, 390), (100, 180, 170, 400))}      # rank 1: highest after step 1's optimizer (400)
-
-
-def _trace(rss=RSS) -> Trace:
-    recs = []
-    for rank, steps in rss.items():
-        for step, values in enumerate(steps):
-            for (name, start, end), mb in zip(PHASES, values):
-                t0, t1 = start + 6 * step, end + 6 * step
-                recs += [syn.phase(rank, t0, t1, name, step),
-                         {**syn.counter(rank, t1, Counter.RSS_BYTES, mb * MB, step), MICROSTEP: 0}]
-            recs.append(syn.counter(rank, 6 + 6 * step, Counter.LOSS, 4.0, step))   # not memory: left out
-    return Trace.from_table(syn.from_records(recs))
+# The trace: gpt2trace/testing/synthetic_memory.py (phases and the MB sampled at their ends, per rank and step).
 
 
 def test_peak_per_rank_and_which_phase_reaches_it():
-    trace = _trace()
+    trace = memory_trace()
     out = memory.memory(trace, select(trace, "0:2"))
     assert out["peak_bytes"] == 400 * MB
     per_rank = out["per_rank"]
@@ -47,7 +27,7 @@ def test_peak_per_rank_and_which_phase_reaches_it():
 
 
 def test_the_window_limits_the_samples():
-    trace = _trace()
+    trace = memory_trace()
     # the default window leaves out step 0 (warm-up): rank 0's step-1 samples are 150, 320, 210, 260 MB
     out = memory.memory(trace, select(trace))
     assert out["per_rank"][["rank", "min_bytes", "samples"]].values.tolist() == [[0, 150 * MB, 4], [1, 100 * MB, 4]]
@@ -58,7 +38,7 @@ def test_the_window_limits_the_samples():
 
 
 def test_the_timeline_keeps_each_slices_highest_sample():
-    trace = _trace()
+    trace = memory_trace()
     window = select(trace, "0:2")                          # 12 s
     full = memory.memory(trace, window)["timeline"]
     assert [r["rank"] for r in full] == [0, 1]
@@ -76,7 +56,7 @@ def test_no_samples_no_memory(serial):
 
 
 def test_analyze_reports_memory():
-    result = analyze(_trace(), steps="0:2")
+    result = analyze(memory_trace(), steps="0:2")
     assert result["memory"]["peak_bytes"] == pytest.approx(400 * MB)
     assert [(r["rank"], r["phase"], r["step"]) for r in result["memory"]["per_rank"]] == [(0, "forward", 1),
                                                                                           (1, "optimizer", 1)]
