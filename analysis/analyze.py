@@ -9,7 +9,20 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis import bursts, comm_groups, counters, groups, mpi, pipeline, pop, rootcause, scaling, segments, waits
+from analysis import (
+    bursts,
+    comm_groups,
+    counters,
+    groups,
+    memory,
+    mpi,
+    pipeline,
+    pop,
+    rootcause,
+    scaling,
+    segments,
+    waits,
+)
 from analysis.comm_matrix import comm_matrix
 from analysis.critical_path import critical_path_tables
 from analysis.findings import findings
@@ -28,9 +41,9 @@ from gpt2trace.format.schema import RANK, STATE, THREAD, Kind
 def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: float | None = None,
             bins: int = 100) -> dict:
     """Everything about one trace: summary, pop, counters, parallel (the layout), imbalance, waits (per call and
-    group, per communicator, per communicator name), pipeline (None without pipeline parallelism), root_causes,
-    states, occupancy, step_phases, kernel_threads, critical_path, bursts, findings, warnings (problems with the
-    trace or with the replay's numbers).
+    group, per communicator, per communicator name), pipeline (None without pipeline parallelism), memory (resident
+    memory per rank; None without samples), root_causes, states, occupancy, step_phases, kernel_threads,
+    critical_path, bursts, findings, warnings (problems with the trace or with the replay's numbers).
 
     `steps` is '--steps A:B' (B excluded); `top` limits the findings and serial sections, not the tables.
     Raises TraceError for an invalid trace and WindowError for a `steps` that does not fit it.
@@ -62,6 +75,7 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
                            for k, s in zip(imbalanced["kernel"], imbalanced["scope"])]
     pipe = pipeline.pipeline(trace, window, calls, wait_rows, segs)
     first_stage = tuple(r for p in pipe["ranks"] for r in p[:1]) if pipe else None   # each pipeline's tokens once
+    mem = memory.memory(trace, window)                                          # resident memory per rank
     result = {
         "trace": trace.name,
         "window": {"t0_s": window.t0_ns / 1e9, "t1_s": window.t1_ns / 1e9, "steps": list(window.steps)},
@@ -76,6 +90,7 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
                   "groups": rows(comm_groups.per_group(calls, wait_rows))},
         "pipeline": {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in pipe.items()} if pipe else None,
         "comm_matrix": {k: rows(v) for k, v in comm_matrix(calls).items()},    # bytes, seconds per rank pair
+        "memory": {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in mem.items()} if mem else None,
         "root_causes": [{**r, "text": rootcause.sentence(r)} for r in rows(causes)],
         "states": {k: rows(v) for k, v in state_profile(states, window).items()},
         "occupancy": {"mean_occupancy": float(per_rank["mean_occupancy"].mean()) if len(per_rank) else None,

@@ -3,10 +3,10 @@
 For a wait on rank w caused by rank c (the last to arrive), compare what each did in its synchronization interval:
 from the end of its previous synchronizing MPI call (one that can wait for another rank: a blocking collective or
 point-to-point call, a wait) up to where it arrived (the waiter at its call, or at the wait completing its
-nonblocking collective; the culprit at its call or posting). Postings and local calls do not end the interval:
-they synchronize nothing, so the delay a late rank builds up before them still counts. Per kernel (name, layer),
-the wall time of that kernel's segments starting in the interval, plus "(outside kernels)" for the rest of it.
-The culprit's excess over the waiter, max(0, t_c - t_w) per kernel, is the delay; the wait is charged to the
+nonblocking collective or Irecv; the culprit at its call, posting or send). Postings and local calls do not end
+the interval: they synchronize nothing, so the delay a late rank builds up before them still counts. Per kernel
+(name, layer), the wall time of that kernel's segments starting in the interval, plus "(outside kernels)" for the
+rest of it. The culprit's excess over the waiter, max(0, t_c - t_w) per kernel, is the delay; the wait is charged to the
 kernels in proportion to it. A wait where the culprit did no more than the waiter stays "(unattributed)".
 Causes are kept per communicator (`group`): a sequence group's waits and the gradient sync's have different causes.
 """

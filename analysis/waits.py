@@ -5,12 +5,21 @@ Wait states (each clipped to the waiting call's duration):
                   one, latest posting of the instance - enter of the wait that completes it;
   Late Broadcast  one-to-all: root's enter - own enter, on non-roots;
   Early Reduce    all-to-one: first non-root enter - root's enter, on the root;
-  Late Sender     a receive (or sendrecv) that entered before its matched send;
+  Late Sender     a receive (or sendrecv) that entered before its matched send: matched send's enter - own enter;
+                  for an Irecv, seen in the wait that completes it (see below): send's enter - the wait's enter;
   Late Receiver   a blocking send that entered before its matched receive (only synchronous sends show it).
 The culprit is the rank that arrived last (for Early Reduce: the first sender). Transfer time is the call's time
 minus its wait; bandwidth is bytes over transfer time. Instances are per communicator (`analysis.mpi`), and every
 wait and per-call row names its communicator (`group`: world, sp, dp, ...), so the same call on two groups (the
 sequence group's MPI_Allreduce and the gradient sync's) is reported apart.
+
+Which wait completes an Irecv. Our traces keep no request ids, so requests are paired with completions by time on
+the rank: an Irecv is completed by the first completion call (MPI_Wait, Waitall, Waitany, Waitsome naming no
+collective) after it on its rank that ends after its matched send entered, since no receive completes before its
+message is sent. `Irecv; Wait` pairs the two; in `Irecv; Isend; Wait(send); Wait(recv)` with a late sender the
+first Wait ends before the send and the Irecv goes to the second one (with a punctual sender the first Wait may
+take it, but then there is no wait to find); a Waitall completing several Irecvs waits for the latest of their
+senders, and is one wait, as is a completion that also finishes a nonblocking collective (the longer wait counts).
 """
 from __future__ import annotations
 
@@ -21,6 +30,7 @@ from analysis import mpi
 from analysis.mpi import GROUP
 from analysis.records import NS
 from gpt2trace.format import mpi_calls as C
+from gpt2trace.format.lanes import time_key
 from gpt2trace.format.schema import BYTES, COMMUNICATOR, END_NS, NAME, RANK, START_NS
 
 LATE_SENDER, LATE_RECEIVER = "Late Sender", "Late Receiver"
@@ -28,9 +38,9 @@ LATE_SENDER, LATE_RECEIVER = "Late Sender", "Late Receiver"
 
 def wait_states(calls: pd.DataFrame) -> pd.DataFrame:
     """One row per call that waited: row (where the time was lost), sync_row (where the waiter arrived: its own
-    call of the operation, or for a nonblocking collective the wait that completes it; root causes compare what
-    led up to it with what led up to the culprit_row), culprit_row, culprit rank, wait_ns, state, and the
-    communicator (id) and group (name) of the call that waited."""
+    call of the operation, or for a nonblocking collective or an Irecv the wait that completes it; root causes
+    compare what led up to it with what led up to the culprit_row), culprit_row, culprit rank, wait_ns, state,
+    and the communicator (id) and group (name) of the call that waited."""
     start, end = calls[START_NS].to_numpy(), calls[END_NS].to_numpy()
     dur = end - start
     op, cls, inst, root = (calls[c].to_numpy() for c in ("op", "cls", "inst", "is_root"))
@@ -65,6 +75,7 @@ def wait_states(calls: pd.DataFrame) -> pd.DataFrame:
             r = rootrows["row"].to_numpy()
             add(r, r, c, np.minimum(start[c] - start[r], dur[r]), mpi.WAIT_STATE[C.ALL_TO_ONE])
     _nonblocking(calls, start, dur, add)
+    _irecv_waits(calls, start, end, dur, add)
     recv_of, send_of = calls["recv_of"].to_numpy(), calls["send_of"].to_numpy()
     r = np.flatnonzero(np.isin(op, (C.RECV, C.SENDRECV)) & (send_of >= 0))
     add(r, r, send_of[r], np.minimum(start[send_of[r]] - start[r], dur[r]), LATE_SENDER)
@@ -81,7 +92,11 @@ def wait_states(calls: pd.DataFrame) -> pd.DataFrame:
     out["culprit"] = rank[out["culprit_row"].to_numpy()]
     out[COMMUNICATOR] = calls[COMMUNICATOR].to_numpy()[out["row"].to_numpy()]
     out[GROUP] = calls[GROUP].to_numpy()[out["row"].to_numpy()]
-    return out
+    # A completion call waits once, however many of its requests came late (a Waitall finishing an Irecv and a
+    # nonblocking collective): its longest wait is the one.
+    is_wait = op[out["row"].to_numpy()] == C.WAIT
+    longest = out[is_wait].sort_values("wait_ns", ascending=False, kind="stable").drop_duplicates("row")
+    return pd.concat([out[~is_wait], longest]).sort_index().reset_index(drop=True)
 
 
 def _nonblocking(calls, start, dur, add) -> None:
@@ -104,6 +119,34 @@ def _nonblocking(calls, start, dur, add) -> None:
     # lose, so its side of the comparison runs up to the wait.
     add(w, w, worst["culprit"].to_numpy(), np.minimum(worst["late"].to_numpy() - start[w], dur[w]),
         mpi.WAIT_STATE[C.NXN])
+
+
+def _irecv_waits(calls, start, end, dur, add) -> None:
+    """Late Sender of Irecvs, seen in the completion call that completes each (see the module's docstring)."""
+    op, send_of = calls["op"].to_numpy(), calls["send_of"].to_numpy()
+    recvs = np.flatnonzero((op == C.IRECV) & (send_of >= 0))
+    waits = np.flatnonzero((op == C.WAIT) & (calls["wait_inst"].to_numpy() < 0))
+    if not len(recvs) or not len(waits):
+        return
+    rank = calls[RANK].to_numpy()
+    sent = start[send_of[recvs]]
+    lo = int(min(start.min(), sent.min()))
+    span = int(max(end.max(), sent.max())) - lo + 1
+    # Rows are in (rank, start) order; the ends a rank's completions reach grow with them, so (rank, reach) is a
+    # sorted key, and the first completion reaching the send is one search away.
+    reach = pd.Series(end[waits]).groupby(rank[waits]).cummax().to_numpy()
+    key = time_key(rank[waits], reach, lo, span)
+    at = np.maximum(np.searchsorted(key, time_key(rank[recvs], sent, lo, span), side="left"),
+                    np.searchsorted(waits, recvs, side="right"))          # and after the Irecv
+    ok = at < len(waits)
+    at = np.minimum(at, len(waits) - 1)
+    ok &= rank[waits[at]] == rank[recvs]
+    if not ok.any():
+        return
+    g = pd.DataFrame({"wait": waits[at[ok]], "send": send_of[recvs[ok]], "sent": sent[ok]})
+    worst = g.loc[g.groupby("wait")["sent"].idxmax()]                # a Waitall waits for its latest sender
+    w = worst["wait"].to_numpy()
+    add(w, w, worst["send"].to_numpy(), np.minimum(worst["sent"].to_numpy() - start[w], dur[w]), LATE_SENDER)
 
 
 def per_call(calls: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpt2trace.cli.common import console, err_console, fail, output, plain, trace_files
+from gpt2trace.cli.memory_tables import render_memory
 from gpt2trace.cli.tables import Col, print_table
 from gpt2trace.format.errors import OutputError, TraceError
 from gpt2trace.format.outputs import atomic_output
@@ -114,6 +115,7 @@ def render(out: Console, res: dict, top: int) -> None:
                      for r in s["phases"][:top]])
     if res.get("pipeline"):
         render_pipeline(out, res["pipeline"], top)
+    render_memory(out, res.get("memory"), top)
     levels = (p, p.get("mpi") or {}, p.get("threads") or {})
     pop_rows = [(label, *(_pct(lv[key]) if lv.get(key) is not None else None for lv in levels))
                 for key, label in _POP_ROWS]

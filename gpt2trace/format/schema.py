@@ -108,9 +108,12 @@ class Phase:
 
 
 class Counter:
-    """Counter names the trainer writes once per step and rank."""
-    LOSS, LR, GRAD_NORM, TOKENS = "loss", "lr", "grad_norm", "tokens"
-    ALL = (LOSS, LR, GRAD_NORM, TOKENS)
+    """Counter names: the trainer's, once per step and rank (trainer/names.py, held equal by a test), and the
+    tracer's `rss_bytes`, the rank's resident memory in bytes at each phase end (with the phase's step and
+    microstep)."""
+    LOSS, LR, GRAD_NORM, TOKENS, RSS_BYTES = "loss", "lr", "grad_norm", "tokens", "rss_bytes"
+    PER_STEP = (LOSS, LR, GRAD_NORM, TOKENS)
+    ALL = (*PER_STEP, RSS_BYTES)
 
 
 PHASES, COUNTERS = Phase.ALL, Counter.ALL

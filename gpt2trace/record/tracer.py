@@ -19,6 +19,10 @@ being written (the writer takes a window only when the previous one is on disk):
 step in progress), at ~0.75 ms a step on the loop's critical path. Ends other than a kill (`close`): a finished
 run keeps everything; a run stopped by an error keeps every whole step and drops the step it was in.
 
+Memory. At every phase end the main thread also records the process's resident memory (`rss_bytes` counter,
+gpt2trace.record.resident: one pread, ~1.4 us) with the phase's step and micro-batch, so a trace shows how much
+each rank holds after each forward, backward or optimizer step.
+
 Each step's end is recorded as a `trace_flush` phase on the main thread, in the next window: the tracer's own
 time on the loop (the bookkeeping at a step's end, the hand-over at a cut, a wait when the writer lags behind).
 Rows of a part are grouped by kind (states, kernels, phases, MPI calls, counters), each group in
@@ -40,12 +44,14 @@ from gpt2trace.format import communicators as comms
 from gpt2trace.format import schema as S
 from gpt2trace.format.writer import KIND_CODES, NULL, PartWriter, records_table
 from gpt2trace.record.recorder import NO_VALUE, Calls, KernelRecorder, call_meta
+from gpt2trace.record.resident import ResidentMemory
 from gpt2trace.record.thread_states import blocks_of, thread_states
 from gpt2trace.record.writer_thread import WriterThread
 
 # Main-thread states of the phases that are not computation.
 _PHASE_STATES = {S.Phase.DATALOAD: S.State.IO, S.Phase.CHECKPOINT: S.State.IO}
 FLUSH_PHASE = S.Phase.TRACE_FLUSH  # the tracer's own time at each step end, on the main thread
+RSS_COUNTER = S.Counter.RSS_BYTES  # the tracer's own counter: resident memory at each phase end
 # Columns some groups lack: their null and the dtype of the schema type.
 _FILL = {S.THREAD: (0, np.int32), S.STATE: (NULL, np.int16), S.NAME: (NULL, np.int32), S.STEP: (NULL, np.int32),
          S.LAYER: (NULL, np.int16), S.MICROSTEP: (NULL, np.int16), S.BYTES: (NULL, np.int64),
@@ -92,7 +98,8 @@ class Tracer:
         self._tid_index = np.zeros(1, dtype=np.int32)
         self._window_start = self.origin
         self._phases: list[tuple[str, int, int, int, int, int]] = []   # name, start, end, step, microstep, bytes
-        self._counters: list[tuple[str, int, float, int]] = []    # name, time, value, step
+        self._counters: list[tuple[str, int, float, int, int]] = []    # name, time, value, step, microstep
+        self._rss = ResidentMemory.open()
         # name, start, end, step, microstep, bytes, peer, seq, communicator, state, tag
         self._comms: list[tuple] = []
         self._communicators: dict[int, comms.Communicator] = {}
@@ -115,16 +122,20 @@ class Tracer:
 
     @contextlib.contextmanager
     def phase(self, name: str, nbytes: int | None = None) -> Iterator[None]:
-        """A `phase` record around the block; `nbytes` goes to its `bytes` column (a checkpoint's files)."""
+        """A `phase` record around the block, and the resident memory at its end; `nbytes` goes to its `bytes`
+        column (a checkpoint's files)."""
         t0 = time.monotonic_ns()
         try:
             yield
         finally:
-            self._phases.append((name, t0, time.monotonic_ns(), self.recorder.step, self.recorder.microstep,
-                                 NULL if nbytes is None else nbytes))
+            t1 = time.monotonic_ns()
+            step, micro = self.recorder.step, self.recorder.microstep
+            self._phases.append((name, t0, t1, step, micro, NULL if nbytes is None else nbytes))
+            if self._rss is not None:
+                self._counters.append((RSS_COUNTER, t1, float(self._rss.bytes()), step, micro))
 
     def counter(self, name: str, value: float) -> None:
-        self._counters.append((name, time.monotonic_ns(), float(value), self.recorder.step))
+        self._counters.append((name, time.monotonic_ns(), float(value), self.recorder.step, NO_VALUE))
 
     def comm(self, name: str, start_ns: int, end_ns: int, nbytes: int | None, peer: int | None, seq: int | None,
              state: int, communicator: int = comms.WORLD_ID, tag: int | None = None) -> None:
@@ -179,6 +190,8 @@ class Tracer:
                 self.recorder.take(0)
         finally:
             self._thread.close()
+            if self._rss is not None:
+                self._rss.close()
         self._thread.check()
 
     @property
@@ -286,6 +299,7 @@ class Tracer:
              S.COMMUNICATOR: comm_arr[:, 7], S.TAG: comm_arr[:, 8]},
             {S.KIND: S.Kind.COUNTER, S.THREAD: 0, S.START_NS: counter_t, S.END_NS: counter_t,
              S.NAME: self._codes([c[0] for c in co]), S.STEP: np.array([c[3] for c in co], dtype=np.int64),
+             S.MICROSTEP: np.array([c[4] for c in co], dtype=np.int64),
              S.VALUE: np.array([c[2] for c in co], dtype=np.float64)},
         ]
         return records_table(self._concat(groups), self._names_array, self.schema)

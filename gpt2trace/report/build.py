@@ -13,6 +13,7 @@ from gpt2trace.format.outputs import atomic_output
 from gpt2trace.format.reader import Trace
 from gpt2trace.report import colors, figures, page, tables
 from gpt2trace.report.comm_matrix import heatmap as comm_heatmap
+from gpt2trace.report.memory_figure import memory_per_rank
 from gpt2trace.report.pack import Blobs
 from gpt2trace.report.payload import page_data
 from gpt2trace.report.tables import esc
@@ -48,7 +49,8 @@ def build(trace: Trace, result: dict | None = None, steps: str | None = None,
     blobs = Blobs()
     figs = {"fig-steps": figures.step_durations(result), "fig-occupancy": figures.occupancy_levels(result),
             "fig-imbalance": figures.imbalance_heatmap(result), "fig-useful": figures.useful_histogram(result),
-            "fig-pipeline": figures.pipeline_bubble(result), "fig-comm-matrix": comm_heatmap(result)}
+            "fig-pipeline": figures.pipeline_bubble(result), "fig-comm-matrix": comm_heatmap(result),
+            "fig-memory": memory_per_rank(result)}
     data = page_data(tl, blobs, analyzed, figs, [colors.rank_color(i) for i in range(len(colors.RANK_RGB))],
                      (result.get("critical_path") or {}).get("segments"))
     name = Path(trace.name).name
@@ -121,6 +123,8 @@ def _sections(res: dict, tl, figs: dict, top: int, critical: bool) -> list[tuple
                         "kernel's mean over its threads (analyzed window): red = slower than the mean.", figs)
               + _figure("fig-useful", "Useful duration histogram", "Where the Running time goes by burst length "
                         "(a burst: uninterrupted Running time of one thread), as in Paraver.", figs)
+              + _figure("fig-memory", "Resident memory per rank", "Each rank's resident memory (RSS) sampled at "
+                        "every phase end; a point is the highest sample of its slice of the analyzed window.", figs)
               + "</div>")
     overview = ('<div class="grid"><div><h3>Summary</h3>' + tables.summary(res) + "</div><div><h3>Findings</h3>"
                 + tables.findings(res, top) + tables.warnings(res) + "</div></div>")

@@ -142,15 +142,19 @@ def check_running_per_step(trace: Trace) -> None:
                     f"step {step} thread {thread}: Running {run_ns} ns, kernel blocks {blocks_ns} ns"
 
 
-def check_steps(trace: Trace, steps: int, grad_accum: int, tokens: int, lr: float, closed: bool = True) -> None:
-    """Counters once per step (end == start), the phases of every step, the tracer's flushes (one per step;
-    the last flush's own `trace_flush` phase would be in the next window, which a killed run never writes)."""
+def check_steps(trace: Trace, steps: int, grad_accum: int, tokens: int, lr: float, closed: bool = True,
+                rss: bool = True) -> None:
+    """Counters once per step (end == start), the phases of every step, the resident memory at every phase end,
+    the tracer's flushes (one per step; the last flush's own `trace_flush` phase would be in the next window,
+    which a killed run never writes). `rss` False: a trace recorded before the tracer sampled memory, which has
+    no samples."""
     co = records(trace, S.Kind.COUNTER)
     assert (co[S.END_NS] == co[S.START_NS]).all() and co[S.VALUE].notna().all()
+    samples, co = co[co[S.NAME] == S.Counter.RSS_BYTES], co[co[S.NAME] != S.Counter.RSS_BYTES]
     counts = co.groupby([S.STEP, S.NAME]).size()
-    assert len(counts) == steps * len(S.COUNTERS) and (counts == 1).all(), f"counters per step:\n{counts}"
+    assert len(counts) == steps * len(S.Counter.PER_STEP) and (counts == 1).all(), f"counters per step:\n{counts}"
     if steps:
-        assert set(co[S.NAME]) == set(S.COUNTERS)
+        assert set(co[S.NAME]) == set(S.Counter.PER_STEP)
         assert (co[co[S.NAME] == S.Counter.TOKENS][S.VALUE] == tokens).all()
         assert (co[co[S.NAME] == "lr"][S.VALUE] == lr).all()
     ph = records(trace, S.Kind.PHASE)
@@ -163,6 +167,20 @@ def check_steps(trace: Trace, steps: int, grad_accum: int, tokens: int, lr: floa
         assert steps == 0 or (per_step[name] == n).all(), (name, per_step)
     flushes = ph[ph[S.NAME] == S.Phase.TRACE_FLUSH]
     assert flushes[S.STEP].isna().all() and len(flushes) == (steps if closed else max(steps - 1, 0))
+    # one sample at the end of each of the trainer's phases, with its rank, step and micro-batch
+    if not rss:
+        assert samples.empty, "resident memory samples in a trace said to have none"
+        return
+    cols = [S.RANK, S.END_NS, S.STEP, S.MICROSTEP]
+    assert _in_order(samples[cols]) == _in_order(ph[ph[S.NAME] != S.Phase.TRACE_FLUSH][cols]), \
+        "resident memory: not one sample at each phase end"
+    assert (samples[S.VALUE] > 0).all(), "resident memory: a sample <= 0"
+
+
+def _in_order(df: pd.DataFrame) -> list[list]:
+    """Rows as lists (None for nulls), sorted by the first two columns."""
+    df = df.sort_values(list(df.columns[:2]), kind="stable")
+    return df.astype(object).where(df.notna(), None).values.tolist()
 
 
 def check_messages(trace: Trace) -> None:
@@ -211,8 +229,9 @@ def check_messages(trace: Trace) -> None:
 
 def check_trace(path: Path, *, threads: int, steps: int, grad_accum: int = 1, n_layer: int = 2,
                 tokens: int | None = None, lr: float = 1e-3, closed: bool = True,
-                version: int = S.SCHEMA_VERSION) -> Trace:
-    """All of the above on a trace file written by `gpt2trace run` (or recovered); returns the loaded trace."""
+                version: int = S.SCHEMA_VERSION, rss: bool = True) -> Trace:
+    """All of the above on a trace file written by `gpt2trace run` (or recovered); returns the loaded trace.
+    `rss` False: recorded before the tracer sampled resident memory."""
     check_columns(path, version)
     trace = load(path)
     check_metadata(trace, threads, trace.run["train"]["steps"])
@@ -221,7 +240,7 @@ def check_trace(path: Path, *, threads: int, steps: int, grad_accum: int = 1, n_
     check_running_per_step(trace)
     check_messages(trace)
     if tokens is not None:
-        check_steps(trace, steps, grad_accum, tokens, lr, closed)
+        check_steps(trace, steps, grad_accum, tokens, lr, closed, rss)
     return trace
 
 

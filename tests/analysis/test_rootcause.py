@@ -2,6 +2,8 @@ import pytest
 
 from analysis import mpi, rootcause, segments, waits
 from analysis.window import select
+from gpt2trace.format.reader import Trace
+from gpt2trace.testing import synthetic as syn
 
 
 def _causes(trace):
@@ -44,6 +46,22 @@ def test_postings_do_not_restart_the_interval(bucketed):
     assert out["layer"].astype(object).where(out["layer"].notna(), None).tolist() == [0, 1, None]
     assert out["wait_s"].tolist() == pytest.approx([2 / 2.1, 2 / 2.1, 0.2 / 2.1])
     assert out["share"].sum() == pytest.approx(1.0)
+
+
+def test_irecv_wait_charged_to_the_late_senders_kernel():
+    # Step 0 is a forward phase [0,6] on both ranks;
+    # rank 0: matmul_forward L0 [0,5], MPI_Send [5,5.1] to 1
+    # rank 1: matmul_forward L0 [0,1], MPI_Irecv [1,1.1] from 0, gelu_forward L0 [1.1,2], MPI_Wait [2,5.2]
+    # The wait (Late Sender 5 - 2 = 3 s) compares rank 1 up to its wait, [0,2): matmul 1 s, gelu 0.9 s, outside
+    # 0.1 s (the posting synchronizes nothing), with rank 0 up to its send, [0,5): matmul 5 s. Excess: matmul 4 s
+    # only, so all 3 s go to the sender's matmul_forward.
+    recs = [syn.kernel(0, 0, 0, 5, "matmul_forward", 0, 0), syn.comm(0, 5, 5.1, "MPI_Send", peer=1),
+            syn.kernel(1, 0, 0, 1, "matmul_forward", 0, 0), syn.comm(1, 1, 1.1, "MPI_Irecv", peer=0),
+            syn.kernel(1, 0, 1.1, 2, "gelu_forward", 0, 0), syn.comm(1, 2, 5.2, "MPI_Wait"),
+            syn.phase(0, 0, 6, "forward", 0), syn.phase(1, 0, 6, "forward", 0)]
+    out = _causes(Trace.from_table(syn.from_records(recs)))
+    assert out[["rank", "kernel", "layer", "waits"]].values.tolist() == [[0, "matmul_forward", 0, 1]]
+    assert out["wait_s"].tolist() == pytest.approx([3.0])
 
 
 def test_no_waits_no_causes(serial):

@@ -52,6 +52,33 @@ ROOTED = [
     # A synchronous send from rank 1 at 1 whose receive on rank 0 starts at 4: Late Receiver, 3 s.
     ([syn.comm(1, 1, 4.1, "MPI_Ssend", peer=0), syn.comm(0, 4, 4.1, "MPI_Recv", peer=1)],
      [("Late Receiver", 1, 0, 3.0)]),
+    # MPI_Irecv on rank 1 from 0 posted at 1, its MPI_Wait enters at 2, the matching MPI_Send starts at 5: Late
+    # Sender in the wait, 5 - 2 = 3 s (the posting itself waits for nothing).
+    ([syn.comm(0, 5, 5.1, "MPI_Send", peer=1), syn.comm(1, 1, 1.1, "MPI_Irecv", peer=0),
+      syn.comm(1, 2, 5.2, "MPI_Wait")],
+     [("Late Sender", 1, 0, 3.0)]),
+    # Rank 1: MPI_Irecv from 0 at 1, MPI_Isend to 0 at 1.1, MPI_Wait [1.2,1.3] (the send's), MPI_Wait [1.3,6.2].
+    # Rank 0 sends at 6: the first wait ended before that, so it cannot complete the receive; the second waits
+    # 6 - 1.3 = 4.7 s. (Pairing the Irecv with the first wait would find 0.1 s.) Rank 0 receives the Isend at 6.1,
+    # long after it was sent: no wait there.
+    ([syn.comm(0, 6, 6.1, "MPI_Send", peer=1), syn.comm(0, 6.1, 6.2, "MPI_Recv", peer=1),
+      syn.comm(1, 1, 1.1, "MPI_Irecv", peer=0), syn.comm(1, 1.1, 1.2, "MPI_Isend", peer=0),
+      syn.comm(1, 1.2, 1.3, "MPI_Wait"), syn.comm(1, 1.3, 6.2, "MPI_Wait")],
+     [("Late Sender", 1, 0, 4.7)]),
+    # Rank 1 posts Irecvs from 0 and 2, then MPI_Waitall [1,7.1]; rank 0 sends at 3, rank 2 at 7: one wait, for the
+    # latest sender, 7 - 1 = 6 s, blaming rank 2.
+    ([syn.comm(0, 3, 3.1, "MPI_Send", peer=1), syn.comm(2, 7, 7.1, "MPI_Send", peer=1),
+      syn.comm(1, 0, 0.1, "MPI_Irecv", peer=0), syn.comm(1, 0.1, 0.2, "MPI_Irecv", peer=2),
+      syn.comm(1, 1, 7.1, "MPI_Waitall")],
+     [("Late Sender", 1, 2, 6.0)]),
+    # Rank 0's MPI_Waitall [1,5] completes an MPI_Iallreduce (rank 1 posts it at 2: 1 s of Wait at NxN) and an
+    # Irecv from rank 1 (sent at 4: 3 s of Late Sender): one call waits once, the longer 3 s. Rank 1's Waitall
+    # enters at 4.1, after every posting: no wait.
+    ([syn.comm(0, 0, 0.1, "MPI_Iallreduce", seq=0), syn.comm(0, 0.1, 0.2, "MPI_Irecv", peer=1),
+      syn.comm(0, 1, 5, "MPI_Waitall"),
+      syn.comm(1, 2, 2.1, "MPI_Iallreduce", seq=0), syn.comm(1, 4, 4.1, "MPI_Send", peer=0),
+      syn.comm(1, 4.1, 5, "MPI_Waitall")],
+     [("Late Sender", 0, 1, 3.0)]),
     # Without seq, collectives match by their order on each rank: the 2nd barrier waits 7 - 6 = 1 s on rank 0.
     ([syn.comm(0, 1, 2, "MPI_Barrier"), syn.comm(1, 1, 2, "MPI_Barrier"),
       syn.comm(0, 6, 8, "MPI_Barrier"), syn.comm(1, 7, 8, "MPI_Barrier")],
@@ -60,6 +87,7 @@ ROOTED = [
 
 
 @pytest.mark.parametrize("recs,expected", ROOTED, ids=["bcast", "reduce", "late-sender", "late-receiver",
+                                                      "irecv-wait", "wait-order", "waitall", "mixed-waitall",
                                                       "no-seq"])
 def test_scalasca_wait_states(recs, expected):
     _, w = _waits(Trace.from_table(syn.from_records(recs)))

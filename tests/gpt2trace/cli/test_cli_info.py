@@ -25,7 +25,10 @@ def test_trace_info_of_a_real_trace(real_trace):
     assert info["threads_per_rank"] == {"0": 2}
     assert (info["steps"], info["first_step"], info["last_step"]) == (3, 0, 2)
     assert info["records"] == sum(info["records_per_kind"].values()) == pq.read_metadata(rt.path).num_rows
-    assert info["records_per_kind"]["counter"] == 3 * len(S.COUNTERS) and info["records_per_kind"]["comm"] == 0
+    # per step: the trainer's 4 counters, and the resident memory at the end of its 5 phases (dataload, forward,
+    # backward, grad_sync, optimizer)
+    assert info["records_per_kind"]["counter"] == 3 * (len(S.Counter.PER_STEP) + 5)
+    assert info["records_per_kind"]["comm"] == 0
     assert info["start_ns"] == 0 and info["duration_s"] == pytest.approx(info["end_ns"] / 1e9)
     assert info["run"]["train"]["steps"] == 3 and info["machine"]["cores"] >= 1
     assert info["bytes"] == rt.path.stat().st_size

@@ -1,6 +1,6 @@
 """The schema is the one home of the trace's vocabulary: the trainer's phase and counter names are the schema's."""
 from gpt2trace.format import schema as S
-from gpt2trace.record.tracer import FLUSH_PHASE
+from gpt2trace.record.tracer import FLUSH_PHASE, RSS_COUNTER
 from trainer import names
 
 
@@ -11,7 +11,10 @@ def test_the_trainers_phases_are_the_schemas():
 
 
 def test_the_trainers_counters_are_the_schemas():
-    assert S.Counter.ALL == names.COUNTERS
+    # The tracer adds its own resident-memory counter; the per-step ones are the training loop's.
+    assert S.Counter.PER_STEP == names.COUNTERS
+    assert set(S.Counter.ALL) == set(names.COUNTERS) | {RSS_COUNTER}
+    assert len(S.Counter.ALL) == len(set(S.Counter.ALL))
 
 
 def test_compute_phases_are_phases():

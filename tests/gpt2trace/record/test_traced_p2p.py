@@ -4,7 +4,7 @@ a ring on a Split sub-communicator whose rank order is the world's reversed), re
 Checked: every record's call name, Paraver state, peer (a world rank), bytes, tag, communicator and micro-batch;
 the late sender's receiver waits in state 3 for about the sender's sleep; the message invariants; the Paraver
 export's 3: records carry the tags and the import gives the calls back; `analyze` (and `gpt2trace analyze`) finds
-the Late Sender waits and blames the late rank.
+the Late Sender waits and blames the late rank, in the MPI_Wait of an Irecv too.
 """
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from analysis import mpi, rootcause, segments, waits
 from analysis.analyze import analyze
+from analysis.window import select
 from gpt2trace.format import schema as S
 from gpt2trace.format.reader import check_states, load
 from gpt2trace.format.schema import State
@@ -164,6 +166,27 @@ def test_analyze_finds_the_late_sender(traces, ranks, late):
     run = CliRunner().invoke(app, ["analyze", str(traces[ranks]), "--json", "-"])
     assert run.exit_code == 0, run.output
     assert json.loads(run.stdout)["waits"]["states"] == result["waits"]["states"]
+
+
+@pytest.mark.mpi
+def test_the_wait_of_a_late_senders_irecv_is_a_late_sender(traces):
+    """Pair pattern 2: rank 1 posts MPI_Irecv and waits in MPI_Wait while rank 0 sleeps LATE_S before sending."""
+    trace = load(traces[2])
+    window = select(trace)
+    calls = mpi.calls(trace, window)
+    late = waits.wait_states(calls)
+    late = late[late["wait_state"] == waits.LATE_SENDER]
+    rec = _calls(trace)
+    wait = rec[(rec[S.RANK] == 1) & (rec[S.NAME] == "MPI_Wait") & (rec[S.MICROSTEP] == 2)].iloc[0]
+    at = late[calls[S.START_NS].to_numpy()[late["row"].to_numpy()] == wait[S.START_NS]]
+    assert len(at) == 1 and calls[S.NAME].iloc[int(at["row"].iloc[0])] == "MPI_Wait"
+    assert (int(at["rank"].iloc[0]), int(at["culprit"].iloc[0])) == (1, 0)
+    assert at["wait_ns"].iloc[0] >= LONG_NS
+    # charged to rank 0, which slept outside any kernel before its send
+    segs = segments.segments(segments.kernel_records(trace, window))
+    causes = rootcause.root_causes(calls, at, segs, window)
+    assert causes[["rank", "kernel"]].values.tolist() == [[0, rootcause.OUTSIDE]]
+    assert causes["wait_s"].sum() >= LONG_NS / 1e9
 
 
 class _Sink:

@@ -1,6 +1,6 @@
 """The Tracer as the training loop drives it, with hand-filled kernel slots: parts cut at step ends (every step,
-or by time), thread numbering, phases, counters, MPI calls (the comm sink), the flush phase, dropping a step cut
-short, a failing writer, merge."""
+or by time), thread numbering, phases, counters (the resident memory at phase ends too), MPI calls (the comm
+sink), the flush phase, dropping a step cut short, a failing writer, merge."""
 from __future__ import annotations
 
 import threading
@@ -14,7 +14,7 @@ from gpt2trace.format import schema as S
 from gpt2trace.format.errors import OutputError
 from gpt2trace.format.reader import check_states, load
 from gpt2trace.format.writer import merge_parts, part_files, parts_dir
-from gpt2trace.record.tracer import FLUSH_PHASE, Tracer, Window
+from gpt2trace.record.tracer import FLUSH_PHASE, RSS_COUNTER, Tracer, Window
 
 WORKER_TID, OTHER_TID = 900_001, 900_002   # fake OS thread ids; the main thread's is the real one
 ORIGIN = 1_000_000
@@ -73,7 +73,16 @@ def test_a_part_per_step_and_thread_numbering(tracer, tmp_path):
     assert kernels[S.NAME].tolist() == ["matmul_forward"] * 2 and kernels[S.STEP].tolist() == [0, 0]
     assert kernels[S.LAYER].tolist() == [0, 0] and kernels[S.MICROSTEP].tolist() == [0, 0]
     counters = part0[part0[S.KIND] == S.Kind.COUNTER]
-    assert counters[[S.NAME, S.STEP, S.VALUE]].values.tolist() == [["loss", 0, 2.5]]
+    # the resident memory at the end of each phase (dataload, forward; with its step and micro-batch), then the loss
+    got = counters[[S.NAME, S.STEP, S.MICROSTEP]].astype(object)
+    assert got.where(got.notna(), None).values.tolist() == [["rss_bytes", 0, 0], ["rss_bytes", 0, 0],
+                                                            ["loss", 0, None]]
+    phases = part0[(part0[S.KIND] == S.Kind.PHASE) & (part0[S.NAME] != FLUSH_PHASE)]
+    rss = counters[counters[S.NAME] == RSS_COUNTER]
+    assert rss[S.START_NS].tolist() == phases[S.END_NS].tolist() == rss[S.END_NS].tolist()
+    # this test process holds at least its Python and NumPy: tens of MB, far below a TB
+    assert (rss[S.VALUE] > 10e6).all() and (rss[S.VALUE] < 1e12).all()
+    assert counters[counters[S.NAME] == "loss"][S.VALUE].tolist() == [2.5]
     # rows grouped by kind, each kind in (thread, start) order
     assert list(dict.fromkeys(part0[S.KIND])) == [S.Kind.STATE, S.Kind.KERNEL, S.Kind.PHASE, S.Kind.COUNTER]
     part1 = feather.read_table(files[1]).to_pandas()
@@ -146,7 +155,8 @@ def test_close_and_merge_make_a_valid_trace(tracer, tmp_path):
     assert not parts_dir(path).exists()
     trace = load(path)
     assert check_states(trace) == [] and trace.run == {"model": {}}
-    assert trace.records(S.Kind.COUNTER).column(S.VALUE).to_pylist() == [2.5, 1.5, 0.5]
+    counters = trace.records(S.Kind.COUNTER).to_pandas()
+    assert counters[counters[S.NAME] == "loss"][S.VALUE].tolist() == [2.5, 1.5, 0.5]
 
 
 def test_parts_are_cut_by_time_at_step_ends(tmp_path):
@@ -161,7 +171,7 @@ def test_parts_are_cut_by_time_at_step_ends(tmp_path):
     files = part_files(parts_dir(tmp_path / "trace.parquet"))
     assert len(files) == 1 and tracer.steps_written == (0, 2)
     part = feather.read_table(files[0]).to_pandas()
-    assert part[part[S.KIND] == S.Kind.COUNTER][S.STEP].tolist() == [0, 1, 2]
+    assert part[part[S.KIND] == S.Kind.COUNTER][S.STEP].tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]   # rss x 2, loss
     # one trace_flush phase per step end, each in the window after it (here: the same, only window)
     assert (part[S.NAME] == FLUSH_PHASE).sum() == 3
 
@@ -181,7 +191,8 @@ def test_a_step_cut_short_is_dropped(tracer, tmp_path):
     trace = load(path)
     assert set(trace.records(S.Kind.KERNEL).column(S.STEP).to_pylist()) == {0}
     assert set(trace.records(S.Kind.PHASE).column(S.STEP).to_pylist()) == {0}
-    assert trace.records(S.Kind.COUNTER).num_rows == 1 and check_states(trace) == []
+    # step 0's loss and its two phase ends' resident memory; not the memory at the end of step 1's forward
+    assert trace.records(S.Kind.COUNTER).num_rows == 3 and check_states(trace) == []
     # the last step's trace_flush phase would be in the next window, which is not written
     assert FLUSH_PHASE not in trace.records(S.Kind.PHASE).column(S.NAME).to_pylist()
 

@@ -61,7 +61,11 @@ def _move_a_kernel_to_the_next_step(df):
 
 
 def _repeat_a_counter(df):
-    return pd.concat([df, df[df[S.KIND] == "counter"].head(1)])
+    return pd.concat([df, df[(df[S.KIND] == "counter") & (df[S.NAME] == S.Counter.LOSS)].head(1)])
+
+
+def _drop_a_memory_sample(df):
+    return df.drop(df.index[df[S.NAME] == S.Counter.RSS_BYTES][3])
 
 
 def _stretch_a_worker_block(df):
@@ -73,6 +77,7 @@ def _stretch_a_worker_block(df):
 BROKEN = [("gap in a worker's states", _drop_a_worker_state, "thread 1: gap or overlap"),
           ("kernel outside its phase", _move_a_kernel_to_the_next_step, "outside the compute phases"),
           ("counter twice in a step", _repeat_a_counter, "counters per step"),
+          ("phase end without memory", _drop_a_memory_sample, "resident memory: not one sample at each phase end"),
           ("kernel longer than Running", _stretch_a_worker_block, "thread 1: a kernel record is not inside Running")]
 
 
