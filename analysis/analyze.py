@@ -16,6 +16,7 @@ from analysis import (
     groups,
     memory,
     mpi,
+    network_load,
     pipeline,
     pop,
     rootcause,
@@ -76,11 +77,13 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
     pipe = pipeline.pipeline(trace, window, calls, wait_rows, segs)
     first_stage = tuple(r for p in pipe["ranks"] for r in p[:1]) if pipe else None   # each pipeline's tokens once
     mem = memory.memory(trace, window)                                          # resident memory per rank
+    summ = summary(trace, window, peak_gflops, first_stage)
+    links = network_load.link_load(trace, calls, len(window.steps), summ.get("step_s_median"))
     result = {
         "trace": trace.name,
         "window": {"t0_s": window.t0_ns / 1e9, "t1_s": window.t1_ns / 1e9, "steps": list(window.steps)},
         "summary": {k: (rows(v) if isinstance(v, pd.DataFrame) else v)
-                    for k, v in summary(trace, window, peak_gflops, first_stage).items()},
+                    for k, v in summ.items()},
         "pop": factors,
         "counters": counters.counters(trace, window, states),       # useful IPC and frequency (hardware counters)
         "parallel": layout,
@@ -91,6 +94,7 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
         "pipeline": {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in pipe.items()} if pipe else None,
         "comm_matrix": {k: rows(v) for k, v in comm_matrix(calls).items()},    # bytes, seconds per rank pair
         "memory": {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in mem.items()} if mem else None,
+        "network_links": rows(links) if links is not None else None,          # an emulated cluster's link load
         "root_causes": [{**r, "text": rootcause.sentence(r)} for r in rows(causes)],
         "states": {k: rows(v) for k, v in state_profile(states, window).items()},
         "occupancy": {"mean_occupancy": float(per_rank["mean_occupancy"].mean()) if len(per_rank) else None,

@@ -92,6 +92,11 @@ def _details(result: dict, mpi_losses: list[str]) -> dict[str, list[dict]]:
     if mpi_losses:
         key = mpi_losses[0]                              # waits feed every MPI-level loss: the largest holds them
         total = result["waits"]["total_wait_s"]
+        links = result.get("network_links")
+        if links and links[0]["bytes_per_step"] > 0:
+            out.setdefault(key, []).append(_finding("network_links[0]", None,
+                                                    f"Behind the MPI-level losses: {_link_text(links)}",
+                                                    f"pop.lost.{key}"))
         if result.get("pipeline") and result["pipeline"].get("bubble") is not None:
             out.setdefault(key, []).append(_finding("pipeline.bubble", None,
                                                     f"Behind the MPI-level losses: {_bubble_text(result['pipeline'])}",
@@ -118,6 +123,19 @@ def _details(result: dict, mpi_losses: list[str]) -> dict[str, list[dict]]:
             f"{k['sync_s']:.4g} s in Synchronization at the end of {k['kernel']}{where}, the most of any kernel "
             f"(mean occupancy {k['mean_occupancy']:.2f} threads).", "pop.lost.region_load_balance"))
     return out
+
+
+def _link_text(links: list[dict]) -> str:
+    """The busiest link of an emulated cluster, against the next one."""
+    top = links[0]
+    ranks = top["ranks"]
+    who = f"ranks {ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else f"rank {ranks[0]}"
+    share = f", {top['share_of_step']:.0%} of the median step" if top.get("share_of_step") is not None else ""
+    other = (f"; the next busiest carries {links[1]['bytes_per_step'] / top['bytes_per_step']:.0%} of that"
+             if len(links) > 1 and top["bytes_per_step"] > 0 else "")
+    return (f"the emulated network's link of node {top['node']} ({who}) is the busiest: "
+            f"{top['bytes_per_step'] / 1e6:.3g} MB per step through it, {top['link_s_per_step']:.4g} s at its "
+            f"bandwidth{share}, mostly {top['top_call']}{other}.")
 
 
 def _bubble_text(p: dict) -> str:

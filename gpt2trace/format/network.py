@@ -102,6 +102,28 @@ class Network:
         return self.collective_ns(name, nbytes, len(nodes))
 
 
+def link_bytes(name: str, nbytes: float, member_nodes: list[int], root_node: int | None = None,
+               rooted: str = "flat") -> dict[int, float]:
+    """Bytes each node's link carries (in + out) for the blocking collective `name` on members placed on
+    `member_nodes`: the traffic `on_nodes` prices. Rooted collectives (flat): every off-node member's part through
+    the root node's link, and one part through each off-node member's node link; ring collectives: 2(k-1)/k n for
+    an allreduce, (k-1)/k n for the others, through every node's link; nothing inside one node."""
+    nodes = sorted(set(member_nodes))
+    k = len(nodes)
+    if k <= 1:
+        return {}
+    if name in FLAT_ROOTED and rooted == "flat":
+        home = root_node if root_node is not None else member_nodes[0]
+        out: dict[int, float] = {}
+        for n in member_nodes:
+            if n != home:
+                out[n] = out.get(n, 0.0) + nbytes
+                out[home] = out.get(home, 0.0) + nbytes
+        return out
+    share = 2 * (k - 1) / k if name == "MPI_Allreduce" else (k - 1) / k
+    return dict.fromkeys(nodes, share * nbytes)
+
+
 def placement(ranks: int, nodes: int) -> list[int]:
     """The node of each rank when `ranks` fill `nodes` in blocks of ceil(ranks / nodes), in rank order (as mpiexec
     fills nodes): 9 ranks on 5 nodes are {0,1} {2,3} {4,5} {6,7} {8}."""
