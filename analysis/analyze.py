@@ -102,7 +102,8 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
                       **{k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in occ.items()}},
         "step_phases": {k: rows(v) for k, v in step_phases(trace).items()},      # every step, not only the window
         "kernel_threads": rows(kernel_threads(kern)),
-        "critical_path": {k: (rows(v) if isinstance(v, pd.DataFrame) else v)
+        # the path's segments as columns: one row per stretch would be most of the JSON on a large trace
+        "critical_path": {k: (columns(v) if k == "segments" else rows(v) if isinstance(v, pd.DataFrame) else v)
                           for k, v in critical_path_tables(trace, window, calls, kern).items()},
         "bursts": {"edges_s": burst_hist["edges_s"], "cells": rows(burst_hist["cells"])},
         "warnings": warnings,
@@ -125,11 +126,38 @@ def analyze_many(traces: list[Trace], steps: str | None = None, top: int = 10,
 
 
 def rows(df: pd.DataFrame) -> list[dict]:
-    return [jsonable(r) for r in df.to_dict("records")]
+    """The table's rows as plain dicts (what jsonable gives, column by column: a 100,000-row table in a fraction of
+    the time of a per-cell walk)."""
+    names = [str(c) for c in df.columns]
+    cols = [_plain_column(df[c]) for c in df.columns]
+    return _Plain([dict(zip(names, values)) for values in zip(*cols)] if cols else [{} for _ in range(len(df))])
+
+
+def columns(df: pd.DataFrame) -> dict[str, list]:
+    """The table as {column: plain values}, for long tables of few columns."""
+    return {str(c): _Plain(_plain_column(df[c])) for c in df.columns}
+
+
+class _Plain(list):
+    """Rows already made of plain values: the final jsonable pass over the result leaves them as they are."""
+
+
+def _plain_column(col: pd.Series) -> list:
+    values = col.to_numpy()
+    if values.dtype.kind in "iub":
+        return values.tolist()
+    if values.dtype.kind == "f":
+        out = values.tolist()
+        if not np.isfinite(values).all():
+            out = [v if math.isfinite(v) else None for v in out]
+        return out
+    return [jsonable(v) for v in values.tolist()]
 
 
 def jsonable(obj):
     """Plain Python values for json.dumps: NumPy scalars unwrapped, NaN / NA as None."""
+    if isinstance(obj, _Plain):
+        return obj
     if isinstance(obj, dict):
         return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

@@ -84,21 +84,27 @@ def _regions(kern: Records) -> pd.DataFrame:
     cols = [RANK, START_NS, END_NS, THREAD, "block_ns", NAME, LAYER]
     if not len(kern):
         return pd.DataFrame({c: np.zeros(0, np.int64) for c in cols})
-    df = pd.DataFrame({RANK: kern[RANK].astype(np.int64), THREAD: kern[THREAD].astype(np.int64),
-                       START_NS: kern[START_NS], END_NS: kern[END_NS], NAME: kern[NAME].astype(np.int64),
-                       LAYER: kern[LAYER].astype(np.int64)})
-    df = df[df[END_NS] > df[START_NS]].sort_values([RANK, START_NS], kind="stable").reset_index(drop=True)
-    rank, start, end = df[RANK].to_numpy(), df[START_NS].to_numpy(), df[END_NS].to_numpy()
-    reach = df[END_NS].groupby(df[RANK]).cummax().to_numpy()
-    cut = np.ones(len(df), dtype=bool)
-    cut[1:] = (rank[1:] != rank[:-1]) | (start[1:] >= reach[:-1])
-    df["region"] = np.cumsum(cut) - 1
-    last = df.sort_values(["region", END_NS, THREAD], ascending=[True, False, True], kind="stable")
-    last = last.drop_duplicates("region").set_index("region").sort_index()
+    rank, thread = kern[RANK].astype(np.int64), kern[THREAD].astype(np.int64)
+    start, end = kern[START_NS].astype(np.int64), kern[END_NS].astype(np.int64)
+    name, layer = kern[NAME].astype(np.int64), kern[LAYER].astype(np.int64)
+    keep = np.flatnonzero(end > start)
+    order = keep[np.lexsort((start[keep], rank[keep]))]          # (rank, start), stable
+    rank, thread, start, end, name, layer = (a[order] for a in (rank, thread, start, end, name, layer))
+    # reach: the latest end so far on the rank (a cumulative max restarted at each rank)
+    first_of_rank = np.r_[True, rank[1:] != rank[:-1]]
+    reach = end.copy()
+    bounds = np.flatnonzero(first_of_rank)
+    for a, b in zip(bounds, np.r_[bounds[1:], len(end)]):        # one cumulative max per rank (few ranks)
+        reach[a:b] = np.maximum.accumulate(end[a:b])
+    cut = np.ones(len(end), dtype=bool)
+    cut[1:] = first_of_rank[1:] | (start[1:] >= reach[:-1])
+    region = np.cumsum(cut) - 1
+    # the record of each region that ends last (ties: the lowest thread): the one the join waits for
+    by_end = np.lexsort((thread, -end, region))
+    last = by_end[np.r_[True, region[by_end][1:] != region[by_end][:-1]]]
     first = np.flatnonzero(cut)
     return pd.DataFrame({RANK: rank[first], START_NS: start[first], END_NS: np.maximum.reduceat(end, first),
-                         THREAD: last[THREAD].to_numpy(), "block_ns": last[START_NS].to_numpy(),
-                         NAME: last[NAME].to_numpy(), LAYER: last[LAYER].to_numpy()})
+                         THREAD: thread[last], "block_ns": start[last], NAME: name[last], LAYER: layer[last]})
 
 
 @dataclass(frozen=True)
@@ -365,6 +371,8 @@ def _phases(pieces: pd.DataFrame, phases: pd.DataFrame) -> np.ndarray:
 
 # ---------- tables ----------
 
+PER_STEP_ITEMS = 10     # the largest items of each step's path that `tables` lists (every one is in `items`)
+
 def critical_path_tables(trace: Trace, window: Window, calls: pd.DataFrame | None = None,
                          kern: Records | None = None) -> dict:
     """`tables` of the window's critical path (what `analyze` reports under `critical_path`)."""
@@ -391,24 +399,33 @@ def tables(cp: CriticalPath) -> dict:
     items[LAYER] = _layers(items[LAYER])
     phases = shares(df.groupby("phase", as_index=False).agg(time_s=("time_s", "sum")), length / NS)
     lanes = shares(df.groupby([RANK, THREAD], as_index=False).agg(time_s=("time_s", "sum")), length / NS)
-    per_step, steps = [], []
-    for step, sub in df[df[STEP] >= 0].groupby(STEP):                  # one iteration per step
-        total = sub["time_s"].sum()
-        its = shares(sub.groupby(keys, as_index=False).agg(time_s=("time_s", "sum")), total)
-        its[LAYER] = _layers(its[LAYER])
-        its.insert(0, STEP, int(step))
-        per_step.append(its)
-        ranks = sub[RANK].to_numpy()
-        steps.append({STEP: int(step), "length_s": total, "switches": int((ranks[1:] != ranks[:-1]).sum()),
-                      "ranks": sorted(int(r) for r in np.unique(ranks)),
-                      "top": f"{its[NAME].iloc[0]}" + (f" (layer {its[LAYER].iloc[0]})"
-                                                       if its[LAYER].iloc[0] is not None else "")})
+    # per step, in one grouping (a per-step loop costs seconds on 10 M records)
+    stepped = df[df[STEP] >= 0]
+    per_step = (stepped.groupby([STEP] + keys, as_index=False, dropna=False).agg(time_s=("time_s", "sum")))
+    totals = per_step.groupby(STEP)["time_s"].transform("sum")
+    per_step["share"] = np.where(totals > 0, per_step["time_s"] / totals.where(totals > 0, 1.0), 0.0)
+    per_step = per_step.sort_values([STEP, "time_s"], ascending=[True, False], kind="stable").reset_index(drop=True)
+    per_step[LAYER] = _layers(per_step[LAYER])
+    top_items = per_step.groupby(STEP).head(PER_STEP_ITEMS).reset_index(drop=True)
+    steps = []
+    if len(stepped):
+        st, rk = stepped[STEP].to_numpy(), stepped[RANK].to_numpy()
+        switch = np.r_[False, (rk[1:] != rk[:-1]) & (st[1:] == st[:-1])]
+        length_by = stepped.groupby(STEP)["time_s"].sum()
+        switches = pd.Series(switch, index=stepped.index).groupby(st).sum()
+        ranks_by = stepped.groupby(STEP)[RANK].unique()
+        top = top_items.groupby(STEP).head(1).set_index(STEP)
+        for step in length_by.index:
+            layer = top.at[step, LAYER]
+            steps.append({STEP: int(step), "length_s": float(length_by[step]), "switches": int(switches[step]),
+                          "ranks": sorted(int(r) for r in ranks_by[step]),
+                          "top": f"{top.at[step, NAME]}" + (f" (layer {layer})" if layer is not None else "")})
     return {"length_s": length / NS, "window_s": window_s,
             "length_ratio": length / (cp.t1_ns - cp.t0_ns) if cp.t1_ns > cp.t0_ns else None,
             "clock_violations": cp.clock_violations,
             "rank_switches": int((p[RANK].to_numpy()[1:] != p[RANK].to_numpy()[:-1]).sum()),
             "items": items, "phases": phases, "lanes": lanes, "steps": steps,
-            "per_step": pd.concat(per_step, ignore_index=True) if per_step else pd.DataFrame(),
+            "per_step": top_items,
             "segments": segments(p)}
 
 

@@ -136,24 +136,25 @@ PANELS = {
 
 
 def page_data(tl: Timeline, blobs: Blobs, analyzed: tuple[int, int], figures: dict,
-              rank_colors: list[str], critical_segments: list[dict] | None = None) -> PageData:
-    """`critical_segments` are the `segments` of analyze's `critical_path` (rank, thread, start_s, end_s)."""
+              rank_colors: list[str], critical_segments: dict | None = None) -> PageData:
+    """`critical_segments` are the `segments` of analyze's `critical_path`: columns rank, thread, start_s, end_s."""
     return {"timeline": timeline_data(tl, blobs, analyzed), "figures": figures, "rankColors": rank_colors,
             "constants": {"viewKeys": {name.lower(): key for name, key in vars(ViewKey).items()
                                        if isinstance(key, str) and name.isupper()},
                           "runningState": int(State.RUNNING)},
-            "criticalPath": critical_path_data(tl, critical_segments or [], blobs)}
+            "criticalPath": critical_path_data(tl, critical_segments or {}, blobs)}
 
 
-def critical_path_data(tl: Timeline, segments: list[dict], blobs: Blobs) -> CriticalPathData | None:
+def critical_path_data(tl: Timeline, segments: dict, blobs: Blobs) -> CriticalPathData | None:
     """The path's stretches on the kernels view's lanes (rank.thread rows), as exact records travel."""
     view = next((v for v in tl.views if v.key == ViewKey.KERNELS), None)
-    if view is None or not segments:
+    if view is None or not segments or not len(segments.get("rank", ())):
         return None
     lane_of = {label: i for i, label in enumerate(view.lanes)}
-    lane = np.array([lane_of.get(f"{s['rank']}.{s['thread']}", -1) for s in segments], dtype=np.int64)
-    start = np.array([round(s["start_s"] * 1e9) for s in segments], dtype=np.int64)
-    end = np.array([round(s["end_s"] * 1e9) for s in segments], dtype=np.int64)
+    lane = np.array([lane_of.get(f"{r}.{t}", -1) for r, t in zip(segments["rank"], segments["thread"])],
+                    dtype=np.int64)
+    start = np.rint(np.asarray(segments["start_s"], dtype=np.float64) * 1e9).astype(np.int64)
+    end = np.rint(np.asarray(segments["end_s"], dtype=np.float64) * 1e9).astype(np.int64)
     keep = lane >= 0
     lane, start, end = lane[keep], start[keep], end[keep]
     return {"n": int(len(lane)), "view": view.key,
