@@ -13,13 +13,12 @@ import argparse
 import json
 import os
 import platform
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
+from child import run
 from rich.console import Console
 from rich.table import Table
 
@@ -43,15 +42,9 @@ CLI = "import sys; from gpt2trace.cli.main import app; app(prog_name='gpt2trace'
 
 def measured(args: list[str]) -> dict:
     """Runs a child Python: wall seconds from the parent, its own peak RSS (MB, from wait4), exit code, output."""
-    t = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out = proc.stdout.read()
-    err = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return {"wall_s": wall, "peak_rss_mb": usage.ru_maxrss / 1024, "exit_code": proc.returncode,
-            "stdout": out, "stderr": err.strip().splitlines()[-1:] if err.strip() else []}
+    child = run(args)
+    return {"wall_s": child.wall_s, "peak_rss_mb": child.peak_rss_mb, "exit_code": child.exit_code,
+            "stdout": child.stdout, "stderr": child.stderr.strip().splitlines()[-1:] if child.stderr.strip() else []}
 
 
 def config(opts) -> synthetic.SyntheticConfig:

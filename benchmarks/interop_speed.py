@@ -18,10 +18,10 @@ import platform
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 
+from child import run
 from rich.console import Console
 from rich.table import Table
 
@@ -67,16 +67,12 @@ print(json.dumps({"in_process_s": time.perf_counter() - t, "records": out.record
 
 def measured(args: list[str]) -> dict:
     """Runs a child Python: wall seconds from the parent, its peak RSS (MB, from wait4), and its JSON line."""
-    t = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = proc.stdout.read(), proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    result = {"wall_s": time.perf_counter() - t, "peak_rss_mb": usage.ru_maxrss / 1024,
-              "exit_code": os.waitstatus_to_exitcode(status)}
-    if result["exit_code"] == 0:
-        result.update(json.loads(out.strip().splitlines()[-1]))
+    child = run(args)
+    result = {"wall_s": child.wall_s, "peak_rss_mb": child.peak_rss_mb, "exit_code": child.exit_code}
+    if child.exit_code == 0:
+        result.update(json.loads(child.stdout.strip().splitlines()[-1]))
     else:
-        result["error"] = err.strip().splitlines()[-1:]
+        result["error"] = child.stderr.strip().splitlines()[-1:]
     return result
 
 

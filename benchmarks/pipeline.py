@@ -18,20 +18,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from child import run
+
+from trainer.cpu import cpu_model
+
 RESULTS = Path(__file__).resolve().parent / "results"
 CORES = len(os.sched_getaffinity(0))
-# Runs a command and prints the peak RSS of its largest descendant (ru_maxrss of the children it waited for, which
-# includes theirs: mpiexec waits for the ranks), so that each configuration's peak is its own.
-PEAK_RSS = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]).returncode; "
-            "print('peak_rss_kb', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
-            "sys.exit(r)")
 
 
 def run_config(args, pp: int, schedule: str, micro: int, workdir: Path) -> dict:
@@ -44,14 +41,13 @@ def run_config(args, pp: int, schedule: str, micro: int, workdir: Path) -> dict:
         cmd += ["--pp", str(pp), "--pp-schedule", schedule]
     if args.recompute:
         cmd += ["--recompute"]
-    out = subprocess.run([sys.executable, "-c", PEAK_RSS, *cmd], capture_output=True, text=True)
-    if out.returncode != 0:
+    out = run(cmd[1:])                                       # cmd[0] is this Python
+    if out.exit_code != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
-    rss_kb = int(out.stderr.strip().splitlines()[-1].split()[-1])
     steps = [json.loads(line) for line in metrics.read_text().splitlines()][1:]       # step 0: warm-up
     row = {"pp": pp, "schedule": schedule if pp > 1 else None, "micro_batches": micro, "ranks": pp, "dp": 1,
            "micro_batch": args.batch, "global_batch": args.batch * micro, "oversubscribed": pp > CORES,
-           "step_ms": [s["ms"] for s in steps], "tokens_per_step": steps[0]["tokens"], "peak_rss_mb": rss_kb / 1024}
+           "step_ms": [s["ms"] for s in steps], "tokens_per_step": steps[0]["tokens"], "peak_rss_mb": out.peak_rss_mb}
     row |= from_trace(trace, pp)
     trace.unlink()
     return row
@@ -106,7 +102,7 @@ def main() -> None:
                 "bubble_theory": (row["pp"] - 1) / (row["micro_batches"] + row["pp"] - 1),
                 "tflops_per_core": 2 * row["num_parameters"] * passes * tok_s / row["ranks"] / 1e12}
         table.append(row)
-    cpu = _cpu_name()
+    cpu = cpu_model()
     print(f"pipeline parallelism: {args.model} B={args.batch} T={args.seq_len}, 1 thread per rank, "
           f"{args.steps} timed step(s) x {args.rounds} round(s), {CORES} cores ({cpu})")
     print(f"{'ranks':>5} {'DP':>3} {'PP':>3} {'sched':>6} {'GAS':>4} {'mb':>3} {'gbatch':>6} {'ms/step':>9} "
@@ -122,16 +118,6 @@ def main() -> None:
     out = RESULTS / "pipeline.json"
     out.write_text(json.dumps({"config": vars(args), "cores": CORES, "cpu": cpu, "rows": table}, indent=1))
     print(f"wrote {out}")
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 if __name__ == "__main__":

@@ -18,21 +18,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from child import run
+
+from trainer.cpu import cpu_model
+
 RESULTS = Path(__file__).resolve().parent / "results"
 CORES = len(os.sched_getaffinity(0))
 STUDY_WAIT_MS = 100      # the porting study: rank 0 waits ~100 ms per attention backward at T=1024 (contiguous)
-# Runs a command and prints the peak RSS of its largest descendant (ru_maxrss of the children it waited for, which
-# includes theirs: mpiexec waits for the ranks), so that each configuration's peak is its own.
-PEAK_RSS = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]).returncode; "
-            "print('peak_rss_kb', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
-            "sys.exit(r)")
 
 
 def run_config(args, ranks: int, split: str, workdir: Path) -> dict:
@@ -44,13 +41,12 @@ def run_config(args, ranks: int, split: str, workdir: Path) -> dict:
            "--sp-split", split, "--sp-reduce", args.sp_reduce, "--trace", str(trace), "--metrics-json", str(metrics)]
     if args.max_seq_len:
         cmd += ["--max-seq-len", str(args.max_seq_len)]
-    out = subprocess.run([sys.executable, "-c", PEAK_RSS, *cmd], capture_output=True, text=True)
-    if out.returncode != 0:
+    out = run(cmd[1:])                                       # cmd[0] is this Python
+    if out.exit_code != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
-    rss_kb = int(out.stderr.strip().splitlines()[-1].split()[-1])
     steps = [json.loads(line) for line in metrics.read_text().splitlines()][1:]       # step 0: warm-up
     row = {"ranks": ranks, "split": split if ranks > 1 else None, "oversubscribed": ranks > CORES,
-           "step_ms": [s["ms"] for s in steps], "peak_rss_mb": rss_kb / 1024}
+           "step_ms": [s["ms"] for s in steps], "peak_rss_mb": out.peak_rss_mb}
     row |= from_trace(trace, ranks)
     trace.unlink()
     return row
@@ -146,7 +142,7 @@ def main() -> None:
         r["activation_vs_1_rank"] = r["activation_mb_per_rank"] / base["activation_mb_per_rank"]
 
     print(f"\n{args.model} B=1 T={args.seq_len}, --sp-reduce {args.sp_reduce}, 1 thread per rank, {args.steps} timed "
-          f"step(s) x {args.rounds} round(s), {CORES} cores ({_cpu_name()})")
+          f"step(s) x {args.rounds} round(s), {CORES} cores ({cpu_model()})")
     print(f"{'ranks':>5} {'split':<11} {'ms/step':>9} {'spread':>7} {'speedup':>7} {'attn fwd':>8} {'attn bwd':>8} "
           f"{'sp wait s':>9} {'r0 wait ms':>10} {'act MB':>8} {'act x':>6} {'RSS MB':>7}  note")
     for r in rows:
@@ -161,19 +157,9 @@ def main() -> None:
           f"backward (the study: ~{STUDY_WAIT_MS} ms at T=1024, contiguous); act: activation buffers per rank")
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / "seq_split.json"
-    out.write_text(json.dumps({"config": vars(args), "cores": CORES, "cpu": _cpu_name(), "rows": rows,
+    out.write_text(json.dumps({"config": vars(args), "cores": CORES, "cpu": cpu_model(), "rows": rows,
                                "study_rank0_wait_ms": STUDY_WAIT_MS, "load_avg": os.getloadavg()}, indent=1))
     print(f"wrote {out}")
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 if __name__ == "__main__":
