@@ -5,9 +5,7 @@ writes JSON. The analyses load inside the command, so the CLI starts fast.
 """
 from __future__ import annotations
 
-import json
 import math
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -16,11 +14,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpt2trace.cli.common import console, err_console, fail, output, plain, trace_files
+from gpt2trace.cli.common import console, err_console, fail, json_output, output, plain, trace_files
 from gpt2trace.cli.memory_tables import render_memory
 from gpt2trace.cli.tables import Col, print_table
 from gpt2trace.format.errors import OutputError, TraceError
-from gpt2trace.format.outputs import atomic_output
 
 TRACES_HELP = ("Trace file(s): Parquet, or Paraver .prv/.prv.gz (with its .pcf and .row beside it); with several, "
                "a model-factors table with the first as reference.")
@@ -48,11 +45,11 @@ def analyze(
         fail("--html takes one trace; run gpt2trace report on each trace")
     if peak_gflops is not None and not (math.isfinite(peak_gflops) and peak_gflops > 0):
         fail(f"--peak-gflops {peak_gflops}: give the sgemm GFLOP/s per core, a positive finite number")
-    to_stdout = json_out is not None and str(json_out) == "-"
     inputs = trace_files(traces)
-    json_file = output(json_out, inputs, "--json") if json_out is not None and not to_stdout else None
+    json_target = json_output(json_out, inputs)
+    to_stdout = json_target is not None and json_target.to_stdout
     html_file = output(html_out, inputs, "--html") if html_out is not None else None
-    if json_file and html_file and json_file.path.resolve() == html_file.path.resolve():
+    if json_target and json_target.file and html_file and json_target.file.path.resolve() == html_file.path.resolve():
         fail(f"--json and --html both name {html_out}; give each its own file")
 
     from analysis.analyze import analyze_many
@@ -67,14 +64,8 @@ def analyze(
         fail(str(exc))
     said = err_console if to_stdout else console            # where "written to" lines go
     try:
-        if json_out is not None:
-            text = json.dumps(result if len(traces) > 1 else result["traces"][0], indent=1) + "\n"
-            if to_stdout:
-                sys.stdout.write(text)
-            else:
-                with atomic_output(json_file.path) as tmp:
-                    tmp.write_text(text)
-                said.print(f"JSON: {json_file.shown()}", soft_wrap=True)
+        if json_target is not None:
+            json_target.write(result if len(traces) > 1 else result["traces"][0], said)
         if html_file is not None:
             from gpt2trace.report import write as write_report
             write_report(loaded[0], html_file.path, result=result["traces"][0], steps=steps, top=top)

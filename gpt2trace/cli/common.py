@@ -9,8 +9,10 @@ fails and an error stays one line.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +23,7 @@ from rich.console import Console, ConsoleDimensions
 from rich.text import Text
 
 from gpt2trace.format.errors import OutputError
-from gpt2trace.format.outputs import check_output
+from gpt2trace.format.outputs import atomic_output, check_output
 
 EXIT_USAGE = 2
 PIPED_WIDTH = 140       # a pipe or a log file gets room for the tables; COLUMNS, when set, wins
@@ -94,6 +96,37 @@ def output(path: str | os.PathLike, inputs: Iterable[str | os.PathLike | None] =
     except OutputError as exc:
         fail(str(exc))
     return Output(checked, checked.exists())
+
+
+@dataclass(frozen=True)
+class JsonOutput:
+    """Where a command's --json goes: a checked file, or stdout for '-' (which then replaces the tables)."""
+    file: Output | None         # None: stdout
+
+    @property
+    def to_stdout(self) -> bool:
+        return self.file is None
+
+    def write(self, data, said: Console = console) -> None:
+        """The JSON, written whole under a temporary name and renamed (a full disk: one line, no file), and a line
+        on `said` naming the file."""
+        text = json.dumps(data, indent=1) + "\n"
+        if self.file is None:
+            sys.stdout.write(text)
+            return
+        try:
+            with atomic_output(self.file.path) as tmp:
+                tmp.write_text(text)
+        except OutputError as exc:
+            fail(str(exc))
+        said.print(f"JSON: {self.file.shown()}", soft_wrap=True)
+
+
+def json_output(path: str | os.PathLike | None, inputs: Iterable[str | os.PathLike | None]) -> JsonOutput | None:
+    """--json PATH checked before the work (as `output`), '-' for stdout; None without --json."""
+    if path is None:
+        return None
+    return JsonOutput(None if str(path) == "-" else output(path, inputs, "--json"))
 
 
 def trace_files(traces: Iterable[str | os.PathLike]) -> list[Path]:

@@ -5,8 +5,6 @@ the tables, or writes JSON.
 """
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -14,10 +12,9 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from gpt2trace.cli.common import console, err_console, fail, output, plain, trace_files
+from gpt2trace.cli.common import console, err_console, fail, json_output, plain, trace_files
 from gpt2trace.cli.tables import Col, print_table
-from gpt2trace.format.errors import OutputError, TraceError
-from gpt2trace.format.outputs import atomic_output
+from gpt2trace.format.errors import TraceError
 
 # How the changes table names each category.
 CATEGORY_LABELS = {"kernel": "kernel", "kernel_layer": "kernel", "phase": "phase", "mpi": "MPI call",
@@ -37,9 +34,7 @@ def diff(
 ) -> None:
     """What changed from run A to run B per step (kernels, phases, MPI calls, thread states, POP factors) and
     what made B faster or slower."""
-    to_stdout = json_out is not None and str(json_out) == "-"
-    inputs = trace_files([a, b])
-    json_file = output(json_out, inputs, "--json") if json_out is not None and not to_stdout else None
+    json_target = json_output(json_out, trace_files([a, b]))
 
     from analysis.analyze import analyze
     from analysis.diff import DiffError
@@ -63,17 +58,10 @@ def diff(
         result = compare(*results)
     except DiffError as exc:
         fail(str(exc))
-    if json_out is not None:
-        text = json.dumps(result, indent=1) + "\n"
-        if to_stdout:
-            sys.stdout.write(text)
+    if json_target is not None:
+        json_target.write(result, err_console)
+        if json_target.to_stdout:
             return
-        try:
-            with atomic_output(json_file.path) as tmp:
-                tmp.write_text(text)
-        except OutputError as exc:
-            fail(str(exc))
-        err_console.print(f"JSON: {json_file.shown()}", soft_wrap=True)
     render(console, result, top)
 
 

@@ -5,19 +5,16 @@ POP factors side by side or writes JSON.
 """
 from __future__ import annotations
 
-import json
 import math
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.text import Text
 
-from gpt2trace.cli.common import console, err_console, fail, output, plain, trace_files
+from gpt2trace.cli.common import console, err_console, fail, json_output, plain, trace_files
 from gpt2trace.cli.tables import Col, print_table
-from gpt2trace.format.errors import OutputError, TraceError
-from gpt2trace.format.outputs import atomic_output
+from gpt2trace.format.errors import TraceError
 
 _POP_ROWS = (("parallel_efficiency", "parallel efficiency"), ("load_balance", "  load balance"),
              ("communication_efficiency", "  communication eff."), ("serialization_efficiency", "    serialization"),
@@ -68,8 +65,7 @@ def whatif(
         except NetworkError as exc:
             fail(str(exc))
     factors = tuple(_factor(s) for s in scale or ())
-    to_stdout = json_out is not None and str(json_out) == "-"
-    json_file = output(json_out, trace_files([trace]), "--json") if json_out is not None and not to_stdout else None
+    json_target = json_output(json_out, trace_files([trace]))
 
     from analysis.analyze import jsonable
     from analysis.whatif import Model, WhatIfError
@@ -82,17 +78,10 @@ def whatif(
         result = jsonable(predict(load(trace), Model(network, balance, factors, nodes), steps))
     except (TraceError, WindowError, WhatIfError) as exc:
         fail(str(exc))
-    if json_out is not None:
-        text = json.dumps(result, indent=1) + "\n"
-        if to_stdout:
-            sys.stdout.write(text)
+    if json_target is not None:
+        json_target.write(result)
+        if json_target.to_stdout:
             return
-        try:
-            with atomic_output(json_file.path) as tmp:
-                tmp.write_text(text)
-        except OutputError as exc:
-            fail(str(exc))
-        console.print(f"JSON: {json_file.shown()}", soft_wrap=True)
     render(result)
 
 
