@@ -148,6 +148,12 @@ def costs(prog: Program, network: Network, node_of: dict[int, int] | None = None
     if network.ideal:
         return inst_cost, xfer
     coll = np.flatnonzero(prog.inst >= 0)
+    if node_of is not None:       # each row's node, and each instance's root's (-1: no root)
+        node = np.array([node_of[int(r)] for r in prog.ranks], dtype=np.int64)[
+            np.repeat(np.arange(len(prog.ranks)), np.diff(prog.ptr))]
+        roots = coll[prog.is_root[coll]]
+        root_node = np.full(n_inst, -1, dtype=np.int64)
+        root_node[prog.inst[roots]] = node[roots]
     if len(coll):
         size = np.zeros(n_inst, dtype=np.int64)
         np.maximum.at(size, prog.inst[coll], prog.nbytes[coll])
@@ -156,14 +162,12 @@ def costs(prog: Program, network: Network, node_of: dict[int, int] | None = None
         if node_of is None:
             inst_cost[:] = [round(network.collective_ns(base[k], size[k], prog.parts[k])) for k in range(n_inst)]
         else:
-            row_rank = prog.ranks[np.repeat(np.arange(len(prog.ranks)), np.diff(prog.ptr))]
             members: list[list[int]] = [[] for _ in range(n_inst)]
-            roots = [None] * n_inst
-            for i in coll:
-                members[prog.inst[i]].append(node_of[int(row_rank[i])])
-                if prog.is_root[i]:
-                    roots[prog.inst[i]] = node_of[int(row_rank[i])]
-            inst_cost[:] = [round(network.on_nodes(base[k], size[k], members[k], roots[k])) for k in range(n_inst)]
+            for k, n in zip(prog.inst[coll].tolist(), node[coll].tolist()):
+                members[k].append(n)
+            inst_cost[:] = [round(network.on_nodes(base[k], size[k], members[k],
+                                                   int(root_node[k]) if root_node[k] >= 0 else None))
+                            for k in range(n_inst)]
     recv = np.flatnonzero(np.isin(prog.op, (RECV, SENDRECV, IRECV)) & (prog.send_of >= 0))
     xfer[recv] = np.rint(network.message_ns(prog.nbytes[prog.send_of[recv]]))
     leaf = np.flatnonzero(np.isin(prog.op, (COLL, COLL_POST)) & (prog.cls == ALL_TO_ONE) & ~prog.is_root)
@@ -171,19 +175,11 @@ def costs(prog: Program, network: Network, node_of: dict[int, int] | None = None
     if node_of is not None:
         # inside a node a message is free; a reduce's leaf part inside the root's node too, and with flat rooted
         # collectives the root link's cost is the instance's, not each leaf's
-        row_rank = prog.ranks[np.repeat(np.arange(len(prog.ranks)), np.diff(prog.ptr))]
-        node = np.array([node_of[int(r)] for r in row_rank], dtype=np.int64)
         xfer[recv[node[recv] == node[prog.send_of[recv]]]] = 0
-        if network.rooted == "flat":
-            xfer[leaf] = 0
-        else:
-            inst_root = {}
-            for i in coll:
-                if prog.is_root[i]:
-                    inst_root[int(prog.inst[i])] = node[i]
-            if len(leaf):
-                same = np.array([inst_root.get(int(prog.inst[i]), -1) == node[i] for i in leaf], dtype=bool)
-                xfer[leaf[same]] = 0
+        leaf_inst = prog.inst[leaf]
+        own_root = np.zeros(len(leaf), dtype=bool)
+        own_root[leaf_inst >= 0] = root_node[leaf_inst[leaf_inst >= 0]] == node[leaf[leaf_inst >= 0]]
+        xfer[leaf[(network.rooted == "flat") | own_root]] = 0
     return inst_cost, xfer
 
 

@@ -95,10 +95,9 @@ class Network:
         nodes = set(member_nodes)
         if len(nodes) <= 1 or self.ideal:
             return 0.0
-        if self.rooted == "flat" and name in FLAT_ROOTED:
-            home = root_node if root_node is not None else member_nodes[0]
-            off = sum(1 for n in member_nodes if n != home)
-            return self.latency_ns + off * float(_transfer_ns(nbytes, self.bandwidth_bps))
+        if self.rooted == "flat" and name in FLAT_ROOTED:     # the root node's link carries the most
+            busiest = max(link_bytes(name, nbytes, member_nodes, root_node, "flat").values())
+            return self.latency_ns + float(_transfer_ns(busiest, self.bandwidth_bps))
         return self.collective_ns(name, nbytes, len(nodes))
 
 
