@@ -67,14 +67,14 @@ def _across_ranks(key, rank, dur, ranks, names, by_layer) -> pd.DataFrame:
         runs[:] = True
     count = runs.sum(axis=1)
     kernel, layer = _decode(ukey, names, by_layer)
-    top = np.where(runs, t, -np.inf).max(axis=1)
+    high, low = np.where(runs, t, -np.inf), np.where(runs, t, np.inf)
+    top = high.max(axis=1)
     mean = np.where(runs, t, 0.0).sum(axis=1) / np.maximum(count, 1)
-    low = np.where(runs, t, np.inf)
     out = pd.DataFrame({"scope": "ranks", "kernel": kernel, LAYER: layer, RANK: None, "count": count,
                         "mean_s": mean, "max_s": top, "imbalance": np.where(mean > 0, top / np.maximum(mean, 1e-300),
                                                                              np.nan),
                         "lost_s": np.where(runs, top[:, None] - t, 0.0).sum(axis=1),
-                        "slowest": [str(r) for r in ranks[np.where(runs, t, -np.inf).argmax(axis=1)]],
+                        "slowest": [str(r) for r in ranks[high.argmax(axis=1)]],
                         "min_s": low.min(axis=1), "fastest": [str(r) for r in ranks[low.argmin(axis=1)]]})
     return out[count >= 2]
 

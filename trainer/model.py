@@ -22,7 +22,15 @@ from trainer.kernels.matmul import matmul_backward, matmul_forward
 from trainer.kernels.residual import residual_backward, residual_forward
 from trainer.kernels.zero import zero_fill
 from trainer.launcher import Launcher
-from trainer.memory import activation_shapes, elements, kept_shapes, layer_grad_shapes, scratch_shapes, work_shapes
+from trainer.memory import (
+    activation_shapes,
+    elements,
+    kept_shapes,
+    layer_activation_shapes,
+    layer_grad_shapes,
+    scratch_shapes,
+    work_shapes,
+)
 from trainer.parallel.sequence import WholeSequence
 from trainer.parallel.stages import Stage
 from trainer.params import ParamLayout
@@ -52,8 +60,6 @@ class Buffers:
         return self.flat.nbytes
 
 
-LAYER_ACTS = ("ln1", "ln1_mean", "ln1_rstd", "qkv", "atty", "preatt", "att", "attproj", "residual2", "ln2",
-              "ln2_mean", "ln2_rstd", "fch", "fch_gelu", "fcproj", "residual3")
 
 
 class GPT2:
@@ -89,6 +95,7 @@ class GPT2:
         Tl, st = self.T, self.stage
         kept = kept_shapes(cfg, B, Tl, st) if recompute else activation_shapes(cfg, B, Tl, T, st)
         self.slots = [Buffers(kept) for _ in range(slots)]
+        self.layer_acts = tuple(layer_activation_shapes(cfg, B, Tl, T, 1))   # names of one layer's activations
         self.work = Buffers(work_shapes(cfg, B, Tl, T, st)) if recompute else None
         self.layer_grads = Buffers(layer_grad_shapes(cfg, B, Tl))     # one layer's, zeroed before each layer
         self.g = self.layer_grads.a
@@ -126,9 +133,10 @@ class GPT2:
         buffers with the output going to the slot's kept residual3."""
         kept = self.slots[slot].a
         if self.work is None:
-            return {name: kept[name][l] for name in LAYER_ACTS}
+            return {name: kept[name][l] for name in self.layer_acts}
         w = self.work.a
-        return {**{name: w[name][0] for name in LAYER_ACTS if name != "residual3"}, "residual3": kept["residual3"][l]}
+        return {**{name: w[name][0] for name in self.layer_acts if name != "residual3"},
+                "residual3": kept["residual3"][l]}
 
     def _head_acts(self, slot: int) -> dict[str, np.ndarray]:
         return (self.work if self.work is not None else self.slots[slot]).a
