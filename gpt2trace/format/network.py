@@ -138,21 +138,21 @@ def _transfer_ns(nbytes, bandwidth_bps: float):
     return np.maximum(nbytes, 0) / bandwidth_bps * 1e9
 
 
-def parse_bandwidth(text: str) -> float:
+def parse_bandwidth(text: str, option: str = "--bandwidth") -> float:
     """'12.5' (GB/s), '12.5GB/s', '10Gb/s', '800MB/s', 'inf' -> bytes per second; NetworkError otherwise."""
     if text.strip().lower() in ("inf", "infinite"):
         return math.inf
-    value = _quantity(text, BANDWIDTH_UNITS, "GB/s", "--bandwidth")
+    value = _quantity(text, BANDWIDTH_UNITS, "GB/s", option)
     if not value > 0:
-        raise NetworkError(f"--bandwidth {text}: a bandwidth must be positive (for example 10GB/s, or inf)")
+        raise NetworkError(f"{option} {text}: a bandwidth must be positive (for example 10GB/s, or inf)")
     return value
 
 
-def parse_latency(text: str) -> float:
+def parse_latency(text: str, option: str = "--latency") -> float:
     """'5' (us), '5us', '800ns', '1ms' -> nanoseconds; NetworkError otherwise."""
-    value = _quantity(text, LATENCY_UNITS, "us", "--latency")
+    value = _quantity(text, LATENCY_UNITS, "us", option)
     if not (value >= 0 and math.isfinite(value)):
-        raise NetworkError(f"--latency {text}: a latency must be zero or positive and finite (for example 5us)")
+        raise NetworkError(f"{option} {text}: a latency must be zero or positive and finite (for example 5us)")
     return value
 
 

@@ -63,13 +63,12 @@ def parse(text: str) -> Cluster:
     if not fields["nodes"].isdigit() or int(fields["nodes"]) < 1:
         raise ConfigError("emulate_network", text, "nodes must be a whole number >= 1")
     try:
-        link, latency = parse_bandwidth(fields["link"]), parse_latency(fields["latency"])
+        link, latency = parse_bandwidth(fields["link"], "link"), parse_latency(fields["latency"], "latency")
         if link == float("inf"):
             raise NetworkError("link: give a finite bandwidth")
         return Cluster(int(fields["nodes"]), Network(link, latency, rooted="flat"))
     except NetworkError as exc:
-        raise ConfigError("emulate_network", text, str(exc).replace("--bandwidth", "link").replace(
-            "--latency", "latency")) from None
+        raise ConfigError("emulate_network", text, str(exc)) from None
 
 
 def hold(seconds: float, since_ns: int) -> None:
