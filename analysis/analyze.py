@@ -75,7 +75,11 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
     imbalanced["cause"] = [groups.cause(k, layout) if s == "ranks" else None
                            for k, s in zip(imbalanced["kernel"], imbalanced["scope"])]
     pipe = pipeline.pipeline(trace, window, calls, wait_rows, segs)
-    first_stage = tuple(r for p in pipe["ranks"] for r in p[:1]) if pipe else None   # each pipeline's tokens once
+    # each token once: one stage of every pipeline, one rank of every tensor-parallel group
+    first_stage = tuple(r for p in pipe["ranks"] for r in p[:1]) if pipe else None
+    tp_others = {r for c in trace.communicators.values() if c.name == "tp" for r in c.ranks[1:]}
+    if tp_others:
+        first_stage = tuple(int(r) for r in (first_stage or ranks) if r not in tp_others)
     mem = memory.memory(trace, window)                                          # resident memory per rank
     summ = summary(trace, window, peak_gflops, first_stage)
     links = network_load.link_load(trace, calls, len(window.steps), summ.get("step_s_median"))

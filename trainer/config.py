@@ -139,7 +139,7 @@ class PPSchedule(str, Enum):
 @dataclass(frozen=True)
 class ParallelConfig:
     threads: int = 1             # Numba threads per rank (our only intra-rank parallelism; BLAS runs on 1)
-    ranks: int = 1               # MPI processes: ranks // sp data-parallel groups of sp ranks each
+    ranks: int = 1               # MPI processes: ranks // (tp * sp * pp) data-parallel groups
     rank: int = 0
     dp_sync: DPSync = DPSync.allreduce
     data_loading: DataLoading = DataLoading.local
@@ -150,20 +150,27 @@ class ParallelConfig:
     pp_schedule: PPSchedule = PPSchedule.onef1b
     pp_layers: tuple[int, ...] | None = None   # layers per stage; None: balanced by compute (trainer.parallel.stages)
     recompute: bool = False      # activation checkpointing: keep each layer's input, recompute it in backward
+    tp: int = 1                  # ranks per tensor-parallel group (Megatron's split of every block); 1: whole blocks
 
     def __post_init__(self) -> None:
         _check_int("threads", self.threads, 1)
         _check_int("ranks", self.ranks, 1)
         if not 0 <= self.rank < self.ranks:
             raise ConfigError("rank", self.rank, f"must be in [0, {self.ranks})")
+        _check_int("tp", self.tp, 1)
+        if self.ranks % self.tp:
+            raise ConfigError("tp", self.tp, f"must divide the {self.ranks} ranks: each tensor-parallel group needs "
+                                             f"exactly {self.tp} ranks; use a multiple of {self.tp} ranks")
         _check_int("sp", self.sp, 1)
+        if self.ranks % (self.tp * self.sp):
+            raise ConfigError("sp", self.sp, f"times --tp {self.tp} must divide the {self.ranks} ranks")
         if self.ranks % self.sp:
             raise ConfigError("sp", self.sp, f"must divide the {self.ranks} ranks: each sequence group needs exactly "
                                              f"{self.sp} ranks; use a multiple of {self.sp} ranks")
         _check_int("pp", self.pp, 1)
-        if self.ranks % (self.sp * self.pp):
-            raise ConfigError("pp", self.pp, f"times --sp {self.sp} must divide the {self.ranks} ranks: each pipeline "
-                                             f"needs exactly {self.sp * self.pp} ranks")
+        if self.ranks % (self.tp * self.sp * self.pp):
+            raise ConfigError("pp", self.pp, f"times --tp {self.tp} --sp {self.sp} must divide the {self.ranks} ranks: "
+                                             f"each pipeline needs exactly {self.tp * self.sp * self.pp} ranks")
         if self.pp_layers is not None:
             if len(self.pp_layers) != self.pp:
                 raise ConfigError("pp_layers", ",".join(map(str, self.pp_layers)),
@@ -174,3 +181,7 @@ class ParallelConfig:
             raise ConfigError("data_loading", self.data_loading.value,
                               "scatter is not supported with pipeline parallelism; use local (each pipeline's "
                               "first and last stage read their data-parallel shard)")
+        if self.tp > 1 and self.data_loading == DataLoading.scatter:
+            raise ConfigError("data_loading", self.data_loading.value,
+                              "scatter is not supported with tensor parallelism; use local (the ranks of a "
+                              "tensor-parallel group read the same data-parallel shard)")

@@ -28,6 +28,9 @@ from trainer.model import GPT2
 from trainer.optim import AdamW
 
 
+Ranges = tuple[tuple[int, int], ...]   # disjoint [lo, hi) ranges of the flat buffer
+
+
 def shard_bounds(n: int, ranks: int, rank: int) -> tuple[int, int]:
     """Rank r's contiguous share of n elements (the same split as the kernels' chunk())."""
     return n * rank // ranks, n * (rank + 1) // ranks
@@ -52,21 +55,29 @@ class Local:
     def grad_norm(self, model: GPT2) -> float | None:
         return self.opt.grad_norm(model.grads)
 
-    def grad_norm_sq(self, model: GPT2, skip: tuple[int, int] | None = None) -> float | None:
-        """The squared norm of the summed gradients outside the buffer range `skip` (a pipeline's last stage skips
-        its copy of the tied embedding, which stage 0 counts); None on a rank that does not hold the sum."""
+    def grad_norm_sq(self, model: GPT2, skip: Ranges | None = None) -> float | None:
+        """The squared norm of the summed gradients outside the buffer ranges `skip` (a pipeline's last stage skips
+        its copy of the tied embedding, which stage 0 counts; a tensor-parallel rank other than 0 its replicated
+        tensors); None on a rank that does not hold the sum."""
         return _norm_sq_outside(self.opt, model.grads, 0, skip)
 
     def update(self, model: GPT2, lr: float) -> None:
         self.opt.step(model.params, model.grads, lr)
 
 
-def _norm_sq_outside(opt, grads: np.ndarray, offset: int, skip: tuple[int, int] | None) -> float:
-    """Squared norm of `grads` (which start at buffer element `offset`) outside the buffer range `skip`."""
-    if skip is None:
+def _norm_sq_outside(opt, grads: np.ndarray, offset: int, skip: Ranges | None) -> float:
+    """Squared norm of `grads` (which start at buffer element `offset`) outside the buffer ranges `skip`."""
+    if not skip:
         return opt.grad_norm_sq(grads)
-    lo, hi = (min(max(x - offset, 0), len(grads)) for x in skip)
-    return sum(opt.grad_norm_sq(part) for part in (grads[:lo], grads[hi:]) if len(part))
+    total, pos = 0.0, 0
+    for lo, hi in sorted(skip):
+        lo, hi = (min(max(x - offset, 0), len(grads)) for x in (lo, hi))
+        if lo > pos:
+            total += opt.grad_norm_sq(grads[pos:lo])
+        pos = max(pos, hi)
+    if pos < len(grads):
+        total += opt.grad_norm_sq(grads[pos:])
+    return total
 
 
 class _MPIBase(Local):
@@ -107,7 +118,7 @@ class ReduceBcast(_MPIBase):
     def grad_norm(self, model: GPT2) -> float | None:
         return self.opt.grad_norm(model.grads) if self.opt is not None else None  # only the root has the sum
 
-    def grad_norm_sq(self, model: GPT2, skip: tuple[int, int] | None = None) -> float | None:
+    def grad_norm_sq(self, model: GPT2, skip: Ranges | None = None) -> float | None:
         return _norm_sq_outside(self.opt, model.grads, 0, skip) if self.opt is not None else None
 
     def update(self, model: GPT2, lr: float) -> None:
@@ -154,7 +165,7 @@ class Zero1(_MPIBase):
         self.comm.Allreduce(self.MPI.IN_PLACE, self._norm, op=self.MPI.SUM)
         return float(np.sqrt(self._norm[0]))
 
-    def grad_norm_sq(self, model: GPT2, skip: tuple[int, int] | None = None) -> float | None:
+    def grad_norm_sq(self, model: GPT2, skip: Ranges | None = None) -> float | None:
         self._norm[0] = _norm_sq_outside(self.opt, self.shard_grads, self.lo, skip)
         self.comm.Allreduce(self.MPI.IN_PLACE, self._norm, op=self.MPI.SUM)
         return float(self._norm[0])

@@ -15,40 +15,47 @@ from dataclasses import dataclass
 from trainer.config import ModelConfig
 from trainer.errors import TrainerError
 from trainer.parallel.stages import Stage
+from trainer.parallel.tensor import WHOLE, TensorShard
 from trainer.params import ParamLayout
 
 FLOAT32 = 4
 
 
-def layer_activation_shapes(cfg: ModelConfig, B: int, T: int, T_all: int, L: int) -> dict[str, tuple[int, ...]]:
-    """Forward activations of L layers (leading dimension), each kept for its backward."""
-    C, NH, BT = cfg.n_embd, cfg.n_head, B * T
+def layer_activation_shapes(cfg: ModelConfig, B: int, T: int, T_all: int, L: int,
+                            tp: TensorShard = WHOLE) -> dict[str, tuple[int, ...]]:
+    """Forward activations of L layers (leading dimension), each kept for its backward; of a tensor-parallel rank's
+    heads (a = C/tp channels) and MLP columns (f = 4C/tp)."""
+    C, NH, BT = cfg.n_embd, tp.heads(cfg), B * T
+    a, f = tp.attn(cfg), tp.ffn(cfg)
     return {
         "ln1": (L, BT, C), "ln1_mean": (L, BT), "ln1_rstd": (L, BT),
-        "qkv": (L, B * T_all, 3 * C), "atty": (L, BT, C),
+        "qkv": (L, B * T_all, 3 * a), "atty": (L, BT, a),
         "preatt": (L, B, NH, T, T_all), "att": (L, B, NH, T, T_all),
         "attproj": (L, BT, C), "residual2": (L, BT, C),
         "ln2": (L, BT, C), "ln2_mean": (L, BT), "ln2_rstd": (L, BT),
-        "fch": (L, BT, 4 * C), "fch_gelu": (L, BT, 4 * C), "fcproj": (L, BT, C), "residual3": (L, BT, C),
+        "fch": (L, BT, f), "fch_gelu": (L, BT, f), "fcproj": (L, BT, C), "residual3": (L, BT, C),
     }
 
 
-def head_activation_shapes(cfg: ModelConfig, B: int, T: int) -> dict[str, tuple[int, ...]]:
-    """The final LayerNorm's, the lm head's and the loss's activations (the last pipeline stage's)."""
-    C, Vp, BT = cfg.n_embd, cfg.padded_vocab_size, B * T
-    return {"lnf": (BT, C), "lnf_mean": (BT,), "lnf_rstd": (BT,), "logits": (BT, Vp), "probs": (BT, Vp),
-            "losses": (BT,)}
+def head_activation_shapes(cfg: ModelConfig, B: int, T: int, tp: TensorShard = WHOLE) -> dict[str, tuple[int, ...]]:
+    """The final LayerNorm's, the lm head's and the loss's activations (the last pipeline stage's); a
+    tensor-parallel rank holds its vocabulary slice of the logits, and each row's maximum and (sum of exps, target
+    logit) for the vocabulary-parallel cross-entropy's reductions."""
+    C, Vs, BT = cfg.n_embd, tp.vocab(cfg), B * T
+    vocab_parallel = {"ce_max": (BT,), "ce_stats": (BT, 2)} if tp.degree > 1 else {}
+    return {"lnf": (BT, C), "lnf_mean": (BT,), "lnf_rstd": (BT,), "logits": (BT, Vs), "probs": (BT, Vs),
+            "losses": (BT,), **vocab_parallel}
 
 
 def activation_shapes(cfg: ModelConfig, B: int, T: int, T_all: int | None = None,
-                      stage: Stage | None = None) -> dict[str, tuple[int, ...]]:
+                      stage: Stage | None = None, tp: TensorShard = WHOLE) -> dict[str, tuple[int, ...]]:
     """Forward activations of every layer of the stage (backward needs them all) for one micro-batch; T positions
     per sequence on this rank, of T_all (default T) in the whole sequence. `encoded` is the stage's input: the
     embedding on the first stage, the activation received from the previous stage on the others."""
     stage = stage or Stage.whole(cfg)
     T_all = T if T_all is None else T_all
-    return {"encoded": (B * T, cfg.n_embd), **layer_activation_shapes(cfg, B, T, T_all, stage.n_layer),
-            **(head_activation_shapes(cfg, B, T) if stage.is_last else {})}
+    return {"encoded": (B * T, cfg.n_embd), **layer_activation_shapes(cfg, B, T, T_all, stage.n_layer, tp),
+            **(head_activation_shapes(cfg, B, T, tp) if stage.is_last else {})}
 
 
 def kept_shapes(cfg: ModelConfig, B: int, T: int, stage: Stage | None = None) -> dict[str, tuple[int, ...]]:
@@ -59,42 +66,43 @@ def kept_shapes(cfg: ModelConfig, B: int, T: int, stage: Stage | None = None) ->
 
 
 def work_shapes(cfg: ModelConfig, B: int, T: int, T_all: int | None = None,
-                stage: Stage | None = None) -> dict[str, tuple[int, ...]]:
+                stage: Stage | None = None, tp: TensorShard = WHOLE) -> dict[str, tuple[int, ...]]:
     """With --recompute, one layer's activations (and the head's on the last stage), shared by every micro-batch:
     forward computes each layer into it and keeps only the output; backward recomputes the layer into it."""
     stage = stage or Stage.whole(cfg)
     T_all = T if T_all is None else T_all
-    layer = layer_activation_shapes(cfg, B, T, T_all, 1)
+    layer = layer_activation_shapes(cfg, B, T, T_all, 1, tp)
     del layer["residual3"]      # a layer's output goes to the micro-batch's kept residual3
-    return {**layer, **(head_activation_shapes(cfg, B, T) if stage.is_last else {})}
+    return {**layer, **(head_activation_shapes(cfg, B, T, tp) if stage.is_last else {})}
 
 
-def layer_grad_shapes(cfg: ModelConfig, B: int, T: int) -> dict[str, tuple[int, ...]]:
+def layer_grad_shapes(cfg: ModelConfig, B: int, T: int, tp: TensorShard = WHOLE) -> dict[str, tuple[int, ...]]:
     """Gradients of one layer's activations, reused layer after layer as backward walks down."""
-    C, BT = cfg.n_embd, B * T
+    C, BT, a, f = cfg.n_embd, B * T, tp.attn(cfg), tp.ffn(cfg)
     return {
-        "dres2": (BT, C), "dfcproj": (BT, C), "dfch_gelu": (BT, 4 * C), "dfch": (BT, 4 * C),
-        "dln2": (BT, C), "dattproj": (BT, C), "datty": (BT, C), "dqkv": (BT, 3 * C), "dln1": (BT, C),
+        "dres2": (BT, C), "dfcproj": (BT, C), "dfch_gelu": (BT, f), "dfch": (BT, f),
+        "dln2": (BT, C), "dattproj": (BT, C), "datty": (BT, a), "dqkv": (BT, 3 * a), "dln1": (BT, C),
     }
 
 
 def scratch_shapes(cfg: ModelConfig, B: int, T: int, T_all: int | None = None,
-                   stage: Stage | None = None) -> dict[str, tuple[int, ...]]:
+                   stage: Stage | None = None, tp: TensorShard = WHOLE) -> dict[str, tuple[int, ...]]:
     """Buffers outside the layers: the residual stream's gradient, final LayerNorm's and the logits' gradients
     (last stage only), attention scratch (overwritten per call)."""
-    C, NH, Vp, BT = cfg.n_embd, cfg.n_head, cfg.padded_vocab_size, B * T
+    C, NH, Vs, BT = cfg.n_embd, tp.heads(cfg), tp.vocab(cfg), B * T
     T_all = T if T_all is None else T_all
-    head = {"dlnf": (BT, C), "dlogits": (BT, Vp)} if (stage or Stage.whole(cfg)).is_last else {}
+    head = {"dlnf": (BT, C), "dlogits": (BT, Vs)} if (stage or Stage.whole(cfg)).is_last else {}
     return {"dresidual": (BT, C), **head, "dpreatt": (B, NH, T, T_all), "datt": (B, NH, T, T_all)}
 
 
-def exchange_shapes(cfg: ModelConfig, B: int, T: int, S: int, own_rows: bool) -> dict[str, tuple[int, ...]]:
-    """Sequence parallelism's dK/dV buffers (none for S = 1): the group's, B*T rows of [dk | dv], and with
-    `own_rows` (reduce-scatter) a separate one for this rank's B*T/S rows."""
+def exchange_shapes(cfg: ModelConfig, B: int, T: int, S: int, own_rows: bool,
+                    tp: TensorShard = WHOLE) -> dict[str, tuple[int, ...]]:
+    """Sequence parallelism's dK/dV buffers (none for S = 1): the group's, B*T rows of [dk | dv] (of this
+    tensor-parallel rank's heads), and with `own_rows` (reduce-scatter) a separate one for this rank's B*T/S rows."""
     if S == 1:
         return {}
-    C = cfg.n_embd
-    return {"dkv": (B * T, 2 * C), **({"dkv_own": (B * T // S, 2 * C)} if own_rows else {})}
+    a = tp.attn(cfg)
+    return {"dkv": (B * T, 2 * a), **({"dkv_own": (B * T // S, 2 * a)} if own_rows else {})}
 
 
 def elements(shapes: dict[str, tuple[int, ...]]) -> int:
@@ -122,18 +130,18 @@ def micro_batch_slots(stage: Stage, schedule: str, micro_batches: int) -> int:
 
 
 def estimate(cfg: ModelConfig, B: int, T: int, S: int = 1, own_rows: bool = False, stage: Stage | None = None,
-             slots: int = 1, recompute: bool = False) -> MemoryEstimate:
+             slots: int = 1, recompute: bool = False, tp: TensorShard = WHOLE) -> MemoryEstimate:
     """One rank's memory; S ranks per sequence (`own_rows`: the reduce-scatter's extra buffer), the pipeline
     `stage` it holds, `slots` micro-batches of activations held at once, kept whole or (`recompute`) as layer
-    inputs plus one layer's work buffers."""
+    inputs plus one layer's work buffers, and its tensor-parallel shard `tp`."""
     stage = stage or Stage.whole(cfg)
-    params = FLOAT32 * ParamLayout.for_stage(cfg, stage).size
+    params = FLOAT32 * ParamLayout.for_stage(cfg, stage, tp).size
     Tl = T // S
-    per_slot = kept_shapes(cfg, B, Tl, stage) if recompute else activation_shapes(cfg, B, Tl, T, stage)
-    shared = elements(work_shapes(cfg, B, Tl, T, stage)) if recompute else 0
-    acts = FLOAT32 * (slots * elements(per_slot) + shared + elements(layer_grad_shapes(cfg, B, Tl))
-                      + elements(scratch_shapes(cfg, B, Tl, T, stage))
-                      + elements(exchange_shapes(cfg, B, T, S, own_rows)))
+    per_slot = kept_shapes(cfg, B, Tl, stage) if recompute else activation_shapes(cfg, B, Tl, T, stage, tp)
+    shared = elements(work_shapes(cfg, B, Tl, T, stage, tp)) if recompute else 0
+    acts = FLOAT32 * (slots * elements(per_slot) + shared + elements(layer_grad_shapes(cfg, B, Tl, tp))
+                      + elements(scratch_shapes(cfg, B, Tl, T, stage, tp))
+                      + elements(exchange_shapes(cfg, B, T, S, own_rows, tp)))
     return MemoryEstimate(params, 4 * params, acts)
 
 
@@ -168,10 +176,10 @@ def gib(n: int) -> str:
 
 def check_fits(cfg: ModelConfig, B: int, T: int, processes: int = 1, S: int = 1,
                own_rows: bool = False, stage: Stage | None = None, slots: int = 1,
-               recompute: bool = False) -> MemoryEstimate:
+               recompute: bool = False, tp: TensorShard = WHOLE) -> MemoryEstimate:
     """The estimate, or a TrainerError when `processes` replicas of it do not fit in the available memory (with
     pipelining, `stage` should be the stage that needs the most)."""
-    need = estimate(cfg, B, T, S, own_rows, stage, slots, recompute)
+    need = estimate(cfg, B, T, S, own_rows, stage, slots, recompute, tp)
     have = available_bytes()
     if have is not None and processes * need.total > have:
         each = f"{processes} ranks x " if processes > 1 else ""

@@ -14,7 +14,13 @@ import numpy as np
 
 from trainer.config import ModelConfig
 from trainer.kernels.attention import attention_backward, attention_forward
-from trainer.kernels.crossentropy import crossentropy_backward, crossentropy_forward
+from trainer.kernels.crossentropy import (
+    crossentropy_backward,
+    crossentropy_exps,
+    crossentropy_finish,
+    crossentropy_forward,
+    crossentropy_max,
+)
 from trainer.kernels.encoder import encoder_backward, encoder_forward
 from trainer.kernels.gelu import gelu_backward, gelu_forward
 from trainer.kernels.layernorm import layernorm_backward, layernorm_forward
@@ -33,6 +39,7 @@ from trainer.memory import (
 )
 from trainer.parallel.sequence import WholeSequence
 from trainer.parallel.stages import Stage
+from trainer.parallel.tensor import WholeTensor
 from trainer.params import ParamLayout
 
 NO_LAYER = -1  # layer id of kernels outside the transformer blocks (encoder, final LN, lm head, loss)
@@ -76,11 +83,14 @@ class GPT2:
     `slots` micro-batches can be between their forward and their backward at once (a pipeline schedule's bound);
     each has its own activations. With `recompute`, a slot keeps only each layer's input, and backward recomputes
     the layer into one shared layer of work buffers before differentiating it.
+    `tp` (trainer.parallel.tensor) is this rank's tensor-parallel shard and its group's reductions: the rank holds
+    its heads, MLP columns and vocabulary rows of every tensor, and the model calls the group's all-reduces where
+    Megatron's f and g operators sit; by default whole tensors.
     """
 
     def __init__(self, cfg: ModelConfig, params: np.ndarray, B: int, T: int, run: Launcher,
                  seq: WholeSequence | None = None, stage: Stage | None = None, slots: int = 1,
-                 recompute: bool = False):
+                 recompute: bool = False, tp=None):
         if T > cfg.max_seq_len:
             raise ValueError(f"sequence length T={T} exceeds the model's max_seq_len={cfg.max_seq_len}")
         self.seq = seq if seq is not None else WholeSequence(T)
@@ -88,18 +98,23 @@ class GPT2:
             raise ValueError(f"the sequence split is for T={self.seq.seq_len}, the model for T={T}")
         self.cfg, self.B, self.T, self.seq_len, self.run = cfg, B, self.seq.local_len, T, run
         self.stage = stage if stage is not None else Stage.whole(cfg)
-        self.layout = ParamLayout.for_stage(cfg, self.stage)
+        self.tp = tp if tp is not None else WholeTensor()
+        sh = self.tp.shard
+        sh.check(cfg)
+        self.n_head = sh.heads(cfg)                   # this rank's attention heads
+        self.v0 = sh.vocab_start(cfg)                 # this rank's first vocabulary row
+        self.layout = ParamLayout.for_stage(cfg, self.stage, sh)
         self.params = params
         self.p = self.layout.views(params)
         self.grads, self.gp = self.layout.allocate()
         Tl, st = self.T, self.stage
-        kept = kept_shapes(cfg, B, Tl, st) if recompute else activation_shapes(cfg, B, Tl, T, st)
+        kept = kept_shapes(cfg, B, Tl, st) if recompute else activation_shapes(cfg, B, Tl, T, st, sh)
         self.slots = [Buffers(kept) for _ in range(slots)]
         self.layer_acts = tuple(layer_activation_shapes(cfg, B, Tl, T, 1))   # names of one layer's activations
-        self.work = Buffers(work_shapes(cfg, B, Tl, T, st)) if recompute else None
-        self.layer_grads = Buffers(layer_grad_shapes(cfg, B, Tl))     # one layer's, zeroed before each layer
+        self.work = Buffers(work_shapes(cfg, B, Tl, T, st, sh)) if recompute else None
+        self.layer_grads = Buffers(layer_grad_shapes(cfg, B, Tl, sh))     # one layer's, zeroed before each layer
         self.g = self.layer_grads.a
-        self.scratch = Buffers(scratch_shapes(cfg, B, Tl, T, st))
+        self.scratch = Buffers(scratch_shapes(cfg, B, Tl, T, st, sh))
         self.dresidual = self.scratch.a["dresidual"]   # gradient of the residual stream
         self.no_bias = np.zeros(1, dtype=np.float32)
         self.inputs: list[np.ndarray | None] = [None] * slots    # each slot's tokens (first stage)
@@ -148,7 +163,9 @@ class GPT2:
         kept = self.slots[slot].a
         if st.is_first:
             self.inputs[slot] = np.ascontiguousarray(inputs, dtype=np.int32).reshape(-1)    # (BT,)
-            run(encoder_forward, NO_LAYER, kept["encoded"], self.inputs[slot], p["wte"], p["wpe"], seq.qpos)
+            run(encoder_forward, NO_LAYER, kept["encoded"], self.inputs[slot], p["wte"], p["wpe"], seq.qpos, self.v0,
+                self.tp.shard.adds_bias)
+            self.tp.allreduce(kept["encoded"])      # each rank looked up the tokens of its vocabulary rows
         residual = kept["encoded"]
         for l in range(st.n_layer):
             la = self._layer_acts(slot, l)
@@ -160,28 +177,38 @@ class GPT2:
         return self._head_forward(slot, residual)
 
     def _layer_forward(self, l: int, la: dict[str, np.ndarray], residual: np.ndarray) -> None:
-        p, run, seq = self.p, self.run, self.seq
-        B, NH, gl = self.B, self.cfg.n_head, self.stage.first_layer + l     # gl: the model's layer, for traces
+        p, run, seq, tp = self.p, self.run, self.seq, self.tp
+        B, NH, gl = self.B, self.n_head, self.stage.first_layer + l     # gl: the model's layer, for traces
+        bias = tp.shard.adds_bias     # row-parallel: one rank adds the bias to the partial sums
         run(layernorm_forward, gl, la["ln1"], la["ln1_mean"], la["ln1_rstd"], residual, p["ln1w"][l], p["ln1b"][l])
         qkv = seq.local_rows(la["qkv"])   # this rank's rows of the layer's qkv
         run(matmul_forward, gl, qkv, la["ln1"], p["qkvw"][l], p["qkvb"][l], True)
         seq.gather_qkv(la["qkv"])
         run(attention_forward, gl, la["atty"], la["preatt"], la["att"], qkv, la["qkv"], seq.qpos, seq.kpos, B, NH)
-        run(matmul_forward, gl, la["attproj"], la["atty"], p["attprojw"][l], p["attprojb"][l], True)
+        run(matmul_forward, gl, la["attproj"], la["atty"], p["attprojw"][l], p["attprojb"][l], bias)
+        tp.allreduce(la["attproj"])         # Megatron's g: the row-parallel partial sums made whole
         run(residual_forward, gl, la["residual2"], residual, la["attproj"])
         run(layernorm_forward, gl, la["ln2"], la["ln2_mean"], la["ln2_rstd"], la["residual2"], p["ln2w"][l],
             p["ln2b"][l])
         run(matmul_forward, gl, la["fch"], la["ln2"], p["fcw"][l], p["fcb"][l], True)
         run(gelu_forward, gl, la["fch_gelu"], la["fch"])
-        run(matmul_forward, gl, la["fcproj"], la["fch_gelu"], p["fcprojw"][l], p["fcprojb"][l], True)
+        run(matmul_forward, gl, la["fcproj"], la["fch_gelu"], p["fcprojw"][l], p["fcprojb"][l], bias)
+        tp.allreduce(la["fcproj"])
         run(residual_forward, gl, la["residual3"], la["residual2"], la["fcproj"])
 
     def _head_forward(self, slot: int, residual: np.ndarray) -> float:
         p, run, h = self.p, self.run, self._head_acts(slot)
         run(layernorm_forward, NO_LAYER, h["lnf"], h["lnf_mean"], h["lnf_rstd"], residual, p["lnfw"], p["lnfb"])
         run(matmul_forward, NO_LAYER, h["logits"], h["lnf"], p["wte"], self.no_bias, False)
-        run(crossentropy_forward, NO_LAYER, h["losses"], h["probs"], h["logits"], self.targets[slot],
-            self.cfg.vocab_size)
+        V, targets = self.cfg.vocab_size, self.targets[slot]
+        if self.tp.shard.degree == 1:
+            run(crossentropy_forward, NO_LAYER, h["losses"], h["probs"], h["logits"], targets, V)
+        else:   # vocabulary-parallel: the group agrees on each row's maximum, then on its sum of exps
+            run(crossentropy_max, NO_LAYER, h["ce_max"], h["logits"], self.v0, V)
+            self.tp.allreduce_max(h["ce_max"])
+            run(crossentropy_exps, NO_LAYER, h["ce_stats"], h["probs"], h["logits"], h["ce_max"], targets, self.v0, V)
+            self.tp.allreduce(h["ce_stats"])
+            run(crossentropy_finish, NO_LAYER, h["losses"], h["probs"], h["ce_stats"], targets, V)
         return float(h["losses"].mean(dtype=np.float64))
 
     def zero_grad(self) -> None:
@@ -198,17 +225,18 @@ class GPT2:
         """
         cfg, p, gp, run, seq, st = self.cfg, self.p, self.gp, self.run, self.seq, self.stage
         g, kept, sc = self.g, self.slots[slot].a, self.scratch.a
-        B, NH, L = self.B, cfg.n_head, st.n_layer
+        B, NH, L, tp = self.B, self.n_head, st.n_layer, self.tp
         dres = self.dresidual  # d(output of the current layer), flows down the residual stream
         if st.is_last:
             h = self._head_acts(slot)
             if self.work is not None:
                 self._head_forward(slot, kept["residual3"][L - 1])
             run(crossentropy_backward, NO_LAYER, sc["dlogits"], h["probs"], self.targets[slot],
-                np.float32(loss_scale), cfg.vocab_size)
+                np.float32(loss_scale), cfg.vocab_size, self.v0)
             run(zero_fill, NO_LAYER, sc["dlnf"])
             run(matmul_backward, NO_LAYER, sc["dlnf"], gp["wte"], self.no_bias, sc["dlogits"], h["lnf"], p["wte"],
                 False)
+            tp.allreduce(sc["dlnf"])           # the vocabulary slices' partial input gradients
             run(zero_fill, NO_LAYER, dres)
             run(layernorm_backward, NO_LAYER, dres, gp["lnfw"], gp["lnfb"], sc["dlnf"], kept["residual3"][L - 1],
                 p["lnfw"], h["lnf_mean"], h["lnf_rstd"])
@@ -225,6 +253,7 @@ class GPT2:
                 la["fch_gelu"], p["fcprojw"][l], True)
             run(gelu_backward, gl, g["dfch"], la["fch"], g["dfch_gelu"])
             run(matmul_backward, gl, g["dln2"], gp["fcw"][l], gp["fcb"][l], g["dfch"], la["ln2"], p["fcw"][l], True)
+            tp.allreduce(g["dln2"])            # Megatron's f in backward: the column-parallel input gradient
             run(layernorm_backward, gl, g["dres2"], gp["ln2w"][l], gp["ln2b"][l], g["dln2"], la["residual2"],
                 p["ln2w"][l], la["ln2_mean"], la["ln2_rstd"])
             # residual2 = residual + attproj: dres becomes d(residual), the layer below's output
@@ -238,9 +267,10 @@ class GPT2:
             seq.finish_kv_grads(gl, g["dqkv"])
             run(matmul_backward, gl, g["dln1"], gp["qkvw"][l], gp["qkvb"][l], g["dqkv"], la["ln1"], p["qkvw"][l],
                 True)
+            tp.allreduce(g["dln1"])
             run(layernorm_backward, gl, dres, gp["ln1w"][l], gp["ln1b"][l], g["dln1"], residual, p["ln1w"][l],
                 la["ln1_mean"], la["ln1_rstd"])
             if after_layer is not None:
                 after_layer(self, l)
         if st.is_first:
-            run(encoder_backward, NO_LAYER, gp["wte"], gp["wpe"], dres, self.inputs[slot], seq.qpos)
+            run(encoder_backward, NO_LAYER, gp["wte"], gp["wpe"], dres, self.inputs[slot], seq.qpos, self.v0)

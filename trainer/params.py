@@ -12,6 +12,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from trainer.config import ModelConfig
 from trainer.parallel.stages import Stage
+from trainer.parallel.tensor import WHOLE, TensorShard
 
 # llm.c's order: the checkpoint file stores the 16 tensors in exactly this sequence.
 PARAM_NAMES = (
@@ -20,16 +21,18 @@ PARAM_NAMES = (
 )
 
 
-def param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
-    Vp, C, L, maxT = cfg.padded_vocab_size, cfg.n_embd, cfg.n_layer, cfg.max_seq_len
+def param_shapes(cfg: ModelConfig, tp: TensorShard = WHOLE) -> dict[str, tuple[int, ...]]:
+    """llm.c's tensors, or a tensor-parallel rank's shards of them (trainer.parallel.tensor)."""
+    C, L, maxT = cfg.n_embd, cfg.n_layer, cfg.max_seq_len
+    Vs, a, f = tp.vocab(cfg), tp.attn(cfg), tp.ffn(cfg)
     return {
-        "wte": (Vp, C), "wpe": (maxT, C),
+        "wte": (Vs, C), "wpe": (maxT, C),
         "ln1w": (L, C), "ln1b": (L, C),
-        "qkvw": (L, 3 * C, C), "qkvb": (L, 3 * C),
-        "attprojw": (L, C, C), "attprojb": (L, C),
+        "qkvw": (L, 3 * a, C), "qkvb": (L, 3 * a),
+        "attprojw": (L, C, a), "attprojb": (L, C),
         "ln2w": (L, C), "ln2b": (L, C),
-        "fcw": (L, 4 * C, C), "fcb": (L, 4 * C),
-        "fcprojw": (L, C, 4 * C), "fcprojb": (L, C),
+        "fcw": (L, f, C), "fcb": (L, f),
+        "fcprojw": (L, C, f), "fcprojb": (L, C),
         "lnfw": (C,), "lnfb": (C,),
     }
 
@@ -59,15 +62,17 @@ class ParamLayout:
     layer_stride: int                # elements per layer block
     size: int
     first_layer: int = 0             # the model's index of this buffer's layer 0 (a pipeline stage's first layer)
+    tp: TensorShard = WHOLE          # the tensor-parallel shard of each tensor held
 
     @classmethod
     def for_model(cls, cfg: ModelConfig) -> ParamLayout:
         return cls.for_stage(cfg, Stage.whole(cfg))
 
     @classmethod
-    def for_stage(cls, cfg: ModelConfig, stage: Stage) -> ParamLayout:
-        """The tensors of one pipeline stage: its layers and the non-layer tensors it holds (stage_tensors)."""
-        full = param_shapes(cfg)
+    def for_stage(cls, cfg: ModelConfig, stage: Stage, tp: TensorShard = WHOLE) -> ParamLayout:
+        """The tensors of one pipeline stage: its layers and the non-layer tensors it holds (stage_tensors), of
+        tensor-parallel shard `tp`."""
+        full = param_shapes(cfg, tp)
         held = stage_tensors(stage)
         shapes = {n: (full[n] if n in NON_LAYER else (stage.n_layer,) + full[n][1:])
                   for n in PARAM_NAMES if n in held or n in PER_LAYER}
@@ -80,7 +85,25 @@ class ParamLayout:
             offsets[name] = layer_start + inner
             inner += int(np.prod(shapes[name][1:]))
         return cls(shapes, offsets, stage.n_layer, layer_start, inner, layer_start + inner * stage.n_layer,
-                   stage.first_layer)
+                   stage.first_layer, tp)
+
+    def ranges(self, names) -> tuple[tuple[int, int], ...]:
+        """The [lo, hi) ranges of the flat buffer the named tensors occupy (every layer's), sorted and merged."""
+        spans = []
+        for name in names:
+            if name not in self.shapes:
+                continue
+            n = int(np.prod(self.shapes[name] if name in NON_LAYER else self.shapes[name][1:]))
+            layers = [0] if name in NON_LAYER else range(self.n_layer)
+            spans += [(self.offsets[name] + k * self.layer_stride, self.offsets[name] + k * self.layer_stride + n)
+                      for k in layers]
+        merged: list[tuple[int, int]] = []
+        for lo, hi in sorted(spans):
+            if merged and lo <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+            else:
+                merged.append((lo, hi))
+        return tuple(merged)
 
     def layer_range(self, layer: int) -> tuple[int, int]:
         """[lo, hi) of layer `layer`'s 12 tensors in the flat buffer."""
@@ -123,22 +146,31 @@ class ParamLayout:
         views = self.views(flat)
         return np.concatenate([views[name].reshape(-1) for name in self.shapes])
 
-    def take(self, whole: ParamLayout, flat: np.ndarray) -> np.ndarray:
-        """This stage's part (a new buffer in this layout) of `flat`, a buffer in the whole model's layout."""
+    def _index(self, name: str, cfg: ModelConfig) -> tuple:
+        """Where this layout's tensor `name` sits in the whole model's tensor: its layers, its shard."""
+        layers = () if name in NON_LAYER else (slice(self.first_layer, self.first_layer + self.n_layer),)
+        return layers + self.tp.index_of(name, cfg)
+
+    def take(self, whole: ParamLayout, flat: np.ndarray, cfg: ModelConfig | None = None) -> np.ndarray:
+        """This stage's part, of this tensor-parallel shard (a new buffer in this layout), of `flat`, a buffer in the
+        whole model's layout (`cfg`: the model's, needed for a tensor-parallel shard)."""
         mine, out = self.allocate()
         src = whole.views(flat)
         for name, view in out.items():
-            view[...] = src[name] if name in NON_LAYER else src[name][self.first_layer:self.first_layer + self.n_layer]
+            index = self._index(name, cfg)
+            view[...] = src[name][index] if index else src[name]
         return mine
 
-    def put(self, whole: ParamLayout, flat: np.ndarray, into: np.ndarray) -> None:
-        """Copy `flat` (this stage's buffer) into its place in `into`, a buffer in the whole model's layout."""
+    def put(self, whole: ParamLayout, flat: np.ndarray, into: np.ndarray, cfg: ModelConfig | None = None) -> None:
+        """Copy `flat` (this stage's buffer, of this shard) into its place in `into`, a buffer in the whole model's
+        layout."""
         dst = whole.views(into)
         for name, view in self.views(flat).items():
-            if name in NON_LAYER:
-                dst[name][...] = view
+            index = self._index(name, cfg)
+            if index:
+                dst[name][index] = view
             else:
-                dst[name][self.first_layer:self.first_layer + self.n_layer] = view
+                dst[name][...] = view
 
 
 def init_params(cfg: ModelConfig, seed: int) -> np.ndarray:

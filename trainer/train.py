@@ -19,6 +19,7 @@ from trainer.config import TrainConfig
 from trainer.errors import NonFiniteError
 from trainer.launcher import NonFiniteOutput
 from trainer.model import GPT2
+from trainer.parallel.norm import grad_norm
 
 
 class Observer(Protocol):
@@ -178,12 +179,18 @@ def train(model: GPT2, data: Batches, tcfg: TrainConfig, dp: DataParallel, *, ob
             if pipeline is not None:
                 loss = local_loss = pipeline.share_loss(loss)
         with obs.phase(names.OPTIMIZER):
-            gnorm = dp.grad_norm(model) if pipeline is None else pipeline.grad_norm(dp, model)
+            if pipeline is not None:
+                gnorm = pipeline.grad_norm(dp, model)
+            elif model.tp.comm is not None:
+                gnorm = grad_norm(dp, model)
+            else:
+                gnorm = dp.grad_norm(model)
             if not math.isfinite(local_loss) or (gnorm is not None and not math.isfinite(gnorm)):
                 what = "the loss" if not math.isfinite(local_loss) else "the gradient norm"
-                if pipeline is not None:    # the checked re-run needs the whole model on one rank
-                    raise NonFiniteError(f"step {step}: {what} is not finite (pipeline stage {model.stage.index}); "
-                                         "lower --lr, or rerun with --pp 1 to name the kernel where NaN/inf appears")
+                if pipeline is not None or model.tp.comm is not None:   # the checked re-run needs the whole model
+                    raise NonFiniteError(f"step {step}: {what} is not finite (pipeline stage {model.stage.index}, "
+                                         f"tensor-parallel rank {model.tp.shard.index}); lower --lr, or rerun with "
+                                         "--pp 1 --tp 1 to name the kernel where NaN/inf appears")
                 raise _blame_non_finite(model, step_data, step, tcfg, what, dp)
             dp.update(model, tcfg.lr)
         counters = ((names.LOSS, loss), (names.LR, tcfg.lr), (names.GRAD_NORM, gnorm), (names.TOKENS, rank_tokens))

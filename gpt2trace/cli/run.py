@@ -30,7 +30,7 @@ OPTIONS = {
     "batch_size": "-B/--batch-size", "seq_len": "-T/--seq-len", "steps": "--steps", "lr": "--lr",
     "weight_decay": "--weight-decay", "grad_accum": "--grad-accum", "seed": "--seed", "threads": "--threads",
     "ranks": "--ranks", "n_layer": "--n-layer", "n_head": "--n-head", "n_embd": "--n-embd",
-    "vocab_size": "--vocab-size", "max_seq_len": "--max-seq-len", "flush_every_s": "--flush-every", "sp": "--sp",
+    "vocab_size": "--vocab-size", "max_seq_len": "--max-seq-len", "flush_every_s": "--flush-every", "sp": "--sp", "tp": "--tp",
     "pp": "--pp", "pp_layers": "--pp-layers", "data_loading": "--data-loading", "emulate_network": "--emulate-network",
     "save_every": "--save-every",
 }
@@ -67,6 +67,10 @@ def run(
     data_loading: Annotated[DataLoading, typer.Option(
         "--data-loading", help="local: each rank reads its shard; scatter: rank 0 reads and scatters.")
     ] = DataLoading.local,
+    tp: Annotated[int, typer.Option(
+        "--tp", help="Tensor parallelism (Megatron-LM): ranks per tensor-parallel group, each holding 1/tp of "
+                     "every layer's heads and MLP columns and of the vocabulary; adjacent ranks (tp must divide "
+                     "--ranks, the heads and the padded vocabulary).")] = 1,
     sp: Annotated[int, typer.Option(
         "--sp", help="Sequence parallelism: ranks per sequence group, each holding T/sp positions of every "
                      "sequence; --ranks/sp data-parallel groups (sp must divide --ranks and -T).")] = 1,
@@ -140,7 +144,7 @@ def run(
         cfg = _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay, grad_accum, threads,
                       ranks, rank, dp_sync, data_loading, (sp, sp_split, sp_reduce),
                       (pp, pp_schedule, pp_layers, recompute), seed, (save, save_every, resume),
-                      metrics_json, None if no_trace else trace, flush_every, sizes, emulate_network)
+                      metrics_json, None if no_trace else trace, flush_every, sizes, emulate_network, tp)
         check_run(cfg, processes_here=ranks if inside is None else 1, first_rank=rank == 0)
     except (TrainerError, OutputError) as exc:
         if rank != 0:           # every rank finds the same; rank 0 says it once
@@ -163,7 +167,7 @@ def run(
 
 def _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay, grad_accum, threads, ranks, rank,
             dp_sync, data_loading, sequence, pipeline, seed, saving, metrics_json, trace, flush_every, sizes,
-            network=None):
+            network=None, tp=1):
     """The RunConfig the options describe (trainer.errors.ConfigError for a value out of range). `sequence` is
     (--sp, --sp-split, --sp-reduce), `pipeline` (--pp, --pp-schedule, --pp-layers, --recompute), `saving` (--save,
     --save-every, --resume)."""
@@ -199,8 +203,10 @@ def _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay
     pp, pp_schedule, pp_layers, recompute = pipeline
     par = ParallelConfig(threads=threads, ranks=ranks, rank=rank, dp_sync=dp_sync, data_loading=data_loading,
                          sp=sp, sp_split=sp_split, sp_reduce=sp_reduce, pp=pp, pp_schedule=pp_schedule,
-                         pp_layers=_layers(pp_layers), recompute=recompute)
+                         pp_layers=_layers(pp_layers), recompute=recompute, tp=tp)
     SequenceSplit(T, par.sp, par.sp_split)        # -T must be a multiple of --sp
+    from trainer.parallel.tensor import TensorShard
+    TensorShard(par.tp).check(mcfg)               # the heads and the vocabulary must split --tp ways
     from gpt2trace.record.network import parse
     return RunConfig(mcfg, tcfg, par, TraceConfig(trace, flush_every), data, init_from, save, metrics_json,
                      save_every, resume, parse(network) if network is not None else None)

@@ -66,17 +66,20 @@ def check_run(cfg, processes_here: int = 1, first_rank: bool = True) -> ModelCon
         read_tokens(cfg.data)        # header and size (the token ids are checked against V when loading)
     from trainer.memory import check_fits, estimate, micro_batch_slots
     from trainer.parallel.stages import plan
+    from trainer.parallel.tensor import TensorShard
     par, B, T = cfg.parallel, cfg.train.batch_size, cfg.train.seq_len
     own_rows = par.sp_reduce == SPReduce.reduce_scatter
     stages = plan(model, T, par.pp, par.pp_layers)     # the stage split's own errors (too many stages, sums)
+    tp = TensorShard(par.tp)                            # every shard of a group is the same size
+    tp.check(model)
 
     def need(stage):
         slots = micro_batch_slots(stage, par.pp_schedule.value, cfg.train.grad_accum)
-        return stage, slots, estimate(model, B, T, par.sp, own_rows, stage, slots, par.recompute).total
+        return stage, slots, estimate(model, B, T, par.sp, own_rows, stage, slots, par.recompute, tp).total
 
     stage, slots, _ = max((need(s) for s in stages), key=lambda x: x[2])   # every rank is checked for the largest
     check_fits(model, B, T, processes_here, par.sp, own_rows=own_rows, stage=stage, slots=slots,
-               recompute=par.recompute)
+               recompute=par.recompute, tp=tp)
     return model
 
 
@@ -85,6 +88,9 @@ def check_options(cfg) -> None:
     if cfg.resume is not None and cfg.init_from is not None:
         raise TrainerError(f"--resume {cfg.resume} and --init-from {cfg.init_from}: --resume continues a saved run "
                            "(weights and optimizer state), --init-from starts a new one from weights; give one")
+    if cfg.parallel.tp > 1 and (cfg.save is not None or cfg.resume is not None):
+        raise TrainerError("--save and --resume do not support --tp > 1 yet (the checkpoint gather of tensor-parallel "
+                           "shards is not written); run without them, or with --tp 1")
     if cfg.save_every and cfg.save is None:
         raise TrainerError(f"--save-every {cfg.save_every} needs --save PATH, where the checkpoints go")
     if cfg.network is not None:

@@ -181,6 +181,7 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
     from trainer.parallel.pipeline import build_stage
     from trainer.parallel.sequence import make_sequence
     from trainer.parallel.split import SequenceSplit
+    from trainer.parallel.tensor import make_tensor
     from trainer.params import init_params
     from trainer.train import NullObserver, train
 
@@ -205,8 +206,9 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
     par, B, T = cfg.parallel, cfg.train.batch_size, cfg.train.seq_len
     grid = RankGrid.build(par, traced)
     split = SequenceSplit(T, par.sp, par.sp_split)
-    seq = make_sequence(split, grid, B, model_cfg, launcher, par.sp_reduce)
-    model, pipeline = build_stage(model_cfg, params, par, cfg.train, grid, seq, launcher)
+    tensor = make_tensor(grid, model_cfg)
+    seq = make_sequence(split, grid, B, model_cfg, launcher, par.sp_reduce, tensor.shard)
+    model, pipeline = build_stage(model_cfg, params, par, cfg.train, grid, seq, launcher, tensor)
     loader = _load_data(cfg, model_cfg, grid, split, traced)
     dp = make_strategy(par.dp_sync, model, cfg.train, launcher, grid.grad_comm)
     if resumed is not None:

@@ -6,6 +6,10 @@ whole sequences, this rank's positions under sequence parallelism (every token k
 Forward splits the BT rows. Backward splits the C columns instead: several rows can share a token (and every
 Tl-th row shares a position), so with a row split two threads could add into the same dwte/dwpe element.
 Owning columns c0:c1 makes every gradient element belong to exactly one thread: no atomics, no scratch.
+
+Under tensor parallelism (trainer.parallel.tensor) wte is a rank's vocabulary slice, rows [v0, v0 + Vs): a token
+outside it contributes nothing here (another rank's lookup holds it, and the group's all-reduce sums the rows), and
+only one rank of the group adds the position embedding (`add_pos`). Whole vocabulary: v0 = 0, add_pos = True.
 """
 from __future__ import annotations
 
@@ -16,39 +20,46 @@ from trainer.kernels.launch import block_begin, block_end, chunk, kernel, region
 
 
 @kernel
-def encoder_forward(out, tokens, wte, wpe, pos, tr, nthreads):
-    # out (B*Tl, C); tokens (B*Tl,) int32 in [0, V); wte (Vp, C); wpe (maxT, C); pos (Tl,) int32: row i is at
-    # position pos[i % Tl]
+def encoder_forward(out, tokens, wte, wpe, pos, v0, add_pos, tr, nthreads):
+    # out (B*Tl, C); tokens (B*Tl,) int32 in [0, V); wte (Vs, C): vocabulary rows [v0, v0 + Vs); wpe (maxT, C);
+    # pos (Tl,) int32: row i is at position pos[i % Tl]; add_pos: whether to add wpe
     BT, C = out.shape
     Tl = pos.shape[0]
+    Vs = wte.shape[0]
     region_begin(tr)
     for t in prange(nthreads):
         t0 = block_begin(tr)
         r0, r1 = chunk(BT, nthreads, t)
         for i in range(r0, r1):
-            tok = tokens[i]
+            tok = tokens[i] - v0
             p = pos[i % Tl]
+            held = 0 <= tok < Vs
             for c in range(C):
-                out[i, c] = wte[tok, c] + wpe[p, c]
+                e = wte[tok, c] if held else np.float32(0.0)
+                out[i, c] = e + wpe[p, c] if add_pos else e
         block_end(tr, t, t0)
     region_end(tr)
 
 
 @kernel
-def encoder_backward(dwte, dwpe, dout, tokens, pos, tr, nthreads):
-    # dwte (Vp, C) +=, dwpe (maxT, C) +=; dout (B*Tl, C); tokens (B*Tl,) int32; pos (Tl,) int32 as in forward
+def encoder_backward(dwte, dwpe, dout, tokens, pos, v0, tr, nthreads):
+    # dwte (Vs, C) += for the tokens in [v0, v0 + Vs), dwpe (maxT, C) +=; dout (B*Tl, C); tokens (B*Tl,) int32;
+    # pos (Tl,) int32 as in forward
     BT, C = dout.shape
     Tl = pos.shape[0]
+    Vs = dwte.shape[0]
     region_begin(tr)
     for t in prange(nthreads):
         t0 = block_begin(tr)
         c0, c1 = chunk(C, nthreads, t)
         for i in range(BT):
-            tok = tokens[i]
+            tok = tokens[i] - v0
             p = pos[i % Tl]
+            held = 0 <= tok < Vs
             for c in range(c0, c1):
                 d = dout[i, c]
-                dwte[tok, c] += d
+                if held:
+                    dwte[tok, c] += d
                 dwpe[p, c] += d
         block_end(tr, t, t0)
     region_end(tr)

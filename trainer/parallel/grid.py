@@ -1,15 +1,17 @@
 """The rank grid: where each MPI rank sits among the parallel dimensions, its groups, and their communicators.
 
-Dimensions are listed fastest-varying first: sp (the ranks of one sequence group are neighbours, so `mpiexec`
-places them on one node, where their per-layer collectives are cheapest), then pp (a pipeline's stages next to each
-other: their point-to-point messages stay on the node as long as a pipeline fits), then dp:
+Dimensions are listed fastest-varying first, as Megatron-LM orders them: tp (a tensor-parallel group's four
+all-reduces per layer are the most frequent collectives, so its ranks are neighbours, which `mpiexec` places on one
+node), then sp (a sequence group's per-layer collectives), then pp (a pipeline's stages next to each other: their
+point-to-point messages stay on the node as long as a pipeline fits), then dp:
 
-    rank = (dp_index * pp + pp_index) * sp + sp_index
+    rank = ((dp_index * pp + pp_index) * sp + sp_index) * tp + tp_index
     e.g. 4 ranks, sp=2:  sp groups {0,1} {2,3},  dp groups {0,2} {1,3}
          4 ranks, pp=2:  pipelines {0,1} {2,3} (stage = pp index),  dp groups {0,2} {1,3}
+         8 ranks, tp=2 pp=2:  tp groups {0,1} {2,3} {4,5} {6,7},  pipelines {0,2} {1,3} {4,6} {5,7},
+                              dp groups {0,4} {1,5} {2,6} {3,7}
 
-Tensor parallelism will add a dimension to `GridLayout.from_config` (tp fastest, as in Megatron), not special cases
-elsewhere. `GridLayout` is pure data, the same on every rank; `RankGrid` adds this rank's
+`GridLayout` is pure data, the same on every rank; `RankGrid` adds this rank's
 communicators, split once from the world communicator at start-up. MPI_Comm_split is collective, so every rank
 builds the grid at the same point, and the communicators are created in the same order everywhere.
 """
@@ -22,11 +24,12 @@ from trainer.config import ParallelConfig, SPReduce, SPSplit
 
 # Communicator names (traces show them; gpt2trace/format/communicators.py describes them in words, and
 # tests/gpt2trace/format/test_communicators.py holds the two equal). "sp>=i": a sequence group's ranks from i on.
-SP, PP, DP, TAIL = "sp", "pp", "dp", ">="
+TP, SP, PP, DP, TAIL = "tp", "sp", "pp", "dp", ">="
 # The ranks that hold the same parameters and sum their gradients: Megatron's data-parallel group "with context
 # parallel", over which every --dp-sync strategy (ZeRO-1's shards included) runs; "grad" names its communicator
-# when it is neither the world nor the dp group. "embed": each pipeline's first and last stage, which both hold the
-# tied token embedding and sum its gradient (Megatron's embedding group).
+# when it is neither the world nor the dp group. Tensor-parallel ranks hold different shards: never in it. "embed":
+# each pipeline's first and last stage, which both hold the tied token embedding (the same vocabulary shard) and sum
+# its gradient (Megatron's embedding group).
 GRAD_DIMS = (SP, DP)
 GRAD, EMBED = "grad", "embed"
 
@@ -38,7 +41,7 @@ class GridLayout:
 
     @classmethod
     def from_config(cls, par: ParallelConfig) -> GridLayout:
-        return cls(((SP, par.sp), (PP, par.pp), (DP, par.ranks // (par.sp * par.pp))))
+        return cls(((TP, par.tp), (SP, par.sp), (PP, par.pp), (DP, par.ranks // (par.tp * par.sp * par.pp))))
 
     @property
     def size(self) -> int:
@@ -101,7 +104,7 @@ class RankGrid:
 
     @classmethod
     def single(cls) -> RankGrid:
-        return cls(GridLayout(((SP, 1), (PP, 1), (DP, 1))), 0)
+        return cls(GridLayout(((TP, 1), (SP, 1), (PP, 1), (DP, 1))), 0)
 
     @classmethod
     def build(cls, par: ParallelConfig, world) -> RankGrid:
@@ -117,21 +120,23 @@ class RankGrid:
         rank = world.Get_rank()
         comms = {}
         for dim, degree in layout.dims:
-            if 1 < degree < layout.size or (dim in (SP, PP) and degree > 1):
-                # sp and pp get their own communicator even when it is the whole world: their calls are then told
-                # apart from the gradient sync's, which runs on the world
+            if 1 < degree < layout.size or (dim in (TP, SP, PP) and degree > 1):
+                # tp, sp and pp get their own communicator even when it is the whole world: their calls are then
+                # told apart from the gradient sync's, which runs on the world
                 comms[dim] = _split(world, layout.groups((dim,)), rank, layout.coords(rank)[dim], dim)
         pp = layout.degree(PP)
-        if pp > 1:
+        if pp > 1 or layout.degree(TP) > 1:
             grad_size = layout.degree(SP) * layout.degree(DP)
             if layout.degree(SP) > 1 and layout.degree(DP) > 1:
                 comms[GRAD] = _split(world, layout.groups(GRAD_DIMS), rank, layout.rank_of(
-                    {**layout.coords(rank), PP: 0}), GRAD)
+                    {**layout.coords(rank), PP: 0, TP: 0}), GRAD)
             elif grad_size > 1:
                 comms[GRAD] = comms[SP if layout.degree(SP) > 1 else DP]
+        if pp > 1:
             stage = layout.coords(rank)[PP]
             ends = stage in (0, pp - 1)
-            embed = world.Split(rank - stage * layout.degree(SP) if ends else _undefined(), stage)
+            color = layout.rank_of({**layout.coords(rank), PP: 0})     # the pipeline's stage-0 rank
+            embed = world.Split(color if ends else _undefined(), stage)
             if ends:
                 embed.Set_name(EMBED)
                 comms[EMBED] = embed
@@ -157,7 +162,7 @@ class RankGrid:
 
     @property
     def grad_comm(self):
-        return self.world if self.degree(PP) == 1 else self._comms.get(GRAD)
+        return self.world if self.degree(PP) == 1 and self.degree(TP) == 1 else self._comms.get(GRAD)
 
     @property
     def embed(self):

@@ -33,6 +33,7 @@ from trainer.launcher import Launcher
 from trainer.memory import micro_batch_slots
 from trainer.model import GPT2
 from trainer.parallel.grid import PP, RankGrid
+from trainer.parallel.norm import grad_norm
 from trainer.parallel.schedule import FORWARD, schedule
 from trainer.parallel.stages import Stage, plan
 from trainer.params import ParamLayout
@@ -58,7 +59,6 @@ class Pipeline:
         self.passes = schedule(schedule_name, self.stage.index, self.stage.count, micro_batches)
         self.pending: dict[object, object] = {}   # send buffer key -> its MPI request
         self._loss = np.zeros(1, dtype=np.float64)
-        self._norm = np.zeros(1, dtype=np.float64)
 
     # -- the step's passes -----------------------------------------------------------------------------
     def run_step(self, data, step: int, obs, loss_scale: float, after_layer) -> float:
@@ -122,18 +122,9 @@ class Pipeline:
         return float(self._loss[0])
 
     def grad_norm(self, dp, model: GPT2) -> float | None:
-        """The whole model's gradient norm: every stage's squared norm summed, the last stage's copy of the tied
-        embedding left out (stage 0 counts it: after sync_tied both hold the same sum)."""
-        skip = None
-        if self.stage.is_last:
-            lo = model.layout.offsets["wte"]
-            skip = (lo, lo + math.prod(model.layout.shapes["wte"]))
-        sq = dp.grad_norm_sq(model, skip)
-        if sq is None:
-            return None
-        self._norm[0] = sq
-        self.comm.Allreduce(self.MPI.IN_PLACE, self._norm, op=self.MPI.SUM)
-        return float(np.sqrt(self._norm[0]))
+        """The whole model's gradient norm: summed over the stages (and tensor-parallel ranks), the last stage's copy
+        of the tied embedding left out (trainer.parallel.norm)."""
+        return grad_norm(dp, model, self.comm)
 
     def gather(self, flat: np.ndarray, whole: ParamLayout, cfg) -> np.ndarray | None:
         """A buffer in this stage's parameter layout (parameters, or an AdamW moment) from every stage, assembled
@@ -152,14 +143,16 @@ class Pipeline:
 
 
 def build_stage(cfg: ModelConfig, params: np.ndarray, par: ParallelConfig, tcfg: TrainConfig, grid: RankGrid, seq,
-                run: Launcher) -> tuple[GPT2, Pipeline | None]:
-    """This rank's model from the whole model's parameters: its pipeline stage's layers, with as many micro-batch
-    slots as its schedule holds at once; and with --pp > 1 the Pipeline that runs the stage."""
+                run: Launcher, tp=None) -> tuple[GPT2, Pipeline | None]:
+    """This rank's model from the whole model's parameters: its pipeline stage's layers (of its tensor-parallel
+    shard, `tp`: trainer.parallel.tensor), with as many micro-batch slots as its schedule holds at once; and with
+    --pp > 1 the Pipeline that runs the stage."""
     stages = plan(cfg, tcfg.seq_len, par.pp, par.pp_layers)
     stage = stages[grid.coords[PP]]
-    if par.pp > 1:
-        params = ParamLayout.for_stage(cfg, stage).take(ParamLayout.for_model(cfg), params)
+    if par.pp > 1 or par.tp > 1:
+        params = ParamLayout.for_stage(cfg, stage, tp.shard).take(ParamLayout.for_model(cfg), params, cfg)
     model = GPT2(cfg, params, tcfg.batch_size, tcfg.seq_len, run, seq=seq, stage=stage,
-                 slots=micro_batch_slots(stage, par.pp_schedule.value, tcfg.grad_accum), recompute=par.recompute)
+                 slots=micro_batch_slots(stage, par.pp_schedule.value, tcfg.grad_accum), recompute=par.recompute,
+                 tp=tp)
     pipeline = Pipeline(model, grid, stages, par.pp_schedule.value, tcfg.grad_accum) if par.pp > 1 else None
     return model, pipeline

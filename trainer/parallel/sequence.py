@@ -36,6 +36,7 @@ from trainer.kernels.zero import zero_fill
 from trainer.launcher import Launcher
 from trainer.memory import exchange_shapes
 from trainer.parallel.split import SequenceSplit
+from trainer.parallel.tensor import WHOLE, TensorShard
 
 
 class WholeSequence:
@@ -74,7 +75,7 @@ class SequenceParallel(WholeSequence):
     """
 
     def __init__(self, split: SequenceSplit, index: int, B: int, cfg: ModelConfig, run: Launcher, comm,
-                 reduce: SPReduce = SPReduce.allreduce, tails: dict | None = None):
+                 reduce: SPReduce = SPReduce.allreduce, tails: dict | None = None, tp: TensorShard = WHOLE):
         from mpi4py import MPI
         if comm.Get_size() != split.S:
             raise ValueError(f"the sequence group's communicator has {comm.Get_size()} ranks, --sp is {split.S}")
@@ -87,7 +88,7 @@ class SequenceParallel(WholeSequence):
         self.rows = B * split.local_len                                     # this rank's tokens: B*T/S
         own = self.reduce == SPReduce.reduce_scatter
         # [dk | dv] of the group's tokens, and with reduce-scatter the received sum of this rank's
-        shapes = exchange_shapes(cfg, B, split.T, split.S, own)
+        shapes = exchange_shapes(cfg, B, split.T, split.S, own, tp)
         buffers = {name: np.zeros(shape, dtype=np.float32) for name, shape in shapes.items()}
         self.dkv = buffers["dkv"]
         self.dkv_own = buffers["dkv_own"] if own else self.block(self.dkv, index)
@@ -154,11 +155,13 @@ class SequenceParallel(WholeSequence):
             self._exchange = True
 
 
-def make_sequence(split: SequenceSplit, grid, B: int, cfg: ModelConfig, run: Launcher, reduce: SPReduce):
-    """The sequence context of this rank: WholeSequence without sequence parallelism."""
+def make_sequence(split: SequenceSplit, grid, B: int, cfg: ModelConfig, run: Launcher, reduce: SPReduce,
+                  tp: TensorShard = WHOLE):
+    """The sequence context of this rank (of tensor-parallel shard `tp`: its heads' keys and values travel):
+    WholeSequence without sequence parallelism."""
     if split.S == 1:
         return WholeSequence(split.T)
-    return SequenceParallel(split, grid.coords["sp"], B, cfg, run, grid.comm("sp"), reduce, grid.sp_tails)
+    return SequenceParallel(split, grid.coords["sp"], B, cfg, run, grid.comm("sp"), reduce, grid.sp_tails, tp)
 
 
 class SequenceShard:

@@ -8,8 +8,11 @@ import pytest
 from trainer.kernels.crossentropy import (
     crossentropy_backward,
     crossentropy_backward_ref,
+    crossentropy_exps,
+    crossentropy_finish,
     crossentropy_forward,
     crossentropy_forward_ref,
+    crossentropy_max,
 )
 from trainer.kernels.launch import NO_TRACE
 
@@ -50,7 +53,7 @@ def run_forward(nthreads, logits, targets, V):
 def run_backward(nthreads, logits, targets, V):
     _, probs = run_forward(nthreads, logits, targets, V)
     dlogits = np.full_like(logits, np.nan)  # never zeroed: backward must write every element
-    crossentropy_backward(nthreads, dlogits, probs, targets, DLOSS, V, NO_TRACE)
+    crossentropy_backward(nthreads, dlogits, probs, targets, DLOSS, V, 0, NO_TRACE)
     return dlogits
 
 
@@ -91,9 +94,9 @@ def test_backward_overwrites():
     logits, targets = make(6, 10, 16)
     _, probs = run_forward(2, logits, targets, 10)
     dlogits = np.full_like(logits, 123.0)
-    crossentropy_backward(2, dlogits, probs, targets, DLOSS, 10, NO_TRACE)
+    crossentropy_backward(2, dlogits, probs, targets, DLOSS, 10, 0, NO_TRACE)
     first = dlogits.copy()
-    crossentropy_backward(2, dlogits, probs, targets, DLOSS, 10, NO_TRACE)
+    crossentropy_backward(2, dlogits, probs, targets, DLOSS, 10, 0, NO_TRACE)
     np.testing.assert_array_equal(dlogits, first)
     np.testing.assert_allclose(first, crossentropy_backward_ref(logits, targets, DLOSS, 10),
                                rtol=RTOL, atol=ATOL)
@@ -139,3 +142,37 @@ def test_one_and_two_threads_agree():
         np.testing.assert_allclose(a, b, rtol=2 * FP32_EPS, atol=1e-7)
     np.testing.assert_allclose(run_backward(1, logits, targets, 13), run_backward(2, logits, targets, 13),
                                rtol=2 * FP32_EPS, atol=1e-7)
+
+
+# (BT, V, Vp, slices, nthreads): the vocabulary-parallel pieces, the group's all-reduces done here by NumPy over the
+# slices. 13 of 16 columns real over 4 slices of 4: the last slice holds 1 real column and 3 padded; 5 of 16 over 4:
+# slices 2 and 3 hold no real column (their maximum is -inf and their exps none).
+VOCAB_CASES = [(6, 13, 16, 4, 2), (6, 5, 16, 4, 1), (7, 10, 16, 2, 3)]
+
+
+@pytest.mark.parametrize("BT, V, Vp, slices, nthreads", VOCAB_CASES)
+def test_vocab_parallel_pieces_match_the_whole_row_reference(BT, V, Vp, slices, nthreads):
+    logits, targets = make(BT, V, Vp)
+    Vs = Vp // slices
+    parts = [np.ascontiguousarray(logits[:, k * Vs:(k + 1) * Vs]) for k in range(slices)]
+    maxes = [np.full(BT, np.nan, np.float32) for _ in parts]
+    for k, part in enumerate(parts):
+        crossentropy_max(nthreads, maxes[k], part, k * Vs, V, NO_TRACE)
+    rowmax = np.max(maxes, axis=0)                                        # all-reduce MAX
+    stats = [np.full((BT, 2), np.nan, np.float32) for _ in parts]
+    probs = [np.full_like(part, np.nan) for part in parts]
+    for k, part in enumerate(parts):
+        crossentropy_exps(nthreads, stats[k], probs[k], part, rowmax, targets, k * Vs, V, NO_TRACE)
+    total = np.sum(stats, axis=0)                                         # all-reduce SUM
+    losses = [np.full(BT, np.nan, np.float32) for _ in parts]
+    for k in range(slices):
+        crossentropy_finish(nthreads, losses[k], probs[k], total, targets, V, NO_TRACE)
+    ref_losses, ref_probs = crossentropy_forward_ref(logits, targets, V)
+    for k in range(slices):   # every rank gets the same loss; its probs are its columns of the whole row's
+        np.testing.assert_allclose(losses[k], ref_losses, rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(probs[k], ref_probs[:, k * Vs:(k + 1) * Vs], rtol=RTOL, atol=ATOL)
+    ref_dlogits = crossentropy_backward_ref(logits, targets, DLOSS, V)
+    for k in range(slices):
+        dlogits = np.full_like(parts[k], np.nan)
+        crossentropy_backward(nthreads, dlogits, probs[k], targets, DLOSS, V, k * Vs, NO_TRACE)
+        np.testing.assert_allclose(dlogits, ref_dlogits[:, k * Vs:(k + 1) * Vs], rtol=RTOL, atol=ATOL)

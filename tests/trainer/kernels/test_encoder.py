@@ -40,7 +40,7 @@ def positions(T):
 
 def run_forward(nthreads, tokens, wte, wpe, pos):
     out = np.full((len(tokens), wte.shape[1]), np.nan, np.float32)  # NaN: catches rows left unwritten
-    encoder_forward(nthreads, out, tokens, wte, wpe, pos, NO_TRACE)
+    encoder_forward(nthreads, out, tokens, wte, wpe, pos, 0, True, NO_TRACE)
     return out
 
 
@@ -48,7 +48,7 @@ def run_backward(nthreads, dout, tokens, pos, calls=1):
     dwte = np.zeros((VP, dout.shape[1]), np.float32)
     dwpe = np.zeros((MAXT, dout.shape[1]), np.float32)
     for _ in range(calls):
-        encoder_backward(nthreads, dwte, dwpe, dout, tokens, pos, NO_TRACE)
+        encoder_backward(nthreads, dwte, dwpe, dout, tokens, pos, 0, NO_TRACE)
     return dwte, dwpe
 
 
@@ -110,3 +110,29 @@ def test_a_share_of_the_positions_embeds_each_token_at_its_true_position(nthread
     _, dwpe = run_backward(nthreads, dout, tokens, pos)
     np.testing.assert_allclose(dwpe[[1, 3, 5, 7]], dout[:4].astype(np.float64) + dout[4:], rtol=RTOL, atol=ATOL)
     assert not dwpe[[0, 2, 4, 6]].any()    # positions of the other rank get nothing from this one
+
+
+@pytest.mark.parametrize("nthreads", [1, 2])
+def test_vocabulary_slices_sum_to_the_whole(nthreads):
+    # 4 slices of the 16 rows; tokens in [0, 16) so every slice holds some. Summing the slices' outputs (the
+    # group's all-reduce), with the position added by slice 0 only, gives the whole lookup; each slice's dwte is its
+    # rows of the whole dwte, and every slice's dwpe is the whole dwpe.
+    rng = np.random.default_rng(3)
+    B, T, C, k = 2, 4, 8, 4
+    tokens = rng.integers(0, VP, size=B * T).astype(np.int32)
+    _, wte, wpe, dout = make(B, T, C)
+    pos, Vs = positions(T), VP // k
+    outs, grads = [], []
+    for s in range(k):
+        out = np.full((B * T, C), np.nan, np.float32)
+        encoder_forward(nthreads, out, tokens, np.ascontiguousarray(wte[s * Vs:(s + 1) * Vs]), wpe, pos, s * Vs,
+                        s == 0, NO_TRACE)
+        outs.append(out)
+        dwte, dwpe = np.zeros((Vs, C), np.float32), np.zeros((MAXT, C), np.float32)
+        encoder_backward(nthreads, dwte, dwpe, dout, tokens, pos, s * Vs, NO_TRACE)
+        grads.append((dwte, dwpe))
+    np.testing.assert_allclose(np.sum(outs, axis=0), encoder_forward_ref(tokens, wte, wpe, pos), rtol=RTOL, atol=ATOL)
+    want_dwte, want_dwpe = encoder_backward_ref(dout, tokens, pos, VP, MAXT)
+    for s, (dwte, dwpe) in enumerate(grads):
+        np.testing.assert_allclose(dwte, want_dwte[s * Vs:(s + 1) * Vs], rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(dwpe, want_dwpe, rtol=RTOL, atol=ATOL)
