@@ -27,7 +27,6 @@ from trainer.launcher import Launcher
 from trainer.model import GPT2
 from trainer.optim import AdamW
 
-
 Ranges = tuple[tuple[int, int], ...]   # disjoint [lo, hi) ranges of the flat buffer
 
 

@@ -30,9 +30,9 @@ OPTIONS = {
     "batch_size": "-B/--batch-size", "seq_len": "-T/--seq-len", "steps": "--steps", "lr": "--lr",
     "weight_decay": "--weight-decay", "grad_accum": "--grad-accum", "seed": "--seed", "threads": "--threads",
     "ranks": "--ranks", "n_layer": "--n-layer", "n_head": "--n-head", "n_embd": "--n-embd",
-    "vocab_size": "--vocab-size", "max_seq_len": "--max-seq-len", "flush_every_s": "--flush-every", "sp": "--sp", "tp": "--tp",
-    "pp": "--pp", "pp_layers": "--pp-layers", "data_loading": "--data-loading", "emulate_network": "--emulate-network",
-    "save_every": "--save-every",
+    "vocab_size": "--vocab-size", "max_seq_len": "--max-seq-len", "flush_every_s": "--flush-every", "sp": "--sp",
+    "tp": "--tp", "pp": "--pp", "pp_layers": "--pp-layers", "data_loading": "--data-loading",
+    "emulate_network": "--emulate-network", "save_every": "--save-every",
 }
 # A resumed run's settings that differ from the saved run's (trainer.state_file.Fingerprint), as the user set them.
 _RESUME_LABELS = {**OPTIONS, "global_batch": "the global batch (-B x --ranks/--sp x --grad-accum sequences)",

@@ -23,8 +23,6 @@ pipeline; the gradient norm is summed over the stages, counting the tied embeddi
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from trainer import names

@@ -23,7 +23,7 @@ from trainer.data import TokenLoader, synthetic_corpus
 from trainer.dp import Local, make_strategy
 from trainer.launcher import Launcher
 from trainer.model import GPT2
-from trainer.parallel.grid import DP, PP, SP, TP, RankGrid
+from trainer.parallel.grid import DP, SP, RankGrid
 from trainer.parallel.pipeline import build_stage
 from trainer.parallel.sequence import SequenceShard, make_sequence
 from trainer.parallel.split import SequenceSplit
