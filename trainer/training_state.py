@@ -1,14 +1,15 @@
 """The state of a whole training run, whatever the rank layout: gathered for a checkpoint, handed back on resume.
 
-Each rank holds a part of it. The parameters: a full replica on every rank in every mode so far. AdamW's moments:
-the range of the flat buffer its optimizer updates, which is all of it on every rank under allreduce and overlap,
-all of it on rank 0 and nothing elsewhere under reduce-bcast, a 1/N shard per rank under zero1 (under sequence
-parallelism the same, over the dp x sp ranks that share the parameters). `gather_state` assembles the whole
-model's state on rank 0 from that; `load_state` gives each rank its part of a saved state. Under pipeline
-parallelism all of this holds per stage (a stage's buffer holds its own layers), and the stages of the first
-pipeline then send their state to stage 0 (trainer.parallel.pipeline.Pipeline.gather); on resume each stage takes
-its layers from the saved whole. The state file and the fingerprint (trainer.state_file), the checkpoint phase and
-the resume logic are layout-free.
+Each rank holds a part of it. The parameters: its pipeline stage's layers, of its tensor-parallel shard (the whole
+model without either), replicated over the data and sequence-parallel ranks. AdamW's moments: the
+range of the flat buffer its optimizer updates, which is all of it on every rank under allreduce and overlap, all of
+it on rank 0 and nothing elsewhere under reduce-bcast, a 1/N shard per rank under zero1 (under sequence parallelism
+the same, over the dp x sp ranks that share the parameters). `gather_state` assembles the whole model's state on
+rank 0 from that; `load_state` gives each rank its part of a saved state. Under pipeline and tensor parallelism all
+of this holds per (stage, tensor-parallel rank), whose buffer holds its layers' shards, and the first replica of
+each then sends its state to world rank 0, which puts every piece in its place in the whole model's layout
+(`gather_model`); on resume each rank takes its layers' shards from the saved whole. The state file and the
+fingerprint (trainer.state_file), the checkpoint phase and the resume logic are layout-free.
 """
 from __future__ import annotations
 
@@ -18,8 +19,11 @@ import numpy as np
 
 from trainer.config import ModelConfig
 from trainer.model import GPT2
+from trainer.parallel.tensor import TensorShard
 from trainer.params import ParamLayout
 from trainer.state_file import StateHeader, read_moment
+
+_GATHER_TAG = 7
 
 _NONE = (-1, -1)     # the range of a rank without an optimizer, as sent to the others
 
@@ -46,19 +50,41 @@ def held_range(dp) -> tuple[int, int] | None:
     return lo, lo + opt.m.size
 
 
-def gather_state(model: GPT2, dp, grid, next_step: int, pipeline=None) -> TrainingState | None:
+def gather_state(model: GPT2, dp, grid, next_step: int, stages=None) -> TrainingState | None:
     """The whole model's state on rank 0, None on the other ranks.
 
     Collective over `grid.grad_comm` (the ranks that share the parameters): every rank calls it after the same
     step. One MPI_Allgather of each rank's moment range (16 bytes a rank) tells every rank whether rank 0 already
-    holds all moments; if not (zero1), one MPI_Gatherv per moment brings the shards to rank 0. With a `pipeline`,
-    that gives each stage's state on its first replica, and the first pipeline's stages send theirs to stage 0."""
+    holds all moments; if not (zero1), one MPI_Gatherv per moment brings the shards to rank 0. Split over
+    pipeline stages (`stages`: trainer.parallel.stages.plan's) or tensor-parallel ranks, that gives each piece's state
+    on its first replica, and `gather_model` brings the pieces to world rank 0."""
     stage = _gather_stage(model, dp, grid, next_step)
-    if pipeline is None or stage is None:
+    if stage is None or (model.stage.count == 1 and model.tp.shard.degree == 1):
         return stage
-    whole = ParamLayout.for_model(model.cfg)
-    params, m, v = (pipeline.gather(x, whole, model.cfg) for x in (stage.params, stage.m, stage.v))
-    return TrainingState(model.cfg, params, m, v, stage.t, next_step) if model.stage.is_first else None
+    params, m, v = (gather_model(x, model, grid, stages or [model.stage]) for x in (stage.params, stage.m, stage.v))
+    return TrainingState(model.cfg, params, m, v, stage.t, next_step) if grid.rank == 0 else None
+
+
+def gather_model(flat: np.ndarray, model: GPT2, grid, stages) -> np.ndarray | None:
+    """A buffer in this rank's layout (parameters, or an AdamW moment) from the first replica of every (pipeline
+    stage, tensor-parallel rank), assembled in the whole model's layout on world rank 0 (None elsewhere). Called by
+    those replicas only: the ranks at sp = dp = 0."""
+    layout, cfg = grid.layout, model.cfg
+    if grid.rank != 0:
+        grid.world.Send(flat, dest=0, tag=_GATHER_TAG)
+        return None
+    whole = ParamLayout.for_model(cfg)
+    out = np.zeros(whole.size, dtype=np.float32)
+    for r in range(layout.size):
+        c = layout.coords(r)
+        if c["sp"] or c["dp"]:
+            continue
+        piece = ParamLayout.for_stage(cfg, stages[c["pp"]], TensorShard(layout.degree("tp"), c["tp"]))
+        part = flat if r == 0 else np.empty(piece.size, dtype=np.float32)
+        if r != 0:
+            grid.world.Recv(part, source=r, tag=_GATHER_TAG)
+        piece.put(whole, part, out, cfg)
+    return out
 
 
 def _gather_stage(model: GPT2, dp, grid, next_step: int) -> TrainingState | None:
@@ -113,8 +139,8 @@ def load_state(saved: StateHeader, dp, model: GPT2 | None = None) -> None:
 
     def mine(name: str) -> np.ndarray:
         whole = read_moment(saved, name)
-        if model is not None and model.stage.count > 1:
-            whole = model.layout.take(ParamLayout.for_model(model.cfg), whole)
+        if model is not None and (model.stage.count > 1 or model.tp.shard.degree > 1):
+            whole = model.layout.take(ParamLayout.for_model(model.cfg), whole, model.cfg)
         return whole[lo:hi]
 
     m, v = mine("m"), mine("v")

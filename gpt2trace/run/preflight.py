@@ -88,9 +88,6 @@ def check_options(cfg) -> None:
     if cfg.resume is not None and cfg.init_from is not None:
         raise TrainerError(f"--resume {cfg.resume} and --init-from {cfg.init_from}: --resume continues a saved run "
                            "(weights and optimizer state), --init-from starts a new one from weights; give one")
-    if cfg.parallel.tp > 1 and (cfg.save is not None or cfg.resume is not None):
-        raise TrainerError("--save and --resume do not support --tp > 1 yet (the checkpoint gather of tensor-parallel "
-                           "shards is not written); run without them, or with --tp 1")
     if cfg.save_every and cfg.save is None:
         raise TrainerError(f"--save-every {cfg.save_every} needs --save PATH, where the checkpoints go")
     if cfg.network is not None:

@@ -313,7 +313,8 @@ class _Saver:
     def save(self, next_step: int) -> None:
         from trainer.training_state import gather_state
 
-        state = gather_state(self.model, self.dp, self.grid, next_step, self.pipeline)
+        state = gather_state(self.model, self.dp, self.grid, next_step,
+                             self.pipeline.stages if self.pipeline is not None else None)
         if state is not None:
             write_pair(self.path, state, self.fingerprint, self.saved_by)
             if self.on_save is not None:

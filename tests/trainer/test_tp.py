@@ -113,3 +113,22 @@ def test_a_model_that_cannot_be_split_is_refused_naming_tp():
         TensorShard(3).check(TINY4)
     with pytest.raises(ConfigError, match="tp"):
         ParallelConfig(ranks=4, tp=3)
+
+
+@pytest.mark.mpi
+def test_a_tensor_and_pipeline_parallel_checkpoint_resumes_on_one_rank(tmp_path):
+    # 4 steps on tp=2 x pp=2, saved (the shards of the 4 ranks put together on rank 0), then 2 more steps on one
+    # rank from that checkpoint: the same losses, to float32 rounding, as 6 steps on one rank without stopping
+    def run(*args, metrics):
+        out = subprocess.run([sys.executable, "-m", "gpt2trace", "run", "--model", "tiny", "--grad-accum", "2",
+                              "--no-trace", "--metrics-json", str(tmp_path / metrics), *args],
+                             capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                             env=dict(os.environ, OMP_WAIT_POLICY="PASSIVE"))
+        assert out.returncode == 0, out.stderr[-2000:]
+        return [json.loads(line)["loss"] for line in (tmp_path / metrics).read_text().splitlines()]
+
+    run("--ranks", "4", "--tp", "2", "--pp", "2", "--steps", "4", "--save", "ck.bin", metrics="a.jsonl")
+    resumed = run("--resume", "ck.bin", "--steps", "6", metrics="b.jsonl")
+    whole = run("--steps", "6", metrics="c.jsonl")
+    assert len(resumed) == 2
+    np.testing.assert_allclose(resumed, whole[4:], rtol=RTOL)

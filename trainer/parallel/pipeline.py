@@ -124,21 +124,6 @@ class Pipeline:
         of the tied embedding left out (trainer.parallel.norm)."""
         return grad_norm(dp, model, self.comm)
 
-    def gather(self, flat: np.ndarray, whole: ParamLayout, cfg) -> np.ndarray | None:
-        """A buffer in this stage's parameter layout (parameters, or an AdamW moment) from every stage, assembled
-        into the whole model's layout on stage 0 (None on the others). Called by the ranks of one pipeline."""
-        if not self.stage.is_first:
-            self.comm.Send(flat, dest=0, tag=0)
-            return None
-        out = np.zeros(whole.size, dtype=np.float32)
-        for st in self.stages:
-            layout = ParamLayout.for_stage(cfg, st)
-            part = flat if st.is_first else np.empty(layout.size, dtype=np.float32)
-            if not st.is_first:
-                self.comm.Recv(part, source=st.index, tag=0)
-            layout.put(whole, part, out)
-        return out
-
 
 def build_stage(cfg: ModelConfig, params: np.ndarray, par: ParallelConfig, tcfg: TrainConfig, grid: RankGrid, seq,
                 run: Launcher, tp=None) -> tuple[GPT2, Pipeline | None]:

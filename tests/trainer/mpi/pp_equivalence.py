@@ -24,8 +24,9 @@ from trainer.parallel.grid import DP, RankGrid
 from trainer.parallel.pipeline import build_stage
 from trainer.parallel.sequence import SequenceShard, make_sequence
 from trainer.parallel.split import SequenceSplit
-from trainer.params import ParamLayout, init_params
+from trainer.params import init_params
 from trainer.train import train
+from trainer.training_state import gather_model
 
 STEPS, B, T = 3, 2, 16
 TOKENS = 8192
@@ -67,7 +68,7 @@ def pipelined(par: ParallelConfig, grad_accum: int, comm):
     replica_err = comm.allreduce(replica_err, op=MPI.MAX)
     gathered = None
     if grid.coords[DP] == 0 and grid.coords["sp"] == 0:
-        gathered = pipeline.gather(model.params, ParamLayout.for_model(CFG), CFG)
+        gathered = gather_model(model.params, model, grid, pipeline.stages)
     return [h.loss for h in hist], [h.grad_norm for h in hist], replica_err, gathered
 
 
