@@ -46,6 +46,15 @@ PP_SAMPLES = {
     "small_2ranks_pp2_gpipe.parquet": PP_COMMON + ["--pp-schedule", "gpipe"],
 }
 
+# tensor-parallel samples: the demo model's every layer split over 2 ranks; and a 3D run of 8 ranks (oversubscribed):
+# 2 data-parallel replicas (ZeRO-1) of a 2-stage pipeline whose stages are 2-rank tensor-parallel groups
+TP_SAMPLES = {
+    "small_2ranks_tp2.parquet": ["--model", "small", "-B", "4", "-T", "64", "--steps", "8", "--ranks", "2", "--tp", "2",
+                                 "--threads", "1"],
+    "small_8ranks_3d.parquet": ["--model", "small", "-B", "2", "-T", "64", "--steps", "6", "--ranks", "8", "--tp", "2",
+                                "--pp", "2", "--grad-accum", "4", "--dp-sync", "zero1", "--threads", "1"],
+}
+
 
 def make(name: str, model: str, threads: int, steps: int, batch_size: int, seq_len: int, grad_accum: int) -> int:
     from gpt2trace.run.runner import RunConfig, TraceConfig, prepare_process, run
@@ -71,7 +80,7 @@ def make_mpi(name: str, options: list[str]) -> None:
 
 def main(names: list[str]) -> None:
     os.chdir(HERE)   # relative paths: the run metadata records "tiny_1thread.parquet", not this machine's path
-    mpi = {**{n: MPI_COMMON + o for n, o in MPI_SAMPLES.items()}, **SP_SAMPLES, **PP_SAMPLES}
+    mpi = {**{n: MPI_COMMON + o for n, o in MPI_SAMPLES.items()}, **SP_SAMPLES, **PP_SAMPLES, **TP_SAMPLES}
     unknown = set(names) - set(SAMPLES) - set(mpi)
     if unknown:
         raise SystemExit(f"no sample named {', '.join(sorted(unknown))}; the samples are "
