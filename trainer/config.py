@@ -162,11 +162,11 @@ class ParallelConfig:
             raise ConfigError("tp", self.tp, f"must divide the {self.ranks} ranks: each tensor-parallel group needs "
                                              f"exactly {self.tp} ranks; use a multiple of {self.tp} ranks")
         _check_int("sp", self.sp, 1)
-        if self.ranks % (self.tp * self.sp):
-            raise ConfigError("sp", self.sp, f"times --tp {self.tp} must divide the {self.ranks} ranks")
         if self.ranks % self.sp:
             raise ConfigError("sp", self.sp, f"must divide the {self.ranks} ranks: each sequence group needs exactly "
                                              f"{self.sp} ranks; use a multiple of {self.sp} ranks")
+        if self.ranks % (self.tp * self.sp):
+            raise ConfigError("sp", self.sp, f"times --tp {self.tp} must divide the {self.ranks} ranks")
         _check_int("pp", self.pp, 1)
         if self.ranks % (self.tp * self.sp * self.pp):
             raise ConfigError("pp", self.pp, f"times --tp {self.tp} --sp {self.sp} must divide the {self.ranks} ranks: "

@@ -58,8 +58,8 @@ def test_sequence_parallel_matches_one_rank_on_the_global_batch(ranks, threads):
 def test_the_grid_lays_sequence_groups_out_on_adjacent_ranks():
     # 8 ranks, sp=4: sp groups {0..3}, {4..7}; dp groups pair the same sp index: {0,4}, {1,5}, {2,6}, {3,7}
     layout = GridLayout.from_config(ParallelConfig(ranks=8, sp=4))
-    assert layout.coords(6) == {"sp": 2, "pp": 0, "dp": 1}
-    assert layout.rank_of({"sp": 2, "pp": 0, "dp": 1}) == 6
+    assert layout.coords(6) == {"tp": 0, "sp": 2, "pp": 0, "dp": 1}
+    assert layout.rank_of({"tp": 0, "sp": 2, "pp": 0, "dp": 1}) == 6
     assert layout.groups(("sp",)) == [(0, 1, 2, 3), (4, 5, 6, 7)]
     assert layout.groups(("dp",)) == [(0, 4), (1, 5), (2, 6), (3, 7)]
     assert layout.group(5, ("sp", "dp")) == tuple(range(8))
@@ -67,7 +67,7 @@ def test_the_grid_lays_sequence_groups_out_on_adjacent_ranks():
 
 def test_one_process_has_a_grid_of_one():
     grid = RankGrid.build(ParallelConfig(), None)
-    assert grid.size == 1 and grid.coords == {"sp": 0, "pp": 0, "dp": 0}
+    assert grid.size == 1 and grid.coords == {"tp": 0, "sp": 0, "pp": 0, "dp": 0}
     assert grid.comm("sp") is None and grid.grad_comm is None
 
 

@@ -34,6 +34,7 @@ from trainer.parallel.grid import PP, RankGrid
 from trainer.parallel.norm import grad_norm
 from trainer.parallel.schedule import FORWARD, schedule
 from trainer.parallel.stages import Stage, plan
+from trainer.parallel.tensor import WholeTensor
 from trainer.params import ParamLayout
 
 ACTIVATION, GRADIENT = 0, 1
@@ -132,6 +133,7 @@ def build_stage(cfg: ModelConfig, params: np.ndarray, par: ParallelConfig, tcfg:
     --pp > 1 the Pipeline that runs the stage."""
     stages = plan(cfg, tcfg.seq_len, par.pp, par.pp_layers)
     stage = stages[grid.coords[PP]]
+    tp = tp if tp is not None else WholeTensor()
     if par.pp > 1 or par.tp > 1:
         params = ParamLayout.for_stage(cfg, stage, tp.shard).take(ParamLayout.for_model(cfg), params, cfg)
     model = GPT2(cfg, params, tcfg.batch_size, tcfg.seq_len, run, seq=seq, stage=stage,
