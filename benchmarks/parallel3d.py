@@ -25,7 +25,6 @@ import itertools
 import json
 import os
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
