@@ -2,13 +2,13 @@
 
 Each rank holds a part of it. The parameters: a full replica on every rank in every mode so far. AdamW's moments:
 the range of the flat buffer its optimizer updates, which is all of it on every rank under allreduce and overlap,
-all of it on rank 0 and nothing elsewhere under reduce-bcast, a 1/N shard per rank under zero1 (under sequence
-parallelism the same, over the dp x sp ranks that share the parameters). `gather_state` assembles the whole
-model's state on rank 0 from that; `load_state` gives each rank its part of a saved state. Under pipeline
-parallelism all of this holds per stage (a stage's buffer holds its own layers), and the stages of the first
-pipeline then send their state to stage 0 (trainer.parallel.pipeline.Pipeline.gather); on resume each stage takes
-its layers from the saved whole. The state file and the fingerprint (trainer.state_file), the checkpoint phase and
-the resume logic are layout-free.
+all of it on rank 0 and nothing elsewhere under reduce-bcast, a 1/N shard per rank under zero1 and zero2 (the same
+shards; gradients are not part of the state) (under sequence parallelism the same, over the dp x sp ranks that
+share the parameters). `gather_state` assembles the whole model's state on rank 0 from that; `load_state` gives
+each rank its part of a saved state. Under pipeline parallelism all of this holds per stage (a stage's buffer
+holds its own layers), and the stages of the first pipeline then send their state to stage 0
+(trainer.parallel.pipeline.Pipeline.gather); on resume each stage takes its layers from the saved whole. The state
+file and the fingerprint (trainer.state_file), the checkpoint phase and the resume logic are layout-free.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def held_range(dp) -> tuple[int, int] | None:
     opt = getattr(dp, "opt", None)
     if opt is None:
         return None
-    lo = getattr(dp, "lo", 0)       # ZeRO-1's shard starts there; the other strategies' optimizers start at 0
+    lo = getattr(dp, "lo", 0)       # a ZeRO shard starts there; the other strategies' optimizers start at 0
     return lo, lo + opt.m.size
 
 
@@ -51,7 +51,7 @@ def gather_state(model: GPT2, dp, grid, next_step: int, pipeline=None) -> Traini
 
     Collective over `grid.grad_comm` (the ranks that share the parameters): every rank calls it after the same
     step. One MPI_Allgather of each rank's moment range (16 bytes a rank) tells every rank whether rank 0 already
-    holds all moments; if not (zero1), one MPI_Gatherv per moment brings the shards to rank 0. With a `pipeline`,
+    holds all moments; if not (zero1, zero2), one MPI_Gatherv per moment brings the shards to rank 0. With a `pipeline`,
     that gives each stage's state on its first replica, and the first pipeline's stages send theirs to stage 0."""
     stage = _gather_stage(model, dp, grid, next_step)
     if pipeline is None or stage is None:
