@@ -109,6 +109,7 @@ class DPSync(str, Enum):
     reduce_bcast = "reduce-bcast"
     overlap = "overlap"
     zero1 = "zero1"
+    zero2 = "zero2"
 
 
 class DataLoading(str, Enum):

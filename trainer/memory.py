@@ -1,18 +1,18 @@
 """What a model replica allocates, known before allocating it: the activation shapes and a memory estimate.
 
 The shape tables here are the ones trainer.model carves its buffers from, so the estimate is the allocation,
-not a guess: parameters, gradients and both AdamW moments (4 x P float32), every layer's activations, one layer
-of activation gradients and the scratch buffers, and under sequence parallelism the dK/dV exchange buffers
-(trainer.parallel.sequence). With S ranks per sequence a rank holds T/S positions: its buffers have B*T/S rows,
-except the layer's qkv, which holds the whole group's rows, and attention's scores, (T/S) x T. Imports nothing
-heavy (no Numba): the CLI checks a run with it before anything is built.
+not a guess: parameters, gradients and both AdamW moments (4 x P float32, less under ZeRO: training_bytes), every
+layer's activations, one layer of activation gradients and the scratch buffers, and under sequence parallelism
+the dK/dV exchange buffers (trainer.parallel.sequence). With S ranks per sequence a rank holds T/S positions: its
+buffers have B*T/S rows, except the layer's qkv, which holds the whole group's rows, and attention's scores,
+(T/S) x T. Imports nothing heavy (no Numba): the CLI checks a run with it before anything is built.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from trainer.config import ModelConfig
+from trainer.config import DPSync, ModelConfig
 from trainer.errors import TrainerError
 from trainer.parallel.stages import Stage
 from trainer.parallel.tensor import WHOLE, TensorShard
@@ -121,6 +121,21 @@ class MemoryEstimate:
         return self.training + self.activations
 
 
+def training_bytes(layout: ParamLayout, dp_sync: DPSync = DPSync.allreduce, grad_ranks: int = 1) -> int:
+    """Parameters, gradients and AdamW moments of the rank that holds the most of them, under `dp_sync` over the
+    `grad_ranks` ranks that share these parameters (trainer.dp). With one rank, or a strategy that keeps whole
+    moments somewhere (reduce-bcast's root), 4 buffers of P. ZeRO-1: the parameters, the whole gradient buffer,
+    the summed gradients' shard and the moments' shards; ZeRO-2 holds a one-layer gradient bucket (the non-layer
+    tensors and one layer: ParamLayout.bucket_size) instead of the whole buffer. A shard is at most ceil(P/N)
+    (trainer.dp.shard_bounds)."""
+    P = layout.size
+    if grad_ranks == 1 or dp_sync not in (DPSync.zero1, DPSync.zero2):
+        return FLOAT32 * 4 * P
+    shard = -(-P // grad_ranks)
+    grads = layout.bucket_size if dp_sync == DPSync.zero2 else P
+    return FLOAT32 * (P + grads + shard + 2 * shard)
+
+
 def micro_batch_slots(stage: Stage, schedule: str, micro_batches: int) -> int:
     """Micro-batches whose activations a stage holds at once: one without pipelining, all M under GPipe, at most
     P - stage under 1F1B (its warm-up forwards plus the one in flight), the bound PipeDream-Flush is built for."""
@@ -130,19 +145,22 @@ def micro_batch_slots(stage: Stage, schedule: str, micro_batches: int) -> int:
 
 
 def estimate(cfg: ModelConfig, B: int, T: int, S: int = 1, own_rows: bool = False, stage: Stage | None = None,
-             slots: int = 1, recompute: bool = False, tp: TensorShard = WHOLE) -> MemoryEstimate:
+             slots: int = 1, recompute: bool = False, tp: TensorShard = WHOLE, dp_sync: DPSync = DPSync.allreduce,
+             grad_ranks: int = 1) -> MemoryEstimate:
     """One rank's memory; S ranks per sequence (`own_rows`: the reduce-scatter's extra buffer), the pipeline
     `stage` it holds, `slots` micro-batches of activations held at once, kept whole or (`recompute`) as layer
-    inputs plus one layer's work buffers, and its tensor-parallel shard `tp`."""
+    inputs plus one layer's work buffers, its tensor-parallel shard `tp`; `dp_sync` over `grad_ranks` ranks
+    (training_bytes)."""
     stage = stage or Stage.whole(cfg)
-    params = FLOAT32 * ParamLayout.for_stage(cfg, stage, tp).size
+    layout = ParamLayout.for_stage(cfg, stage, tp)
+    params = FLOAT32 * layout.size
     Tl = T // S
     per_slot = kept_shapes(cfg, B, Tl, stage) if recompute else activation_shapes(cfg, B, Tl, T, stage, tp)
     shared = elements(work_shapes(cfg, B, Tl, T, stage, tp)) if recompute else 0
     acts = FLOAT32 * (slots * elements(per_slot) + shared + elements(layer_grad_shapes(cfg, B, Tl, tp))
                       + elements(scratch_shapes(cfg, B, Tl, T, stage, tp))
                       + elements(exchange_shapes(cfg, B, T, S, own_rows, tp)))
-    return MemoryEstimate(params, 4 * params, acts)
+    return MemoryEstimate(params, training_bytes(layout, dp_sync, grad_ranks), acts)
 
 
 def available_bytes() -> int | None:
@@ -176,10 +194,11 @@ def gib(n: int) -> str:
 
 def check_fits(cfg: ModelConfig, B: int, T: int, processes: int = 1, S: int = 1,
                own_rows: bool = False, stage: Stage | None = None, slots: int = 1,
-               recompute: bool = False, tp: TensorShard = WHOLE) -> MemoryEstimate:
+               recompute: bool = False, tp: TensorShard = WHOLE, dp_sync: DPSync = DPSync.allreduce,
+               grad_ranks: int = 1) -> MemoryEstimate:
     """The estimate, or a TrainerError when `processes` replicas of it do not fit in the available memory (with
     pipelining, `stage` should be the stage that needs the most)."""
-    need = estimate(cfg, B, T, S, own_rows, stage, slots, recompute, tp)
+    need = estimate(cfg, B, T, S, own_rows, stage, slots, recompute, tp, dp_sync, grad_ranks)
     have = available_bytes()
     if have is not None and processes * need.total > have:
         each = f"{processes} ranks x " if processes > 1 else ""

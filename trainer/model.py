@@ -82,7 +82,9 @@ class GPT2:
     backward leaves the gradient of its input in `input_grad`.
     `slots` micro-batches can be between their forward and their backward at once (a pipeline schedule's bound);
     each has its own activations. With `recompute`, a slot keeps only each layer's input, and backward recomputes
-    the layer into one shared layer of work buffers before differentiating it.
+    the layer into one shared layer of work buffers before differentiating it. With `grad_bucket`, the gradients
+    of all layers share one layer's memory (ParamLayout.allocate_bucket): `after_layer` must take each layer's out
+    and zero it (ZeRO-2, trainer.dp.Zero2).
     `tp` (trainer.parallel.tensor) is this rank's tensor-parallel shard and its group's reductions: the rank holds
     its heads, MLP columns and vocabulary rows of every tensor, and the model calls the group's all-reduces where
     Megatron's f and g operators sit; by default whole tensors.
@@ -90,7 +92,7 @@ class GPT2:
 
     def __init__(self, cfg: ModelConfig, params: np.ndarray, B: int, T: int, run: Launcher,
                  seq: WholeSequence | None = None, stage: Stage | None = None, slots: int = 1,
-                 recompute: bool = False, tp=None):
+                 recompute: bool = False, tp=None, grad_bucket: bool = False):
         if T > cfg.max_seq_len:
             raise ValueError(f"sequence length T={T} exceeds the model's max_seq_len={cfg.max_seq_len}")
         self.seq = seq if seq is not None else WholeSequence(T)
@@ -106,7 +108,7 @@ class GPT2:
         self.layout = ParamLayout.for_stage(cfg, self.stage, sh)
         self.params = params
         self.p = self.layout.views(params)
-        self.grads, self.gp = self.layout.allocate()
+        self.grads, self.gp = self.layout.allocate_bucket() if grad_bucket else self.layout.allocate()
         Tl, st = self.T, self.stage
         kept = kept_shapes(cfg, B, Tl, st) if recompute else activation_shapes(cfg, B, Tl, T, st, sh)
         self.slots = [Buffers(kept) for _ in range(slots)]

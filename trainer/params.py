@@ -110,10 +110,18 @@ class ParamLayout:
         lo = self.layer_start + layer * self.layer_stride
         return lo, lo + self.layer_stride
 
+    @property
+    def bucket_size(self) -> int:
+        """Elements of a one-layer gradient bucket (allocate_bucket): the non-layer tensors and one layer block."""
+        return self.layer_start + self.layer_stride
+
     def views(self, flat: np.ndarray) -> dict[str, np.ndarray]:
         """Named, writable views into `flat` (no copies); per-layer tensors are (L, ...) strided views."""
-        if flat.shape != (self.size,) or flat.dtype != np.float32:
-            raise ValueError(f"flat buffer must be float32[{self.size}], got {flat.dtype}{list(flat.shape)}")
+        return self._views(flat, self.size, self.layer_stride)
+
+    def _views(self, flat: np.ndarray, size: int, layer_stride: int) -> dict[str, np.ndarray]:
+        if flat.shape != (size,) or flat.dtype != np.float32:
+            raise ValueError(f"flat buffer must be float32[{size}], got {flat.dtype}{list(flat.shape)}")
         out = {}
         item = flat.itemsize
         for name in self.shapes:
@@ -122,14 +130,23 @@ class ParamLayout:
                 out[name] = flat[off:off + int(np.prod(shape))].reshape(shape)
             else:
                 inner = shape[1:]
-                strides = (self.layer_stride * item,) + tuple(int(np.prod(inner[i + 1:])) * item
-                                                             for i in range(len(inner)))
+                strides = (layer_stride * item,) + tuple(int(np.prod(inner[i + 1:])) * item
+                                                        for i in range(len(inner)))
                 out[name] = as_strided(flat[off:], shape=shape, strides=strides, writeable=True)
         return out
 
     def allocate(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         flat = np.zeros(self.size, dtype=np.float32)
         return flat, self.views(flat)
+
+    def allocate_bucket(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """A gradient buffer of bucket_size elements: the non-layer tensors as in `allocate`, and ONE layer block
+        that every layer's views share (layer stride 0: gp["fcw"][l] is the same memory for every l). Backward
+        walks down the layers one at a time, so one block is enough if its gradients are taken out and the block
+        zeroed after each layer: ZeRO-2 (trainer.dp.Zero2) reduce-scatters it there. Element i of the block is
+        element layer_range(l)[0] + i of the full buffer while layer l is in it."""
+        flat = np.zeros(self.bucket_size, dtype=np.float32)
+        return flat, self._views(flat, self.bucket_size, 0)
 
     def from_llmc(self, llmc: np.ndarray) -> np.ndarray:
         """Our flat buffer from one in llm.c's order (a checkpoint's body)."""

@@ -43,6 +43,7 @@ class NullObserver:
 class DataParallel(Protocol):
     """What a data-parallel strategy (trainer.dp) does around backward; trainer.dp.Local is the 1-process one."""
     ranks: int
+    every_micro_batch: bool     # after_layer in every micro-batch's backward (ZeRO-2), or only in the last one's
     def reduce_loss(self, loss: float) -> float: ...
     def after_layer(self, model: GPT2, layer: int) -> None: ...
     def sync(self, model: GPT2) -> None: ...
@@ -100,8 +101,9 @@ def _microsteps(model: GPT2, data: Batches, step: int, tcfg: TrainConfig, obs: O
         with obs.phase(names.BACKWARD):
             if micro == 0:
                 model.zero_grad()
-            # only the last micro-step's finished layers can start their gradient sync (overlap)
-            model.backward(scale, after_layer=dp.after_layer if last else None)
+            # overlap syncs a layer's accumulated gradients once they are final (the last micro-step's backward);
+            # zero2 reduces every micro-step's: it keeps no full gradient buffer to accumulate in
+            model.backward(scale, after_layer=dp.after_layer if last or dp.every_micro_batch else None)
     return loss_sum / tcfg.grad_accum
 
 
@@ -141,6 +143,8 @@ class _Recorded:
 
 class _NoSync:
     """A checked re-run of a step stays local: the other ranks are not re-running it."""
+    every_micro_batch = False
+
     def __init__(self, ranks: int):
         self.ranks = ranks
 
@@ -170,7 +174,7 @@ def train(model: GPT2, data: Batches, tcfg: TrainConfig, dp: DataParallel, *, ob
             local_loss = _microsteps(model, step_data, step, tcfg, obs, dp)
         else:
             scale = 1.0 / (model.B * model.T * tcfg.grad_accum * dp.ranks)
-            local_loss = pipeline.run_step(step_data, step, obs, scale, dp.after_layer)
+            local_loss = pipeline.run_step(step_data, step, obs, scale, dp.after_layer, dp.every_micro_batch)
         with obs.phase(names.GRAD_SYNC):
             if pipeline is not None:
                 pipeline.sync_tied()

@@ -1,15 +1,16 @@
 """The state of a whole training run, whatever the rank layout: gathered for a checkpoint, handed back on resume.
 
 Each rank holds a part of it. The parameters: its pipeline stage's layers, of its tensor-parallel shard (the whole
-model without either), replicated over the data and sequence-parallel ranks. AdamW's moments: the
-range of the flat buffer its optimizer updates, which is all of it on every rank under allreduce and overlap, all of
-it on rank 0 and nothing elsewhere under reduce-bcast, a 1/N shard per rank under zero1 (under sequence parallelism
-the same, over the dp x sp ranks that share the parameters). `gather_state` assembles the whole model's state on
-rank 0 from that; `load_state` gives each rank its part of a saved state. Under pipeline and tensor parallelism all
-of this holds per (stage, tensor-parallel rank), whose buffer holds its layers' shards, and the first replica of
-each then sends its state to world rank 0, which puts every piece in its place in the whole model's layout
-(`gather_model`); on resume each rank takes its layers' shards from the saved whole. The state file and the
-fingerprint (trainer.state_file), the checkpoint phase and the resume logic are layout-free.
+model without either), replicated over the data and sequence-parallel ranks. AdamW's moments: the range of the flat
+buffer its optimizer updates, which is all of it on every rank under allreduce and overlap, all of it on rank 0 and
+nothing elsewhere under reduce-bcast, a 1/N shard per rank under zero1 and zero2 (the same shards; gradients are not
+part of the state; under sequence parallelism the same, over the dp x sp ranks that share the parameters).
+`gather_state` assembles the whole model's state on rank 0 from that; `load_state` gives each rank its part of a
+saved state. Under pipeline and tensor parallelism all of this holds per (stage, tensor-parallel rank), whose buffer
+holds its layers' shards, and the first replica of each then sends its state to world rank 0, which puts every piece
+in its place in the whole model's layout (`gather_model`); on resume each rank takes its layers' shards from the
+saved whole. The state file and the fingerprint (trainer.state_file), the checkpoint phase and the resume logic are
+layout-free.
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def held_range(dp) -> tuple[int, int] | None:
     opt = getattr(dp, "opt", None)
     if opt is None:
         return None
-    lo = getattr(dp, "lo", 0)       # ZeRO-1's shard starts there; the other strategies' optimizers start at 0
+    lo = getattr(dp, "lo", 0)       # a ZeRO shard starts there; the other strategies' optimizers start at 0
     return lo, lo + opt.m.size
 
 
@@ -55,7 +56,7 @@ def gather_state(model: GPT2, dp, grid, next_step: int, stages=None) -> Training
 
     Collective over `grid.grad_comm` (the ranks that share the parameters): every rank calls it after the same
     step. One MPI_Allgather of each rank's moment range (16 bytes a rank) tells every rank whether rank 0 already
-    holds all moments; if not (zero1), one MPI_Gatherv per moment brings the shards to rank 0. Split over
+    holds all moments; if not (zero1, zero2), one MPI_Gatherv per moment brings the shards to rank 0. Split over
     pipeline stages (`stages`: trainer.parallel.stages.plan's) or tensor-parallel ranks, that gives each piece's state
     on its first replica, and `gather_model` brings the pieces to world rank 0."""
     stage = _gather_stage(model, dp, grid, next_step)

@@ -63,7 +63,11 @@ def run(
                                  "more than the cores works, with a warning).")] = None,
     ranks: Annotated[int, typer.Option(help="MPI ranks (data parallel); starts mpiexec itself unless already "
                                             "inside MPI.")] = 1,
-    dp_sync: Annotated[DPSync, typer.Option("--dp-sync", help="How ranks combine gradients.")] = DPSync.allreduce,
+    dp_sync: Annotated[DPSync, typer.Option(
+        "--dp-sync", help="How ranks combine gradients: allreduce; reduce-bcast (AdamW on rank 0); overlap (one "
+                          "nonblocking allreduce per layer); zero1 (ZeRO-1: reduce-scatter, AdamW moments sharded); "
+                          "zero2 (ZeRO-2: also the gradients sharded, reduce-scattered layer by layer during "
+                          "backward).")] = DPSync.allreduce,
     data_loading: Annotated[DataLoading, typer.Option(
         "--data-loading", help="local: each rank reads its shard; scatter: rank 0 reads and scatters.")
     ] = DataLoading.local,

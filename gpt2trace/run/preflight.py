@@ -19,6 +19,7 @@ Errors are trainer.errors.TrainerError (ConfigError names the config field) or O
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from gpt2trace.format.errors import OutputError
@@ -65,6 +66,7 @@ def check_run(cfg, processes_here: int = 1, first_rank: bool = True) -> ModelCon
         from trainer.data import read_tokens
         read_tokens(cfg.data)        # header and size (the token ids are checked against V when loading)
     from trainer.memory import check_fits, estimate, micro_batch_slots
+    from trainer.parallel.grid import GRAD_DIMS, GridLayout
     from trainer.parallel.stages import plan
     from trainer.parallel.tensor import TensorShard
     par, B, T = cfg.parallel, cfg.train.batch_size, cfg.train.seq_len
@@ -72,14 +74,16 @@ def check_run(cfg, processes_here: int = 1, first_rank: bool = True) -> ModelCon
     stages = plan(model, T, par.pp, par.pp_layers)     # the stage split's own errors (too many stages, sums)
     tp = TensorShard(par.tp)                            # every shard of a group is the same size
     tp.check(model)
+    grid = GridLayout.from_config(par)
+    sync = dict(dp_sync=par.dp_sync, grad_ranks=math.prod(grid.degree(d) for d in GRAD_DIMS))
 
     def need(stage):
         slots = micro_batch_slots(stage, par.pp_schedule.value, cfg.train.grad_accum)
-        return stage, slots, estimate(model, B, T, par.sp, own_rows, stage, slots, par.recompute, tp).total
+        return stage, slots, estimate(model, B, T, par.sp, own_rows, stage, slots, par.recompute, tp=tp, **sync).total
 
     stage, slots, _ = max((need(s) for s in stages), key=lambda x: x[2])   # every rank is checked for the largest
     check_fits(model, B, T, processes_here, par.sp, own_rows=own_rows, stage=stage, slots=slots,
-               recompute=par.recompute, tp=tp)
+               recompute=par.recompute, tp=tp, **sync)
     return model
 
 

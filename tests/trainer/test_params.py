@@ -46,3 +46,23 @@ def test_llmc_order_round_trips(layout):
     assert views["wte"].reshape(-1)[0] == 0
     assert views["ln1w"][0, 0] == np.prod(shapes["wte"]) + np.prod(shapes["wpe"])
     np.testing.assert_array_equal(layout.to_llmc(flat), llmc)
+
+
+def test_a_gradient_bucket_holds_the_non_layer_tensors_and_one_layer_every_layer_shares(layout):
+    # tiny: non-layer wte 8,192 + wpe 1,024 + lnfw, lnfb 32 each = 9,280; one layer 12,704 -> 21,984 elements
+    flat, views = layout.allocate_bucket()
+    assert flat.size == layout.bucket_size == 9_280 + 12_704
+    for name in PER_LAYER:
+        views[name][1][...] = 1.0                    # written as layer 1: layer 0 is the same memory
+        assert (views[name][0] == 1.0).all(), name
+    assert (flat[layout.layer_start:] == 1.0).all() and (flat[:layout.layer_start] == 0.0).all()
+    # element i of the block is element layer_range(l)[0] + i of the whole buffer, tensor by tensor
+    whole = np.zeros(layout.size, dtype=np.float32)
+    full = layout.views(whole)
+    for i, name in enumerate(PARAM_NAMES):
+        full[name][...] = i + 1
+    lo, hi = layout.layer_range(1)
+    flat[layout.layer_start:] = whole[lo:hi]
+    for i, name in enumerate(PARAM_NAMES):
+        if name in PER_LAYER:
+            assert (views[name][0] == i + 1).all(), name

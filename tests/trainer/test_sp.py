@@ -39,7 +39,7 @@ def test_sequence_parallel_matches_one_rank_on_the_global_batch(ranks, threads):
     cases = result["cases"]
     # S=2 (and S=4 on 4 ranks, and S=2 x 2 data-parallel groups) x both splits x three reduces, plus every other
     # --dp-sync, grad_accum 2 and the scatter loader once
-    assert len(cases) == (6 if ranks == 2 else 12) + 5
+    assert len(cases) == (6 if ranks == 2 else 12) + 6
     assert {c.split("sp_split=")[1].split()[0] for c in cases} == {s.value for s in SPSplit}
     assert {c.split("sp_reduce=")[1].split()[0] for c in cases} == {r.value for r in SPReduce}
     for name, r in cases.items():

@@ -38,9 +38,9 @@ def test_tensor_parallel_layouts_match_one_rank_on_the_global_batch(ranks):
                          capture_output=True, text=True, timeout=900, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     cases = json.loads(out.stdout.strip().splitlines()[-1])["cases"]
-    # 2 ranks: tp=2. 4: tp=2 x (dp 2 | pp 2 | sp 2), tp=4, + zero1 where dp or sp > 1 (2). 8: tp=2 x (dp 4 |
-    # pp 2 dp 2 | pp 4 | sp 2 dp 2 | sp 2 pp 2 | sp 4), tp=4 x (dp 2 | pp 2 | sp 2): 9 layouts, + zero1 (7)
-    assert len(cases) == {2: 1, 4: 6, 8: 16}[ranks]
+    # 2 ranks: tp=2. 4: tp=2 x (dp 2 | pp 2 | sp 2), tp=4, + zero1 and zero2 where dp or sp > 1 (2 x 2). 8: tp=2 x
+    # (dp 4 | pp 2 dp 2 | pp 4 | sp 2 dp 2 | sp 2 pp 2 | sp 4), tp=4 x (dp 2 | pp 2 | sp 2): 9 layouts, + 2 x 7
+    assert len(cases) == {2: 1, 4: 8, 8: 23}[ranks]
     for name, r in cases.items():
         assert r["max_param_diff_across_replicas"] == 0.0, name
         assert r["max_param_diff_across_tp_copies"] == 0.0, name

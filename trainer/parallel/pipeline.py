@@ -27,6 +27,7 @@ import numpy as np
 
 from trainer import names
 from trainer.config import ModelConfig, ParallelConfig, TrainConfig
+from trainer.dp import PlainComm, uses_grad_bucket
 from trainer.launcher import Launcher
 from trainer.memory import micro_batch_slots
 from trainer.model import GPT2
@@ -52,7 +53,6 @@ class Pipeline:
         self.stage = model.stage
         self.comm = grid.comm(PP)            # stage k is rank k of it
         if not hasattr(self.comm, "Wait"):   # mpi4py's own (an untraced run)
-            from trainer.dp import PlainComm
             self.comm = PlainComm(self.comm)
         self.embed = grid.embed
         self.passes = schedule(schedule_name, self.stage.index, self.stage.count, micro_batches)
@@ -60,9 +60,11 @@ class Pipeline:
         self._loss = np.zeros(1, dtype=np.float64)
 
     # -- the step's passes -----------------------------------------------------------------------------
-    def run_step(self, data, step: int, obs, loss_scale: float, after_layer) -> float:
+    def run_step(self, data, step: int, obs, loss_scale: float, after_layer,
+                 every_micro_batch: bool = False) -> float:
         """Every pass of this stage's schedule into zeroed gradients; returns the mean loss over the micro-batches
-        on the last stage (0 elsewhere). `after_layer` is handed the last micro-batch's backward (overlap)."""
+        on the last stage (0 elsewhere). `after_layer` is handed the last micro-batch's backward (overlap), or
+        with `every_micro_batch` every backward (zero2)."""
         model, st, M = self.model, self.stage, self.M
         loss_sum, zeroed = 0.0, False
         for i, (kind, m) in enumerate(self.passes):
@@ -92,7 +94,7 @@ class Pipeline:
                     self._wait(("out", slot))           # (recompute rewrites the output with the same values)
                     if not st.is_last:
                         self.comm.Recv(model.output_grad, source=st.index + 1, tag=tag(GRADIENT, m))
-                    model.backward(loss_scale, after_layer if m == M - 1 else None, slot)
+                    model.backward(loss_scale, after_layer if m == M - 1 or every_micro_batch else None, slot)
                     if not st.is_first:
                         self._send("grad", model.input_grad, st.index - 1, tag(GRADIENT, m))
                     if final:
@@ -138,6 +140,6 @@ def build_stage(cfg: ModelConfig, params: np.ndarray, par: ParallelConfig, tcfg:
         params = ParamLayout.for_stage(cfg, stage, tp.shard).take(ParamLayout.for_model(cfg), params, cfg)
     model = GPT2(cfg, params, tcfg.batch_size, tcfg.seq_len, run, seq=seq, stage=stage,
                  slots=micro_batch_slots(stage, par.pp_schedule.value, tcfg.grad_accum), recompute=par.recompute,
-                 tp=tp)
+                 tp=tp, grad_bucket=uses_grad_bucket(par.dp_sync, grid.grad_comm))
     pipeline = Pipeline(model, grid, stages, par.pp_schedule.value, tcfg.grad_accum) if par.pp > 1 else None
     return model, pipeline

@@ -17,6 +17,7 @@ import pytest
 from gpt2trace.format import schema as S
 from gpt2trace.format.reader import load
 from gpt2trace.format.schema import State
+from trainer import names
 from trainer.config import DPSync, model_config
 from trainer.params import ParamLayout
 
@@ -89,6 +90,10 @@ def test_collectives_match_across_ranks_and_overlap_in_time(traces, strategy):
                  ("MPI_Waitall", None): STEPS, ("MPI_Allreduce", 8): STEPS}),
     ("zero1", {("MPI_Reduce_scatter", P_BYTES): STEPS, ("MPI_Allgatherv", P_BYTES): STEPS,
                ("MPI_Allreduce", 8): 2 * STEPS}),   # loss and the shard norms
+    # one reduce-scatter per layer out of the bucket during backward, one of the non-layer tensors after it
+    ("zero2", {("MPI_Reduce_scatter", LAYER_BYTES): STEPS * TINY.n_layer,
+               ("MPI_Reduce_scatter", P_BYTES - LAYER_BYTES * TINY.n_layer): STEPS,
+               ("MPI_Allgatherv", P_BYTES): STEPS, ("MPI_Allreduce", 8): 2 * STEPS}),
 ])
 def test_calls_and_bytes_are_the_strategys_buffers(traces, strategy, calls):
     comm = _df(traces[strategy], S.Kind.COMM)
@@ -115,6 +120,54 @@ def test_main_thread_is_in_the_mpi_state_during_each_call(traces, strategy):
         mid = (c[S.START_NS] + c[S.END_NS]) // 2
         main = st[(st[S.RANK] == c[S.RANK]) & (st[S.THREAD] == 0) & (st[S.START_NS] <= mid) & (st[S.END_NS] > mid)]
         assert list(main[S.STATE]) == [want.get(c[S.NAME], State.GROUP_COMMUNICATION)], c[S.NAME]
+
+
+def _inside(records, phase):
+    """The records within a phase's time span (of the phase's rank: `records` should be that rank's)."""
+    return records[(records[S.START_NS] >= phase[S.START_NS]) & (records[S.END_NS] <= phase[S.END_NS])]
+
+
+@pytest.mark.mpi
+def test_zero2_reduces_each_layer_between_its_backward_and_the_next_ones(tmp_path):
+    # 2 pipelines of 2 stages (4 ranks, oversubscribed), 4 layers: 2 per stage (balanced: a layer costs 12C^2 + TC
+    # = 12,800 multiply-adds per token, the head Vp*C = 8,192), 2 micro-batches. Per stage and step: 2 layers x 2
+    # micro-batches + 1 (the non-layer tensors) = 5 MPI_Reduce_scatter on the stage's `dp` communicator (the ranks
+    # holding the same stage: {0, 2} and {1, 3}), of 12,704 floats per layer and, for the non-layer tensors,
+    # 9,216 (stage 0: wte, wpe) or 8,256 (stage 1: wte, lnfw, lnfb)
+    path, out, _ = _run(tmp_path, 4, "--n-layer", "4", "--pp", "2", "--grad-accum", "2", "--dp-sync", "zero2",
+                        timeout=400)
+    assert out.returncode == 0, out.stderr[-3000:]
+    trace = load(path)
+    df = trace.to_pandas()
+    dp_comms = {c.id: c.ranks for c in trace.communicators.values() if c.name == "dp"}
+    assert sorted(dp_comms.values()) == [(0, 2), (1, 3)]
+    rs = df[(df[S.KIND] == S.Kind.COMM) & (df[S.NAME] == "MPI_Reduce_scatter")]
+    kernels = df[(df[S.KIND] == S.Kind.KERNEL) & (df[S.THREAD] == 0)]
+    phases = df[df[S.KIND] == S.Kind.PHASE]
+    for rank, mine in rs.groupby(S.RANK):
+        assert all(rank in dp_comms[c] for c in mine[S.COMMUNICATOR]), rank
+        assert mine.groupby(S.STEP).size().tolist() == [5] * STEPS, rank
+        non_layer = 4 * (9_216 if rank in (0, 2) else 8_256)
+        assert sorted(mine[S.BYTES].unique()) == sorted({4 * 12_704, non_layer}), rank
+        # the non-layer tensors' once per step, in grad_sync (after the last backward)
+        sync = phases[(phases[S.RANK] == rank) & (phases[S.NAME] == names.GRAD_SYNC)]
+        assert mine[mine[S.BYTES] == non_layer][S.SEQ].tolist() == [
+            seq for _, p in sync.iterrows() for seq in _inside(mine, p)[S.SEQ]]
+        # the layers': inside each backward, between the layer's kernels and those of the layer below; the
+        # layer's last kernel, zeroing the bucket for the next layer, comes after its reduce-scatter
+        backward = phases[(phases[S.RANK] == rank) & (phases[S.NAME] == names.BACKWARD)]
+        assert len(backward) == 2 * STEPS
+        for _, p in backward.iterrows():
+            calls = _inside(mine, p).sort_values(S.START_NS)
+            k = _inside(kernels[kernels[S.RANK] == rank], p)
+            layers = sorted(k[k[S.LAYER] >= 0][S.LAYER].unique(), reverse=True)
+            assert len(layers) == 2 and len(calls) == 2, (rank, p[S.STEP], p[S.MICROSTEP])
+            for i, (layer, (_, call)) in enumerate(zip(layers, calls.iterrows())):
+                own = k[k[S.LAYER] == layer].sort_values(S.START_NS)
+                assert (own[S.END_NS].iloc[:-1] <= call[S.START_NS]).all()
+                assert own[S.NAME].iloc[-1] == "zero_fill" and own[S.START_NS].iloc[-1] >= call[S.END_NS]
+                if i + 1 < len(layers):
+                    assert (k[k[S.LAYER] == layers[i + 1]][S.START_NS] >= call[S.END_NS]).all()
 
 
 @pytest.mark.mpi

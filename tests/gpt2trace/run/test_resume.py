@@ -113,7 +113,7 @@ def test_every_layout_resumes_bit_for_bit_under_mpiexec(tmp_path):
                          text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    for name in ("allreduce", "reduce-bcast", "overlap", "zero1", "sp2", "pp2"):
+    for name in ("allreduce", "reduce-bcast", "overlap", "zero1", "zero2", "sp2", "pp2"):
         r, folder = result[name], tmp_path / name
         assert len(r["full"]) == 6
         assert r["first"] == r["full"][:3] and r["resumed"] == r["full"][3:], name        # bit for bit
@@ -121,9 +121,10 @@ def test_every_layout_resumes_bit_for_bit_under_mpiexec(tmp_path):
         assert (folder / "run.bin.state").read_bytes() == (folder / "full.bin.state").read_bytes(), name
 
     # another layout continues the same training within float32 rounding: allreduce's state resumed with zero1
-    # (its shards cut from the layout-free file), zero1's gathered state resumed by one rank on B=4
-    # and the pipeline's state (both stages, the tied embedding once) resumed by one rank holding every layer
-    for name, base in (("allreduce->zero1", "allreduce"), ("zero1->1 rank", "zero1"), ("pp2->1 rank", "pp2")):
+    # (its shards cut from the layout-free file), zero1's with zero2, zero1's gathered state resumed by one rank on
+    # B=4 and the pipeline's state (both stages, the tied embedding once) resumed by one rank holding every layer
+    for name, base in (("allreduce->zero1", "allreduce"), ("zero1->zero2", "zero1"), ("zero1->1 rank", "zero1"),
+                       ("pp2->1 rank", "pp2")):
         got, want = np.array(result[name]), np.array(result[base]["full"][3:])
         assert np.abs(got - want).max() <= RTOL * np.abs(want).max(), (name, got, want)
 

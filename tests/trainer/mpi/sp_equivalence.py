@@ -19,7 +19,7 @@ from mpi4py import MPI
 
 from trainer.config import DataLoading, DPSync, ParallelConfig, SPReduce, SPSplit, TrainConfig, model_config
 from trainer.data import TokenLoader, synthetic_corpus
-from trainer.dp import Local, ScatterLoader, make_strategy
+from trainer.dp import Local, ScatterLoader, make_strategy, uses_grad_bucket
 from trainer.errors import NonFiniteError
 from trainer.launcher import Launcher
 from trainer.model import GPT2
@@ -53,7 +53,8 @@ def sequence_parallel(par: ParallelConfig, grad_accum: int, comm) -> tuple[list,
     grid = RankGrid.build(par, comm)
     split = SequenceSplit(T, par.sp, par.sp_split)
     seq = make_sequence(split, grid, B, cfg, launcher, par.sp_reduce)
-    model = GPT2(cfg, init_params(cfg, 7), B, T, launcher, seq=seq)
+    model = GPT2(cfg, init_params(cfg, 7), B, T, launcher, seq=seq,
+                 grad_bucket=uses_grad_bucket(par.dp_sync, grid.grad_comm))
     groups = grid.degree("dp")
     if par.data_loading == DataLoading.scatter:
         tokens = synthetic_corpus(cfg.vocab_size, TOKENS, 7) if grid.rank == 0 else None

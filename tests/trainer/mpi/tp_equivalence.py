@@ -93,8 +93,8 @@ def parallel(par: ParallelConfig, comm):
 
 def cases(world: int) -> list[dict]:
     """Every (tp, sp, pp, dp) with tp >= 2 and product `world` the tiny model allows (tp divides its 4 heads, pp its
-    4 layers, sp its 16 positions); tp = 1 layouts are the other equivalence scripts' cases. ZeRO-1 in the
-    data-parallel groups of the layouts that have them."""
+    4 layers, sp its 16 positions); tp = 1 layouts are the other equivalence scripts' cases. ZeRO-1 and ZeRO-2 in
+    the data-parallel groups of the layouts that have them."""
     out = []
     for tp, sp, pp in itertools.product((2, 4), (1, 2, 4), (1, 2, 4)):
         if world % (tp * sp * pp):
@@ -102,7 +102,7 @@ def cases(world: int) -> list[dict]:
         dp = world // (tp * sp * pp)
         out.append(dict(tp=tp, sp=sp, pp=pp))
         if dp > 1 or sp > 1:
-            out.append(dict(tp=tp, sp=sp, pp=pp, dp_sync=DPSync.zero1))
+            out += [dict(tp=tp, sp=sp, pp=pp, dp_sync=sync) for sync in (DPSync.zero1, DPSync.zero2)]
     return out
 
 

@@ -6,8 +6,9 @@ argv: the folder to write into. For each case (dp-sync, sp, grad_accum), three r
   first    STEPS/2 steps with --save-every STEPS/2                       -> CASE/run.bin
   resumed  --resume CASE/run.bin --save CASE/run.bin, to STEPS in all    -> CASE/run.bin replaced in place
 The zero1 case is traced (CASE/first.parquet, CASE/resumed.parquet: every rank's checkpoint phase and the gather).
-Then two runs that resume on another layout, within float tolerance only: the allreduce case's first half resumed
-with zero1, and the zero1 case's first half resumed by one rank alone on B=2x2 (the same global batch).
+Then runs that resume on another layout, within float tolerance only: the allreduce case's first half resumed
+with zero1, the zero1 case's with zero2, and the zero1 case's first half resumed by one rank alone on B=2x2 (the
+same global batch).
 Prints one JSON line on rank 0: every run's losses, by case.
 """
 from __future__ import annotations
@@ -28,6 +29,7 @@ CASES = {  # name: (dp-sync, sp, grad_accum, pp)
     "reduce-bcast": (DPSync.reduce_bcast, 1, 1, 1),
     "overlap": (DPSync.overlap, 1, 2, 1),
     "zero1": (DPSync.zero1, 1, 2, 1),
+    "zero2": (DPSync.zero2, 1, 2, 1),            # the same shards as zero1, gradients reduced during backward
     "sp2": (DPSync.allreduce, 2, 1, 1),
     "pp2": (DPSync.allreduce, 1, 4, 2),          # two pipeline stages: the state gathered from both
 }
@@ -77,8 +79,11 @@ def main() -> None:
     folder = root / "allreduce"
     out["allreduce->zero1"] = losses(config(comm, (DPSync.zero1, 1, 1, 1), STEPS, folder / "other.bin",
                                             resume=folder / "half.bin"), comm)
-    # and zero1's first half resumed by one rank on the whole global batch (B=4), while rank 1 waits
+    # zero1's first half resumed with zero2 (2 ranks, the same shards)
     folder = root / "zero1"
+    out["zero1->zero2"] = losses(config(comm, CASES["zero2"], STEPS, folder / "other.bin",
+                                        resume=folder / "half.bin"), comm)
+    # and zero1's first half resumed by one rank on the whole global batch (B=4), while rank 1 waits
     if comm.Get_rank() == 0:
         out["zero1->1 rank"] = losses(config(comm, (DPSync.allreduce, 1, 2, 1), STEPS, folder / "one.bin",
                                              resume=folder / "half.bin", ranks=1, batch=2 * B), None)
