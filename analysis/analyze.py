@@ -13,6 +13,7 @@ from analysis import (
     bursts,
     comm_groups,
     counters,
+    delay,
     groups,
     memory,
     mpi,
@@ -43,7 +44,7 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
             bins: int = 100) -> dict:
     """Everything about one trace: summary, pop, counters, parallel (the layout), imbalance, waits (per call and
     group, per communicator, per communicator name), pipeline (None without pipeline parallelism), memory (resident
-    memory per rank; None without samples), root_causes, states, occupancy, step_phases, kernel_threads,
+    memory per rank; None without samples), root_causes, delay_costs, states, occupancy, step_phases, kernel_threads,
     critical_path, bursts, findings, warnings (problems with the trace or with the replay's numbers).
 
     `steps` is '--steps A:B' (B excluded); `top` limits the findings and serial sections, not the tables.
@@ -57,7 +58,8 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
     calls = mpi.calls(trace, window)
     states = records(trace, Kind.STATE, (RANK, THREAD, STATE), window)
     wait_rows = waits.wait_states(calls)
-    causes = rootcause.root_causes(calls, wait_rows, segs, window)
+    costs = delay.delay_costs(calls, wait_rows, segs, window, keys=(mpi.GROUP,))   # root causes through chains
+    causes = rootcause.table(costs)
     total_wait = wait_rows["wait_ns"].sum() / 1e9
     by_state = (wait_rows.groupby("wait_state", as_index=False)
               .agg(count=("wait_ns", "size"), wait_s=("wait_ns", "sum")).sort_values("wait_s", ascending=False))
@@ -96,6 +98,7 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
         "memory": {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in mem.items()} if mem else None,
         "network_links": rows(links) if links is not None else None,          # an emulated cluster's link load
         "root_causes": [{**r, "text": rootcause.sentence(r)} for r in rows(causes)],
+        "delay_costs": {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in delay.summary(costs).items()},
         "states": {k: rows(v) for k, v in state_profile(states, window).items()},
         "occupancy": {"mean_occupancy": float(per_rank["mean_occupancy"].mean()) if len(per_rank) else None,
                       "serial_s": float(per_rank["serial_s"].sum()),
