@@ -35,7 +35,7 @@ from analysis.records import NS
 from analysis.segments import Segments
 from analysis.window import Window
 from gpt2trace.format.lanes import time_key
-from gpt2trace.format.schema import END_NS, LAYER, NAME, RANK, START_NS
+from gpt2trace.format.schema import END_NS, LAYER, RANK, START_NS
 
 OUTSIDE, UNATTRIBUTED = "(outside kernels)", "(unattributed)"
 # A path: a kernel's (name code, layer) as name * _LAYERS + layer + 1, or one of these.
