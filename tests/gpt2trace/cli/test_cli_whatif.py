@@ -36,3 +36,15 @@ def test_json_on_a_full_disk_leaves_nothing(app, trace_file, small_fs):
     r = invoke(app, "whatif", trace_file, "--json", disk / "w.json")
     assert_one_line_error(r, "No space left on device")
     assert sorted(p.name for p in disk.iterdir()) == ["filler"]
+
+
+def test_a_clusters_link_must_be_finite_and_the_message_says_so(app, trace_file):
+    # --bandwidth inf is the ideal network; an emulated cluster's link holds the ranks for its cost, so it must
+    # be finite, and no message for --cluster offers "inf" as an example
+    for link, says in (("inf", "link inf: give a finite bandwidth (for example 10Gb/s)"),
+                       ("0", "link 0: a bandwidth must be positive and finite (for example 10Gb/s)"),
+                       ("-2Gb/s", "link -2Gb/s: a bandwidth must be positive and finite (for example 10Gb/s)")):
+        r = invoke(app, "whatif", trace_file, "--cluster", f"nodes=2,link={link},latency=5us")
+        assert "inf)" not in assert_one_line_error(r, f"--cluster nodes=2,link={link},latency=5us: {says}")
+    r = invoke(app, "whatif", trace_file, "--bandwidth", "inf", "--json", "-")
+    assert r.exit_code == 0 and json.loads(r.stdout)["model"]["bandwidth_GBps"] is None
