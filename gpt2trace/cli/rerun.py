@@ -195,7 +195,7 @@ def _compare(trace: Path, new: Path, steps: str | None, top: int) -> None:
     results = []
     for path in (trace, new):
         try:
-            results.append(analyze(load(path), steps=steps, top=top))
+            results.append(analyze(load(path), steps=steps, top=top, explain=False))   # what diff compares
         except (TraceError, WindowError) as exc:
             fail(f"{path}: {exc}; the new trace is kept")
     try:
