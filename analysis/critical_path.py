@@ -57,9 +57,9 @@ class CriticalPath:
 
 
 def critical_path(trace: Trace, window: Window, calls: pd.DataFrame | None = None,
-                  kern: Records | None = None) -> CriticalPath:
-    """The critical path of the window. `calls` is `mpi.calls(trace, window)` and `kern` the window's kernel
-    records (`segments.kernel_records`), when the caller has them."""
+                  kern: Records | None = None, main: pd.Series | None = None) -> CriticalPath:
+    """The critical path of the window. `calls` is `mpi.calls(trace, window)`, `kern` the window's kernel
+    records (`segments.kernel_records`) and `main` `main_threads(trace)`, when the caller has them."""
     if calls is None:
         calls = mpi.calls(trace, window)
     if kern is None:
@@ -69,13 +69,13 @@ def critical_path(trace: Trace, window: Window, calls: pd.DataFrame | None = Non
     ph = records(trace, Kind.PHASE, (RANK, NAME), window)
     phases = pd.DataFrame({RANK: ph[RANK].astype(np.int64), START_NS: ph[START_NS], END_NS: ph[END_NS],
                            NAME: decode(ph[NAME], ph.names)})
-    return timeline_path(calls, kern, main_threads(trace), window.t0_ns, window.t1_ns, steps[[STEP, START_NS]],
-                         phases)
+    return timeline_path(calls, kern, main_threads(trace) if main is None else main, window.t0_ns, window.t1_ns,
+                         steps[[STEP, START_NS]], phases)
 
 
-def main_threads(trace: Trace) -> pd.Series:
-    """Each rank's main thread (its lowest id), indexed by rank."""
-    return threads(trace).groupby(RANK)[THREAD].min()
+def main_threads(trace: Trace, pairs: pd.DataFrame | None = None) -> pd.Series:
+    """Each rank's main thread (its lowest id), indexed by rank; `pairs`: `threads(trace)` when the caller has it."""
+    return (threads(trace) if pairs is None else pairs).groupby(RANK)[THREAD].min()
 
 
 def timeline_path(calls: pd.DataFrame, kern: Records, main: pd.Series, t0: int, t1: int, steps: pd.DataFrame,

@@ -52,7 +52,8 @@ def whatif(trace: Trace, model: Model, steps: str | None = None) -> dict:
     of the window (`steps` as `analyze --steps`). Raises WhatIfError for a kernel the trace does not run,
     WindowError for `steps` that do not fit."""
     window = select(trace, steps)
-    ranks = np.unique(threads(trace)[RANK].to_numpy())
+    pairs = threads(trace)
+    ranks, main = np.unique(pairs[RANK].to_numpy()), main_threads(trace, pairs)
     calls = mpi.calls(trace, window)
     mark_rank, mark_t, mark_step = _step_starts(trace, window, ranks)
     prog = replay.program(calls, ranks, window.t0_ns, window.t1_ns, marks=(mark_rank, mark_t))
@@ -70,8 +71,8 @@ def whatif(trace: Trace, model: Model, steps: str | None = None) -> dict:
     starts = _predicted_starts(prog, predicted, mark_step)
     step_rows = _steps(trace, window, starts, predicted)
     moved = time_map(prog, burst, tail, predicted, runtime, stretches)
-    paths = {"measured": critical_path(trace, window, calls, kern),
-             "predicted": _predicted_path(trace, window, calls, kern, prog, moved, predicted, starts)}
+    paths = {"measured": critical_path(trace, window, calls, kern, main),
+             "predicted": _predicted_path(trace, window, calls, kern, main, prog, moved, predicted, starts)}
     out = {
         "trace": trace.name,
         "window": {"t0_s": window.t0_ns / NS, "t1_s": window.t1_ns / NS, "steps": list(window.steps)},
@@ -189,8 +190,8 @@ def _steps(trace: Trace, window: Window, reach: pd.Series, played: replay.Played
                          "predicted_s": (ends - starts) / NS})
 
 
-def _predicted_path(trace: Trace, window: Window, calls: pd.DataFrame, kern: Records, prog: replay.Program,
-                    moved: TimeMap, played: replay.Played, starts: pd.Series) -> CriticalPath:
+def _predicted_path(trace: Trace, window: Window, calls: pd.DataFrame, kern: Records, main: pd.Series,
+                    prog: replay.Program, moved: TimeMap, played: replay.Played, starts: pd.Series) -> CriticalPath:
     """The critical path of the replayed run: the trace's calls, kernels and phases at their replayed times
     (`analysis.replay_timeline`), walked as the measured run's (`analysis.critical_path`)."""
     t0 = window.t0_ns
@@ -209,7 +210,7 @@ def _predicted_path(trace: Trace, window: Window, calls: pd.DataFrame, kern: Rec
                               for col in (START_NS, END_NS)}})
     steps = pd.DataFrame({STEP: starts.index.to_numpy(), START_NS: t0 + np.rint(starts.to_numpy()).astype(np.int64)})
     steps = steps[steps[STEP] >= 0]
-    return timeline_path(at, Records(kcols, kern.names), main_threads(trace), t0, t0 + played.end_ns, steps, phases)
+    return timeline_path(at, Records(kcols, kern.names), main, t0, t0 + played.end_ns, steps, phases)
 
 
 def _path_tables(cp: CriticalPath) -> dict:
