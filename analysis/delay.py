@@ -124,7 +124,7 @@ def delay_costs(calls: pd.DataFrame, waits: pd.DataFrame, segs: Segments, window
     n_orig = int(origin.max()) + 1
     phi = _propagate(visit, src, dst, frac, omega, origin, n_orig)
 
-    causes = _charges(paths, rest, omega, phi, origin, rank[culprit], n)
+    causes = _charges(paths, rest, omega, phi, origin, rank[culprit])
     first = w.groupby(list(keys), sort=False, dropna=False).head(1) if keys else None
     table = _table(causes, segs.names, keys, first, origin, total)
     propagating = phi.sum(axis=1) > 0
@@ -149,7 +149,7 @@ def _propagate(visit, src, dst, frac, omega, origin, n_orig) -> np.ndarray:
 
 
 def _charges(paths: pd.DataFrame, rest: np.ndarray, omega: np.ndarray, phi: np.ndarray, origin: np.ndarray,
-             delayer: np.ndarray, n: int) -> pd.DataFrame:
+             delayer: np.ndarray) -> pd.DataFrame:
     """One row per (wait, path, origin): k, path, origin, short and long nanoseconds."""
     loose = np.flatnonzero(rest > 0)
     rows = pd.concat([paths, pd.DataFrame({"k": loose, "path": np.full(len(loose), _UNATTRIBUTED, dtype=np.int64),
