@@ -13,6 +13,7 @@ from analysis import (
     bursts,
     comm_groups,
     counters,
+    delay,
     groups,
     memory,
     mpi,
@@ -40,13 +41,15 @@ from gpt2trace.format.schema import RANK, STATE, THREAD, Kind
 
 
 def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: float | None = None,
-            bins: int = 100) -> dict:
+            bins: int = 100, explain: bool = True) -> dict:
     """Everything about one trace: summary, pop, counters, parallel (the layout), imbalance, waits (per call and
     group, per communicator, per communicator name), pipeline (None without pipeline parallelism), memory (resident
-    memory per rank; None without samples), root_causes, states, occupancy, step_phases, kernel_threads,
+    memory per rank; None without samples), root_causes, delay_costs, states, occupancy, step_phases, kernel_threads,
     critical_path, bursts, findings, warnings (problems with the trace or with the replay's numbers).
 
     `steps` is '--steps A:B' (B excluded); `top` limits the findings and serial sections, not the tables.
+    `explain=False` leaves out the costliest explanations, the critical path, the delay costs (root_causes empty)
+    and the communication matrix (None), which `diff` does not compare.
     Raises TraceError for an invalid trace and WindowError for a `steps` that does not fit it.
     """
     warnings = check_states(trace)
@@ -57,7 +60,7 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
     calls = mpi.calls(trace, window)
     states = records(trace, Kind.STATE, (RANK, THREAD, STATE), window)
     wait_rows = waits.wait_states(calls)
-    causes = rootcause.root_causes(calls, wait_rows, segs, window)
+    costs = delay.delay_costs(calls, wait_rows, segs, window, keys=(mpi.GROUP,)) if explain else None
     total_wait = wait_rows["wait_ns"].sum() / 1e9
     by_state = (wait_rows.groupby("wait_state", as_index=False)
               .agg(count=("wait_ns", "size"), wait_s=("wait_ns", "sum")).sort_values("wait_s", ascending=False))
@@ -96,10 +99,12 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
                   "communicators": rows(groups.per_communicator(calls, wait_rows, trace, layout)),
                   "groups": rows(comm_groups.per_group(calls, wait_rows))},
         "pipeline": {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in pipe.items()} if pipe else None,
-        "comm_matrix": {k: rows(v) for k, v in comm_matrix(calls).items()},    # bytes, seconds per rank pair
+        "comm_matrix": {k: rows(v) for k, v in comm_matrix(calls).items()} if explain else None,   # per rank pair
         "memory": {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in mem.items()} if mem else None,
         "network_links": rows(links) if links is not None else None,          # an emulated cluster's link load
-        "root_causes": [{**r, "text": rootcause.sentence(r)} for r in rows(causes)],
+        "root_causes": [{**r, "text": rootcause.sentence(r)} for r in rows(rootcause.table(costs))] if explain else [],
+        "delay_costs": ({k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in delay.summary(costs).items()}
+                        if explain else None),                                  # root causes through chains
         "states": {k: rows(v) for k, v in state_profile(states, window).items()},
         "occupancy": {"mean_occupancy": float(per_rank["mean_occupancy"].mean()) if len(per_rank) else None,
                       "serial_s": float(per_rank["serial_s"].sum()),
@@ -108,7 +113,7 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
         "kernel_threads": rows(kernel_threads(kern)),
         # the path's segments as columns: one row per stretch would be most of the JSON on a large trace
         "critical_path": {k: (columns(v) if k == "segments" else rows(v) if isinstance(v, pd.DataFrame) else v)
-                          for k, v in critical_path_tables(trace, window, calls, kern).items()},
+                          for k, v in critical_path_tables(trace, window, calls, kern).items()} if explain else None,
         "bursts": {"edges_s": burst_hist["edges_s"], "cells": rows(burst_hist["cells"])},
         "warnings": warnings,
     }

@@ -57,23 +57,38 @@ class CriticalPath:
 
 
 def critical_path(trace: Trace, window: Window, calls: pd.DataFrame | None = None,
-                  kern: Records | None = None) -> CriticalPath:
-    """The critical path of the window. `calls` is `mpi.calls(trace, window)` and `kern` the window's kernel
-    records (`segments.kernel_records`), when the caller has them."""
-    t0, t1 = window.t0_ns, window.t1_ns
+                  kern: Records | None = None, main: pd.Series | None = None) -> CriticalPath:
+    """The critical path of the window. `calls` is `mpi.calls(trace, window)`, `kern` the window's kernel
+    records (`segments.kernel_records`) and `main` `main_threads(trace)`, when the caller has them."""
     if calls is None:
         calls = mpi.calls(trace, window)
     if kern is None:
         kern = records(trace, Kind.KERNEL, (RANK, THREAD, NAME, LAYER), window)
-    pairs = threads(trace)
-    main = pairs.groupby(RANK)[THREAD].min()                         # a rank's main thread: its lowest id
+    steps = steps_table(trace)
+    steps = steps[steps[STEP].isin(window.steps)] if window.steps else steps.iloc[:0]
+    ph = records(trace, Kind.PHASE, (RANK, NAME), window)
+    phases = pd.DataFrame({RANK: ph[RANK].astype(np.int64), START_NS: ph[START_NS], END_NS: ph[END_NS],
+                           NAME: decode(ph[NAME], ph.names)})
+    return timeline_path(calls, kern, main_threads(trace) if main is None else main, window.t0_ns, window.t1_ns,
+                         steps[[STEP, START_NS]], phases)
+
+
+def main_threads(trace: Trace, pairs: pd.DataFrame | None = None) -> pd.Series:
+    """Each rank's main thread (its lowest id), indexed by rank; `pairs`: `threads(trace)` when the caller has it."""
+    return (threads(trace) if pairs is None else pairs).groupby(RANK)[THREAD].min()
+
+
+def timeline_path(calls: pd.DataFrame, kern: Records, main: pd.Series, t0: int, t1: int, steps: pd.DataFrame,
+                  phases: pd.DataFrame) -> CriticalPath:
+    """The critical path of [t0, t1) of a timeline, the trace's or a replay's: `calls` as `mpi.calls` gives them
+    (times, classes, matches), `kern` the kernel records, `main` each rank's main thread, `steps` (step,
+    start_ns) of the steps to cut the path at, `phases` (rank, start_ns, end_ns, name) to label it with."""
     regions = _regions(kern)
     tiles = _tiling(regions, calls, main.index.to_numpy(), t0, t1)
     walk = _Walk(tiles, calls, _partners(calls), t0)
     walk.run(*_end_point(tiles, t1))
     pieces = _pieces(walk, tiles, regions, calls, main, kern.names)
-    pieces = _label(pieces, trace, window)
-    return CriticalPath(pieces, t0, t1, walk.violations)
+    return CriticalPath(_label(pieces, steps, phases, t0, t1), t0, t1, walk.violations)
 
 
 # ---------- a rank's time as a tiling: regions, calls, serial gaps ----------
@@ -320,18 +335,14 @@ def _pieces(walk: _Walk, tiles: _Tiles, regions: pd.DataFrame, calls: pd.DataFra
     return out.sort_values([START_NS, END_NS], kind="stable").reset_index(drop=True)
 
 
-def _label(pieces: pd.DataFrame, trace: Trace, window: Window) -> pd.DataFrame:
+def _label(pieces: pd.DataFrame, steps: pd.DataFrame, phases: pd.DataFrame, t0: int, t1: int) -> pd.DataFrame:
     """Pieces cut at the step boundaries and at their rank's phase edges, with their step (-1: none) and phase."""
-    steps = steps_table(trace)
-    steps = steps[steps[STEP].isin(window.steps)] if window.steps else steps.iloc[:0]
-    ph = records(trace, Kind.PHASE, (RANK, NAME), window)
-    phases = pd.DataFrame({RANK: ph[RANK].astype(np.int64), START_NS: ph[START_NS], END_NS: ph[END_NS],
-                           NAME: decode(ph[NAME], ph.names)}).sort_values([RANK, START_NS], kind="stable")
+    phases = phases.sort_values([RANK, START_NS], kind="stable")
     if pieces.empty:
         return pieces.assign(phase=NO_PHASE, **{STEP: -1})[list(PIECES)]
     rank, s, e = (pieces[c].to_numpy().astype(np.int64) for c in (RANK, START_NS, END_NS))
-    lo = min(window.t0_ns, int(s.min()))
-    span = max(window.t1_ns, int(e.max())) - lo + 1
+    lo = min(t0, int(s.min()))
+    span = max(t1, int(e.max())) - lo + 1
     path_ranks = np.unique(rank)
     bounds = steps[START_NS].to_numpy()[1:].astype(np.int64)
     on_path = phases[phases[RANK].isin(path_ranks)]

@@ -8,6 +8,7 @@ Warnings about the analysis itself come first; notes (lost_fraction None) last.
 """
 from __future__ import annotations
 
+from analysis import delay
 from gpt2trace.format.communicators import WORLD_NAME, describe
 from gpt2trace.format.mpi_calls import COMPLETIONS
 from gpt2trace.format.schema import LAYER, NAME, RANK, Phase
@@ -110,6 +111,7 @@ def _details(result: dict, mpi_losses: list[str]) -> dict[str, list[dict]]:
                 f"Behind the MPI-level losses: ranks wait {row['wait_s']:.4g} s in {describe(row['group'])}'s "
                 f"{row[NAME]}{split}, {row['wait_s'] / total:.0%} of all MPI wait time ({row['wait_state']}).",
                 f"pop.lost.{key}"))
+        out.setdefault(key, []).extend(delay.findings(result, f"pop.lost.{key}"))   # the top cause of all waits
         for i, row in enumerate(result["root_causes"][:3]):
             out.setdefault(key, []).append(_finding(
                 f"root_causes[{i}]", None, f"Behind the MPI-level losses: {row['text']} "

@@ -22,10 +22,11 @@ others wait for the slowest, and their bubble grows beyond the ideal.
 
 Late Sender waits (`analysis.waits`): a receive on stage k that entered before its matched send from stage k-1 (an
 activation: forward) or k+1 (a gradient: backward), with the micro-batch whose message came late (the receiving
-phase's), charged to what the sender computed (`analysis.rootcause`) between its previous message, sent or
-received, and the late send: its kernels and their layers (in 1F1B, the backward of one micro-batch can delay the
-forward activation of another). Messages bound these intervals rather than every synchronizing call, because a
-wait on an earlier send request just before the late send would leave the interval empty and hide the kernels.
+phase's), charged to what the sender did (`analysis.rootcause`, directly: not on through the sender's own waits)
+from the receiver's previous message, sent or received, to the late send: its kernels and their layers (in 1F1B,
+the backward of one micro-batch can delay the forward activation of another). Messages bound these intervals
+rather than every synchronizing call, because the receiver's wait on an earlier send request just before the late
+receive would leave the interval empty and hide the kernels.
 """
 from __future__ import annotations
 
@@ -283,7 +284,7 @@ def _causes(calls: pd.DataFrame, w: pd.DataFrame, segs: Segments, window: Window
     reach = pd.Series(np.where(is_msg, msg[END_NS].to_numpy(), -1), index=msg.index).groupby(msg[RANK]).cummax()
     msg["sync_end"] = reach.groupby(msg[RANK]).shift(1).fillna(-1).astype(np.int64)
     keys = ("stage", "direction", "microbatch")
-    rc = root_causes(msg, w, segs, window, keys=keys)
+    rc = root_causes(msg, w, segs, window, keys=keys, propagate=False)
     rc = rc.assign(layer_key=rc[LAYER].fillna(-1), sender_stage=rc[RANK].map(stage))
     agg = rc.groupby(["stage", "direction", "sender_stage", "kernel", "layer_key"], sort=False).agg(
         wait_s=("wait_s", "sum"), waits=("waits", "sum"), ranks=(RANK, lambda r: sorted(int(x) for x in set(r))),

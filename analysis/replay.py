@@ -43,6 +43,9 @@ class Program:
     ranks: np.ndarray           # the world ranks, in the order of `ptr`
     ptr: np.ndarray             # rows of rank i: ptr[i]:ptr[i + 1]
     start_ns: np.ndarray        # the call's start in the trace (from the window's start)
+    end_ns: np.ndarray          # and its end
+    since_ns: np.ndarray        # where the burst before it starts: the end of the rank's earlier calls (or 0)
+    source: np.ndarray          # the call's row label in the calls table given to `program` (-1 for a mark)
     burst: np.ndarray           # compute before the call
     tail: np.ndarray            # per rank, compute after its last call
     name: np.ndarray            # the call's name
@@ -116,7 +119,9 @@ def program(calls: pd.DataFrame, ranks: np.ndarray, t0_ns: int, t1_ns: int,
     is_root = df["is_root"].to_numpy().astype(np.bool_)
     root_present = np.zeros(n_inst, dtype=np.bool_)
     root_present[inst[is_root & (inst >= 0)]] = True
-    return Program(ranks=ranks, ptr=ptr, start_ns=start, burst=burst, tail=tail,
+    source = np.where(df[MARK].to_numpy() < 0, df.index.to_numpy(), -1) if MARK in df else df.index.to_numpy()
+    return Program(ranks=ranks, ptr=ptr, start_ns=start, end_ns=end, since_ns=since,
+                   source=source.astype(np.int64), burst=burst, tail=tail,
                    name=df[NAME].to_numpy().astype(str), base=df["base"].to_numpy().astype(str),
                    nbytes=np.maximum(df[BYTES].to_numpy(), 0).astype(np.int64),
                    mark=df[MARK].to_numpy().astype(np.int64) if MARK in df else np.full(len(df), -1, dtype=np.int64),

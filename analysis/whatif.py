@@ -23,7 +23,9 @@ import numpy as np
 import pandas as pd
 
 from analysis import mpi, pop, replay, segments
-from analysis.records import NS, records, threads
+from analysis.critical_path import CriticalPath, critical_path, main_threads, tables, timeline_path
+from analysis.records import NS, Records, decode, records, threads
+from analysis.replay_timeline import Stretches, TimeMap, time_map
 from analysis.steps import steps_table
 from analysis.window import Window, select
 from gpt2trace.format.network import IDEAL, Network, placement
@@ -50,12 +52,14 @@ def whatif(trace: Trace, model: Model, steps: str | None = None) -> dict:
     of the window (`steps` as `analyze --steps`). Raises WhatIfError for a kernel the trace does not run,
     WindowError for `steps` that do not fit."""
     window = select(trace, steps)
-    ranks = np.unique(threads(trace)[RANK].to_numpy())
+    pairs = threads(trace)
+    ranks, main = np.unique(pairs[RANK].to_numpy()), main_threads(trace, pairs)
     calls = mpi.calls(trace, window)
     mark_rank, mark_t, mark_step = _step_starts(trace, window, ranks)
     prog = replay.program(calls, ranks, window.t0_ns, window.t1_ns, marks=(mark_rank, mark_t))
-    kern = segments.kernel_records(trace, window) if model.scale else None
-    burst, tail = _scaled(prog, kern, model.scale, window) if model.scale else (prog.burst, prog.tail)
+    kern = segments.kernel_records(trace, window)
+    burst, tail, stretches = (_scaled(prog, kern, model.scale, window) if model.scale
+                              else (prog.burst, prog.tail, Stretches.none()))
     if model.balance:
         burst, tail = _balanced(prog, burst, tail)
     changed = prog.with_bursts(burst, tail)
@@ -64,7 +68,11 @@ def whatif(trace: Trace, model: Model, steps: str | None = None) -> dict:
     predicted = replay.play(changed, model.network, node_of)
     ideal_changed = replay.play(changed, IDEAL) if not model.network.ideal else predicted
     runtime = window.t1_ns - window.t0_ns
-    step_rows = _steps(trace, window, prog, predicted, mark_step)
+    starts = _predicted_starts(prog, predicted, mark_step)
+    step_rows = _steps(trace, window, starts, predicted)
+    moved = time_map(prog, burst, tail, predicted, runtime, stretches)
+    paths = {"measured": critical_path(trace, window, calls, kern, main),
+             "predicted": _predicted_path(trace, window, calls, kern, main, prog, moved, predicted, starts)}
     out = {
         "trace": trace.name,
         "window": {"t0_s": window.t0_ns / NS, "t1_s": window.t1_ns / NS, "steps": list(window.steps)},
@@ -77,6 +85,7 @@ def whatif(trace: Trace, model: Model, steps: str | None = None) -> dict:
         "pop": {"measured": _factors(measured.busy_ns, runtime, measured.end_ns),
                 "predicted": _factors(predicted.busy_ns, predicted.end_ns, ideal_changed.end_ns)},
         "steps": step_rows.to_dict("records"),
+        "critical_path": {k: _path_tables(cp) for k, cp in paths.items()},
         "forced_releases": predicted.forced,
         "warnings": _warnings(prog, model, predicted),
     }
@@ -113,8 +122,9 @@ def _step_starts(trace: Trace, window: Window, ranks: np.ndarray) -> tuple[np.nd
 
 
 def _scaled(prog: replay.Program, kern, scale: tuple[tuple[str, float], ...],
-            window: Window) -> tuple[np.ndarray, np.ndarray]:
-    """The bursts with each scaled kernel's segments made FACTOR times longer, thread by thread."""
+            window: Window) -> tuple[np.ndarray, np.ndarray, Stretches]:
+    """The bursts with each scaled kernel's segments made FACTOR times longer, thread by thread, and the scaled
+    segments."""
     ran = {kern.names[c] for c in np.unique(kern[NAME]) if c >= 0}
     for name, _ in scale:
         if name not in ran:
@@ -145,7 +155,9 @@ def _scaled(prog: replay.Program, kern, scale: tuple[tuple[str, float], ...],
     tail = prog.tail.astype(np.float64).copy()
     np.add.at(burst, row[in_burst], delta[in_burst])
     np.add.at(tail, dense[~in_burst], delta[~in_burst])
-    return np.maximum(burst, 0).astype(np.int64), np.maximum(tail, 0).astype(np.int64)
+    stretches = Stretches(dense, segs.start_ns[touched] - window.t0_ns, segs.end_ns[touched] - window.t0_ns,
+                          new_len[touched], np.where(in_burst, row, -1))
+    return np.maximum(burst, 0).astype(np.int64), np.maximum(tail, 0).astype(np.int64), stretches
 
 
 def _balanced(prog: replay.Program, burst: np.ndarray, tail: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -159,20 +171,53 @@ def _balanced(prog: replay.Program, burst: np.ndarray, tail: np.ndarray) -> tupl
     return np.rint(mean.to_numpy()).astype(np.int64), np.full(len(tail), np.rint(tail.mean()), dtype=np.int64)
 
 
-def _steps(trace: Trace, window: Window, prog: replay.Program, played: replay.Played,
-           mark_step: np.ndarray) -> pd.DataFrame:
+def _predicted_starts(prog: replay.Program, played: replay.Played, mark_step: np.ndarray) -> pd.Series:
+    """When each step starts in the replay (ns from the window's start): when the first rank reaches its start."""
+    marks = np.flatnonzero(prog.mark >= 0)
+    return pd.Series(played.leave_ns[marks]).groupby(mark_step[prog.mark[marks]]).min()
+
+
+def _steps(trace: Trace, window: Window, reach: pd.Series, played: replay.Played) -> pd.DataFrame:
     """step, measured_s, predicted_s for the window's steps (one row for the window when it has no steps)."""
     runtime = (window.t1_ns - window.t0_ns) / NS
     if not window.steps:
         return pd.DataFrame({STEP: [None], "measured_s": [runtime], "predicted_s": [played.end_ns / NS]})
     table = steps_table(trace)
     table = table[table[STEP].isin(window.steps)]
-    marks = np.flatnonzero(prog.mark >= 0)
-    reach = pd.Series(played.leave_ns[marks]).groupby(mark_step[prog.mark[marks]]).min()
     starts = np.array([reach.get(s, np.nan) for s in table[STEP]], dtype=np.float64)
     ends = np.r_[starts[1:], played.end_ns]
     return pd.DataFrame({STEP: table[STEP].to_numpy(), "measured_s": table["seconds"].to_numpy(),
                          "predicted_s": (ends - starts) / NS})
+
+
+def _predicted_path(trace: Trace, window: Window, calls: pd.DataFrame, kern: Records, main: pd.Series,
+                    prog: replay.Program, moved: TimeMap, played: replay.Played, starts: pd.Series) -> CriticalPath:
+    """The critical path of the replayed run: the trace's calls, kernels and phases at their replayed times
+    (`analysis.replay_timeline`), walked as the measured run's (`analysis.critical_path`)."""
+    t0 = window.t0_ns
+    is_call = prog.mark < 0
+    at = calls.copy()
+    at.loc[prog.source[is_call], START_NS] = t0 + np.rint(moved.enter_ns[is_call]).astype(np.int64)
+    at.loc[prog.source[is_call], END_NS] = t0 + np.rint(moved.leave_ns[is_call]).astype(np.int64)
+    dense = np.searchsorted(prog.ranks, kern[RANK])
+    kcols = dict(kern.cols)
+    for col, end in ((START_NS, False), (END_NS, True)):
+        kcols[col] = t0 + np.rint(moved.moved(dense, kern[col] - t0, end)).astype(np.int64)
+    ph = records(trace, Kind.PHASE, (RANK, NAME), window)
+    p_dense = np.searchsorted(prog.ranks, ph[RANK])
+    phases = pd.DataFrame({RANK: ph[RANK].astype(np.int64), NAME: decode(ph[NAME], ph.names),
+                           **{col: t0 + np.rint(moved.moved(p_dense, ph[col] - t0, col == END_NS)).astype(np.int64)
+                              for col in (START_NS, END_NS)}})
+    steps = pd.DataFrame({STEP: starts.index.to_numpy(), START_NS: t0 + np.rint(starts.to_numpy()).astype(np.int64)})
+    steps = steps[steps[STEP] >= 0]
+    return timeline_path(at, Records(kcols, kern.names), main, t0, t0 + played.end_ns, steps, phases)
+
+
+def _path_tables(cp: CriticalPath) -> dict:
+    """`critical_path.tables` without the path's segments (the report's overlay): its length, items, phases,
+    lanes and steps as plain values."""
+    return {k: (v.to_dict("records") if isinstance(v, pd.DataFrame) else v) for k, v in tables(cp).items()
+            if k != "segments"}
 
 
 def _factors(busy: np.ndarray, runtime_ns: float, ideal_ns: float) -> dict:

@@ -1,11 +1,14 @@
-"""How fast `gpt2trace analyze` is on a 10-million-record trace (8 ranks x 4 threads), and its peak memory.
+"""How fast `gpt2trace analyze`, `whatif` and `diff` are on a 10-million-record trace (8 ranks x 4 threads), and
+their peak memory.
 
-Generates a synthetic trace (gpt2trace.testing.synthetic) to a temporary Parquet file, then runs the analysis in a fresh
-child process, timed from the parent (interpreter start and imports included) with the child's peak RSS from
-os.wait4: once through the Python API, once through the CLI. Small runs first fill Numba's caches, as any
-installation's first run does. Targets (issue 5): at most 10 s and 2 GB on a 2-core machine.
+Generates a synthetic trace (gpt2trace.testing.synthetic) to a temporary Parquet file, then runs each tool in a
+fresh child process, timed from the parent (interpreter start and imports included) with the child's peak RSS from
+os.wait4: analyze once through the Python API and once through the CLI; `whatif` with its default model (the ideal
+network: the replay, the measured and the predicted critical paths) and `diff` of the trace against itself, both
+through the CLI with --json. Small runs first fill Numba's caches, as any installation's first run does. Targets
+(issues 5 and 16): at most 10 s and 2 GB each on a 2-core machine.
 
-    python benchmarks/analyze_speed.py [--records 10000000] [--ranks 8] [--threads 4]
+    python benchmarks/analyze_speed.py [--records 10000000] [--ranks 8] [--threads 4] [--results PATH]
 """
 from __future__ import annotations
 
@@ -38,6 +41,9 @@ hwm = [line for line in open("/proc/self/status") if line.startswith("VmHWM")]
 print(json.dumps({"in_process_s": time.perf_counter() - t, "vmhwm_mb": int(hwm[0].split()[1]) / 1024 if hwm else None}))
 """
 CLI = "import sys; from gpt2trace.cli.main import app; app(prog_name='gpt2trace')"
+# The other tools' rows: the CLI's arguments for a trace and a JSON output.
+TOOLS = {"whatif": lambda trace, out: ["whatif", str(trace), "--json", str(out)],
+         "diff": lambda trace, out: ["diff", str(trace), str(trace), "--json", str(out)]}
 
 
 def measured(args: list[str]) -> dict:
@@ -72,6 +78,8 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--results", type=Path, default=RESULTS, help="Where the JSON goes (a trial run on a "
+                        "small trace: elsewhere than the measured results).")
     parser.add_argument("--generate", type=Path, help=argparse.SUPPRESS)   # child: write the trace only
     opts = parser.parse_args()
     if opts.generate:
@@ -93,10 +101,14 @@ def main() -> None:
         # directory (the trainer's import points NUMBA_CACHE_DIR at one keyed by the trainer's kernel sources).
         warm = measured(["-c", API, str(small)])
         warm_cli = measured(["-c", CLI, "analyze", str(small), "--json", str(Path(tmp) / "small.json")])
+        for command in TOOLS.values():              # their own first runs (the replay's kernels)
+            measured(["-c", CLI, *command(small, Path(tmp) / "small.json")])
         api = measured(["-c", API, str(big)])
         inside = json.loads(api["stdout"].strip().splitlines()[-1]) if api["exit_code"] == 0 else {}
         in_process = inside.get("in_process_s")
         cli = measured(["-c", CLI, "analyze", str(big), "--json", str(Path(tmp) / "out.json")])
+        tools = {name: measured(["-c", CLI, *command(big, Path(tmp) / f"{name}.json")])
+                 for name, command in TOOLS.items()}
     result = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "trace": {"records": records, "ranks": opts.ranks, "threads": opts.threads, "layers": opts.layers,
@@ -108,26 +120,30 @@ def main() -> None:
                 "exit_code": api["exit_code"], "error": api["stderr"]},
         "cli": {"wall_s": cli["wall_s"], "peak_rss_mb": cli["peak_rss_mb"], "exit_code": cli["exit_code"],
                 "error": cli["stderr"]},
+        **{name: {"wall_s": r["wall_s"], "peak_rss_mb": r["peak_rss_mb"], "exit_code": r["exit_code"],
+                  "error": r["stderr"] if r["exit_code"] else []} for name, r in tools.items()},
         "targets": {"wall_s": TARGET_S, "peak_rss_mb": TARGET_MB},
     }
-    result["api"]["meets_targets"] = api["exit_code"] == 0 and api["wall_s"] <= TARGET_S and \
-        api["peak_rss_mb"] <= TARGET_MB
-    result["cli"]["meets_targets"] = cli["exit_code"] == 0 and cli["wall_s"] <= TARGET_S and \
-        cli["peak_rss_mb"] <= TARGET_MB
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
-    show = Table(title=f"analyze on {records:,} records ({opts.ranks} ranks x {opts.threads} threads, {steps} steps, "
-                       f"{size_mb:.0f} MB Parquet)")
+    for name in ("api", "cli", *TOOLS):
+        r = result[name]
+        r["meets_targets"] = r["exit_code"] == 0 and r["wall_s"] <= TARGET_S and r["peak_rss_mb"] <= TARGET_MB
+    opts.results.parent.mkdir(parents=True, exist_ok=True)
+    opts.results.write_text(json.dumps(result, indent=1) + "\n")
+    show = Table(title=f"analyze, whatif, diff on {records:,} records ({opts.ranks} ranks x {opts.threads} threads, "
+                       f"{steps} steps, {size_mb:.0f} MB Parquet)")
     for col in ("run", "wall s", "in-process s", "peak RSS MB", "exit", "targets (10 s, 2 GB)"):
         show.add_column(col, justify="left" if col == "run" else "right")
-    for name, r in (("Python API", result["api"]), ("CLI --json", result["cli"])):
-        show.add_row(name, f"{r['wall_s']:.2f}", f"{r['in_process_s']:.2f}" if r.get("in_process_s") else "",
+    rows = (("analyze, Python API", "api"), ("analyze --json", "cli"), ("whatif --json", "whatif"),
+            ("diff (itself) --json", "diff"))
+    for label, name in rows:
+        r = result[name]
+        show.add_row(label, f"{r['wall_s']:.2f}", f"{r['in_process_s']:.2f}" if r.get("in_process_s") else "",
                      f"{r['peak_rss_mb']:.0f}", str(r["exit_code"]), "met" if r["meets_targets"] else "NOT met")
     console.print(show)
-    console.print(f"generated in {gen_s:.1f} s, written in {write_s:.1f} s; results in {RESULTS}")
-    for name, r in (("api", api), ("cli", cli)):
-        if r["exit_code"] != 0:
-            console.print(f"[red]{name} failed:[/] {' '.join(r['stderr'])}", soft_wrap=True)
+    console.print(f"generated in {gen_s:.1f} s, written in {write_s:.1f} s; results in {opts.results}")
+    for label, name in rows:
+        if result[name]["exit_code"] != 0:
+            console.print(f"[red]{label} failed:[/] {' '.join(result[name]['error'])}", soft_wrap=True)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ def diff(
     results = []
     for path in (a, b):
         try:
-            results.append(analyze(load(path), steps=steps, top=top))
+            results.append(analyze(load(path), steps=steps, top=top, explain=False))   # what diff compares
         except TraceError as exc:
             fail(str(exc))
         except WindowError as exc:                     # the steps fit one trace and not the other: say which

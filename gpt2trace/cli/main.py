@@ -14,7 +14,7 @@ import typer
 from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
-from gpt2trace.cli import analyze, diff, export, importer, info, recover, report, run, whatif
+from gpt2trace.cli import analyze, diff, export, importer, info, recover, report, rerun, run, whatif
 from gpt2trace.cli.common import EXIT_USAGE, err_console, plain
 
 # What to type for an option that names no metavar of its own, by its Python type (choices keep <a|b>).
@@ -81,5 +81,6 @@ app = typer.Typer(
 )
 for _name, _command in (("run", run.run), ("analyze", analyze.analyze), ("report", report.report),
                         ("info", info.info), ("recover", recover.recover), ("export", export.export),
-                        ("import", importer.import_trace), ("whatif", whatif.whatif), ("diff", diff.diff)):
+                        ("import", importer.import_trace), ("whatif", whatif.whatif), ("diff", diff.diff),
+                        ("rerun", rerun.rerun)):
     app.command(_name, cls=_Command)(_command)

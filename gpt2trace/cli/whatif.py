@@ -113,6 +113,27 @@ def render(res: dict) -> None:
     rows += [(label, _pct(pm[key]), _pct(pp[key]), None) for key, label in _POP_ROWS]
     print_table(console, "What-if replay (POP: MPI level, from the bursts)",
                 [Col("", label=True), Col("measured"), Col("predicted"), Col("change")], rows)
+    if res.get("critical_path"):
+        render_paths(res["critical_path"]["measured"], res["critical_path"]["predicted"])
+
+
+def render_paths(measured: dict, predicted: dict, top: int = 10) -> None:
+    """The critical paths of the measured and the predicted run side by side: length, and what is on them (the
+    predicted path's largest items first), with their share of each path."""
+    def key(item: dict) -> tuple:
+        return item["category"], item["name"], item["layer"]
+
+    then = {key(i): i for i in measured["items"]}
+    rows = [("length", _num(measured["length_s"], " s"), _num(predicted["length_s"], " s"), None, None)]
+    for item in predicted["items"][:top]:
+        was = then.get(key(item))
+        layer = f" (layer {item['layer']})" if item["layer"] is not None else ""
+        kind = "" if item["category"] in ("kernel", "mpi", "serial") else f" {item['category']}"
+        rows.append((f"{item['name']}{layer}{kind}", _num(was["time_s"], " s") if was else "-",
+                     _num(item["time_s"], " s"), _pct(was["share"]) if was else "-", _pct(item["share"])))
+    print_table(console, "Critical path (the predicted run's largest items)",
+                [Col("on the path", label=True, bare=True), Col("measured"), Col("predicted"),
+                 Col("share before"), Col("share after")], rows)
 
 
 def _num(v, unit: str = "") -> str:

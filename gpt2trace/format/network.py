@@ -138,13 +138,18 @@ def _transfer_ns(nbytes, bandwidth_bps: float):
     return np.maximum(nbytes, 0) / bandwidth_bps * 1e9
 
 
-def parse_bandwidth(text: str, option: str = "--bandwidth") -> float:
-    """'12.5' (GB/s), '12.5GB/s', '10Gb/s', '800MB/s', 'inf' -> bytes per second; NetworkError otherwise."""
+def parse_bandwidth(text: str, option: str = "--bandwidth", infinite: bool = True) -> float:
+    """'12.5' (GB/s), '12.5GB/s', '10Gb/s', '800MB/s', and with `infinite` 'inf' -> bytes per second;
+    NetworkError otherwise (its example offers 'inf' only where it is accepted)."""
     if text.strip().lower() in ("inf", "infinite"):
-        return math.inf
+        if infinite:
+            return math.inf
+        raise NetworkError(f"{option} {text}: give a finite bandwidth (for example 10Gb/s)")
     value = _quantity(text, BANDWIDTH_UNITS, "GB/s", option)
-    if not value > 0:
-        raise NetworkError(f"{option} {text}: a bandwidth must be positive (for example 10GB/s, or inf)")
+    if not (value > 0 and (infinite or math.isfinite(value))):
+        example = "for example 10GB/s, or inf" if infinite else "for example 10Gb/s"
+        raise NetworkError(f"{option} {text}: a bandwidth must be positive{'' if infinite else ' and finite'} "
+                           f"({example})")
     return value
 
 

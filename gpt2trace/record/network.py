@@ -63,9 +63,8 @@ def parse(text: str) -> Cluster:
     if not fields["nodes"].isdigit() or int(fields["nodes"]) < 1:
         raise ConfigError("emulate_network", text, "nodes must be a whole number >= 1")
     try:
-        link, latency = parse_bandwidth(fields["link"], "link"), parse_latency(fields["latency"], "latency")
-        if link == float("inf"):
-            raise NetworkError("link: give a finite bandwidth")
+        link = parse_bandwidth(fields["link"], "link", infinite=False)    # an emulated link holds the ranks
+        latency = parse_latency(fields["latency"], "latency")
         return Cluster(int(fields["nodes"]), Network(link, latency, rooted="flat"))
     except NetworkError as exc:
         raise ConfigError("emulate_network", text, str(exc)) from None

@@ -127,3 +127,15 @@ def test_gpipe_against_1f1b(samples):
     assert lines[1] == "Layout: pp_schedule gpipe -> 1f1b"
     assert "Pipeline bubble: 24.9% (gpipe, M=4) -> 24.2% (1f1b, M=4)" in lines
     assert d["layout"] == {"pp_schedule": ["gpipe", "1f1b"]}
+
+
+@pytest.mark.parametrize("a,b", [("small_2ranks_sp_contiguous", "small_2ranks_sp_interleaved"),
+                                 ("small_2ranks_pp2_gpipe", "small_2ranks_pp2_1f1b")])
+def test_diff_compares_nothing_that_analyze_explain_false_leaves_out(a, b):
+    # `gpt2trace diff` analyzes with explain=False (no critical path, delay costs or communication matrix: 30% of
+    # analyze's time on 1 M records): the comparison is the same as from the whole analyses
+    traces = [load(SAMPLES / f"{name}.parquet") for name in (a, b)]
+    lean = [analyze(t, explain=False) for t in traces]
+    assert all(r["critical_path"] is None and r["comm_matrix"] is None and r["delay_costs"] is None
+               and r["root_causes"] == [] for r in lean)
+    assert diff(*lean) == diff(*[analyze(t) for t in traces])

@@ -10,6 +10,7 @@ import pytest
 
 from analysis import mpi, pipeline, segments, waits
 from analysis.analyze import analyze
+from analysis.rootcause import OUTSIDE
 from analysis.window import select
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import NAME
@@ -118,17 +119,20 @@ def test_a_pipeline_worked_out_by_hand():
         pytest.approx([0, 2, 1.0e-3, 0])
     assert late.loc[(0, "backward"), ["sender_stage", "waits", "per_step_s", "worst_microbatch"]].tolist() == \
         pytest.approx([1, 2, 3.1e-3, 0])
-    # stage 0's wait is charged to stage 1's work since its previous message (the F1 it received): F1's forward
-    # kernels (1 ms) and B0's backward kernels (2 ms); all for micro-batch 0's gradient
+    # stage 0's 3.1 ms wait is charged to what stage 1 did since stage 0's previous message (its F1 send, at
+    # 2.1): the receive of F1 [2.1,2.2] (0.1 ms outside kernels), F1's forward kernels (1 ms) and B0's backward
+    # kernels (2 ms): 3.1 ms, exactly the wait; all for micro-batch 0's gradient
     causes = p["causes"]
     back = causes[causes["stage"] == 0]
     assert back["wait_s"].sum() == pytest.approx(2 * 3.1e-3) and set(back["sender_stage"]) == {1}
     fwd_part = back[back["kernel"].str.endswith("_forward")]["wait_s"].sum()
-    assert fwd_part == pytest.approx(2 * 3.1e-3 / 3)
+    assert fwd_part == pytest.approx(2 * 1e-3)
+    assert back[back["kernel"] == OUTSIDE]["wait_s"].sum() == pytest.approx(2 * 0.1e-3)
     assert all(m == [0] for m in back["microbatches"])
     assert causes["share"].sum() == pytest.approx(1.0)
+    # the largest: matmul_backward of layer 2, 0.348 ms of each step's 2 ms of backward kernels
     assert back.iloc[0]["text"] == (
-        "stage 0 waited 0.000719 s for the gradients of micro-batch 0 from stage 1 (rank 1), which computed "
+        "stage 0 waited 0.000696 s for the gradients of micro-batch 0 from stage 1 (rank 1), which computed "
         "matmul_backward (layer 2) before sending them")
 
 

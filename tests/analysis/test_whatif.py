@@ -216,3 +216,64 @@ def test_a_cluster_charges_only_traffic_between_nodes():
     assert replay.play(prog, NET).end_ns / 1e9 == pytest.approx(4.2)
     # one node: nothing crosses a link
     assert replay.play(prog, flat, dict.fromkeys(range(4), 0)).end_ns / 1e9 == pytest.approx(2)
+
+
+def _late_gelu():
+    """2 ranks, one step, the late_rank fixture's: rank 0 matmul_forward L0 [0,4], gelu_forward L1 [4,6],
+    MPI_Allreduce [6,10]; rank 1 matmul L0 [0,4], gelu L1 [4,9], MPI_Allreduce [9,10]; phases forward up to the
+    allreduce and grad_sync in it."""
+    recs = []
+    for r, gelu_end in ((0, 6), (1, 9)):
+        recs += [syn.kernel(r, 0, 0, 4, "matmul_forward", 0, 0), syn.kernel(r, 0, 4, gelu_end, "gelu_forward", 0, 1),
+                 syn.comm(r, gelu_end, 10, "MPI_Allreduce", seq=0, step=0),
+                 syn.phase(r, 0, gelu_end, "forward", 0), syn.phase(r, gelu_end, 10, "grad_sync", 0)]
+    return _trace(recs, 10.0)
+
+
+def _path_items(path):
+    return {(i["category"], i["name"]): (i["time_s"], i["share"]) for i in path["items"]}
+
+
+@pytest.mark.parametrize("model,length,items,phases", [
+    # Ideal network: the allreduce ends when rank 1 enters (9), T = 9. Back from 9 on rank 1 (its gelu ends
+    # last): gelu [4,9], matmul [0,4]; the allreduce takes no time. Measured: the same plus its 1 s of transfer.
+    (Model(), 9.0, {("kernel", "gelu_forward"): (5, 5 / 9), ("kernel", "matmul_forward"): (4, 4 / 9)},
+     {"forward": 9}),
+    # Balanced: both bursts become (6 + 9) / 2 = 7.5, each stretched as a whole: rank 0's matmul [0,5] and gelu
+    # [5,7.5]. Both enter at 7.5 and wait for no one; the path ends on the lowest rank of those ending last, 0.
+    (Model(balance=True), 7.5, {("kernel", "matmul_forward"): (5, 2 / 3), ("kernel", "gelu_forward"): (2.5, 1 / 3)},
+     {"forward": 7.5}),
+    # gelu x0.5: rank 0's burst 4 + 1, rank 1's 4 + 2.5: the allreduce at 6.5 = T; the path on rank 1.
+    (Model(scale=(("gelu_forward", 0.5),)), 6.5,
+     {("kernel", "matmul_forward"): (4, 4 / 6.5), ("kernel", "gelu_forward"): (2.5, 2.5 / 6.5)}, {"forward": 6.5}),
+    # 0.1 s latency: the (0-byte) ring allreduce costs 2 (p-1) L = 0.2 s after the last entry: [9, 9.2] on rank 1,
+    # its own call (it waited for no one), so it is on the path, in grad_sync.
+    (Model(network=NET), 9.2, {("kernel", "gelu_forward"): (5, 5 / 9.2), ("kernel", "matmul_forward"): (4, 4 / 9.2),
+                               ("mpi", "MPI_Allreduce"): (0.2, 0.2 / 9.2)}, {"forward": 9, "grad_sync": 0.2}),
+], ids=["ideal", "balance", "scale", "latency"])
+def test_the_critical_path_of_the_predicted_run(model, length, items, phases):
+    out = whatif(_late_gelu(), model, steps="0:1")
+    measured, predicted = out["critical_path"]["measured"], out["critical_path"]["predicted"]
+    assert measured["length_s"] == pytest.approx(10.0)
+    assert _path_items(measured) == pytest.approx({("kernel", "gelu_forward"): (5, 0.5),
+                                                   ("kernel", "matmul_forward"): (4, 0.4),
+                                                   ("mpi", "MPI_Allreduce"): (1, 0.1)})
+    # the predicted path tiles the predicted run, as the measured one tiles the trace
+    assert predicted["length_s"] == pytest.approx(length) == pytest.approx(out["runtime_s"]["predicted"])
+    assert predicted["window_s"] == pytest.approx(length) and predicted["clock_violations"] == 0
+    assert _path_items(predicted) == pytest.approx(items)
+    assert {p["phase"]: p["time_s"] for p in predicted["phases"]} == pytest.approx(phases)
+    assert [s["step"] for s in predicted["steps"]] == [0] and "segments" not in predicted
+
+
+@pytest.mark.parametrize("sample", ["tiny_2ranks_allreduce", "small_2ranks_sp_contiguous", "small_2ranks_pp2_1f1b",
+                                    "tiny_2ranks_overlap"])
+def test_the_predicted_path_tiles_the_predicted_run(sample):
+    trace = load(SAMPLES / f"{sample}.parquet")
+    for model in (Model(), Model(balance=True), Model(network=Network(1e9, 5000)),
+                  Model(scale=(("matmul_backward", 0.5),))):
+        out = whatif(trace, model)
+        path = out["critical_path"]["predicted"]
+        assert path["clock_violations"] == 0
+        assert path["length_s"] == pytest.approx(out["runtime_s"]["predicted"], rel=1e-9)
+        assert sum(s["length_s"] for s in path["steps"]) == pytest.approx(path["length_s"], rel=1e-6)

@@ -36,3 +36,30 @@ def test_json_on_a_full_disk_leaves_nothing(app, trace_file, small_fs):
     r = invoke(app, "whatif", trace_file, "--json", disk / "w.json")
     assert_one_line_error(r, "No space left on device")
     assert sorted(p.name for p in disk.iterdir()) == ["filler"]
+
+
+def test_a_clusters_link_must_be_finite_and_the_message_says_so(app, trace_file):
+    # --bandwidth inf is the ideal network; an emulated cluster's link holds the ranks for its cost, so it must
+    # be finite, and no message for --cluster offers "inf" as an example
+    for link, says in (("inf", "link inf: give a finite bandwidth (for example 10Gb/s)"),
+                       ("0", "link 0: a bandwidth must be positive and finite (for example 10Gb/s)"),
+                       ("-2Gb/s", "link -2Gb/s: a bandwidth must be positive and finite (for example 10Gb/s)")):
+        r = invoke(app, "whatif", trace_file, "--cluster", f"nodes=2,link={link},latency=5us")
+        assert "inf)" not in assert_one_line_error(r, f"--cluster nodes=2,link={link},latency=5us: {says}")
+    r = invoke(app, "whatif", trace_file, "--bandwidth", "inf", "--json", "-")
+    assert r.exit_code == 0 and json.loads(r.stdout)["model"]["bandwidth_GBps"] is None
+
+
+def test_the_critical_paths_are_side_by_side(app, trace_file, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    r = invoke(app, "whatif", trace_file, "--balance")
+    assert r.exit_code == 0, r.output
+    table = r.stdout[r.stdout.index("Critical path (the predicted run's largest items)"):]
+    assert "on the path" in table and "│ length " in table and "before" in table and "after" in table
+    assert max(len(line) for line in r.stdout.splitlines()) <= 80
+    out = json.loads(invoke(app, "whatif", trace_file, "--balance", "--json", "-").stdout)
+    paths = out["critical_path"]
+    # each path tiles its run: the measured one the trace's window, the predicted one the replay
+    assert paths["measured"]["length_s"] == out["runtime_s"]["measured"]
+    assert abs(paths["predicted"]["length_s"] - out["runtime_s"]["predicted"]) < 1e-9
+    assert {"items", "phases", "lanes", "steps", "per_step"} <= set(paths["predicted"])

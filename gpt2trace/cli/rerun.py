@@ -1,0 +1,206 @@
+"""`gpt2trace rerun TRACE --set OPTION=VALUE`: the run a trace recorded, again with options changed, then what
+changed from the first run to the second (`gpt2trace diff`).
+
+A thin layer: the configuration comes from the trace (gpt2trace.run.rerun), options are named as `gpt2trace run`
+spells them (its own declarations, read here), the run goes through `gpt2trace run`'s training and report
+(cli/run.py; under mpiexec when it has more than one rank: this command started again on every rank, training
+only), and the comparison through analysis.diff, printed as `gpt2trace diff` prints it. Everything is checked before
+any training: the options and values, the trace (a trace without a run configuration: an imported or synthetic
+one, a resumed run), the outputs (the new trace must not exist yet: a rerun costs a training run, and never
+replaces one).
+"""
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpt2trace.cli.common import console, err_console, fail, note, output, plain, trace_files
+from gpt2trace.format.errors import OutputError, TraceError
+
+
+def rerun(
+    trace: Annotated[Path, typer.Argument(exists=True, dir_okay=False, metavar="TRACE",
+                                          help="A trace written by `gpt2trace run`.")],
+    settings: Annotated[list[str] | None, typer.Option(
+        "--set", metavar="OPTION=VALUE", help="An option of `gpt2trace run` and its new value, e.g. dp-sync=overlap, "
+        "ranks=4, B=8 (repeatable). data=synthetic, init-from=none, emulate-network=none undo those options.")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(
+        "--output", "-o", metavar="NEW.parquet", help="The new trace (must not exist). Default: TRACE's name with "
+        ".rerun before .parquet, beside it.")] = None,
+    steps: Annotated[str | None, typer.Option(
+        "--steps", metavar="A:B", help="Steps A:B of both traces to compare (B excluded). Default: all but the first "
+        "(warm-up).")] = None,
+    top: Annotated[int, typer.Option("--top", min=1, metavar="N", help="Rows of the changes table (as JSON: "
+                                     "gpt2trace diff TRACE NEW --json -).")] = 15,
+    train_only: Annotated[bool, typer.Option("--train-only", hidden=True)] = False,   # a rank under mpiexec
+) -> None:
+    """Run the configuration stored in TRACE again with options changed (--set), then say what changed."""
+    from gpt2trace.run.mpiexec import launched_by_mpi
+    from gpt2trace.run.rerun import RerunError, for_rank, rerun_config
+    from trainer.errors import ConfigError, TrainerError
+
+    inside = launched_by_mpi()
+    rank = inside[0] if inside is not None and inside[1] > 1 else 0
+    if rank != 0:
+        console.quiet = True
+    given = [_setting(s) for s in settings or ()]
+    changes = {name: value for name, _, value in given}
+    try:
+        stored = _stored(trace)
+    except (TraceError, RerunError) as exc:
+        _refuse(rank, str(exc))
+    new = out if out is not None else _default_output(trace)
+    output(new, trace_files([trace]), "-o")
+    if not train_only and new.exists():
+        _refuse(rank, f"{'-o ' if out is not None else 'the new trace '}{new}: exists; rerun writes a new trace and "
+                      "replaces none: give -o another path, or remove that file")
+    if steps is not None:
+        from analysis.window import WindowError, parse_steps
+        try:
+            parse_steps(steps)
+        except WindowError as exc:
+            fail(str(exc))
+    try:
+        cfg = rerun_config(stored, changes, new)
+        if inside is not None and inside[1] > 1:
+            cfg = for_rank(cfg, rank, inside[1])
+        from gpt2trace.run.preflight import check_run
+        check_run(cfg, processes_here=cfg.parallel.ranks if inside is None else 1, first_rank=rank == 0)
+    except ConfigError as exc:
+        _refuse(rank, _config_message(exc, given))
+    except (TrainerError, OutputError) as exc:
+        _refuse(rank, _with(given, str(exc)))
+    from trainer.cpu import cores_available
+    par = cfg.parallel
+    oversubscribed = par.ranks * par.threads > cores_available()
+    if not train_only:
+        what = ", ".join(f"--set {s}" for s in settings or ()) or "nothing changed"
+        console.print(plain(f"rerunning {trace} ({what}) -> {new}"), soft_wrap=True)
+    if inside is None and par.ranks > 1:
+        _launch(trace, settings or [], new, par.ranks, oversubscribed)
+    else:
+        from gpt2trace.cli.run import _train
+        from gpt2trace.run.runner import prepare_process
+        try:
+            prepare_process(par.threads, oversubscribed=oversubscribed)
+        except TrainerError as exc:
+            _refuse(rank, str(exc))
+        _train(cfg, rank)
+    if train_only or rank != 0:
+        return
+    _compare(trace, new, steps, top)
+
+
+def _setting(text: str) -> tuple[str, str, str]:
+    """--set OPTION=VALUE -> (the rerun setting, the option as `gpt2trace run` spells it, the value)."""
+    from gpt2trace.run.rerun import NOT_REPEATED, SETTINGS
+    name, eq, value = text.partition("=")
+    name = name.strip().lstrip("-")
+    if not eq or not name:
+        fail(f"--set {text}: expected OPTION=VALUE, for example --set dp-sync=overlap")
+    spelled = _run_options()
+    if name not in spelled:
+        fail(f"--set {text}: `gpt2trace run` has no option {'-' if len(name) == 1 else '--'}{name}; see "
+             "gpt2trace run --help")
+    setting, shown = spelled[name]
+    if setting not in SETTINGS:
+        why = ("a rerun writes its trace only (-o), no checkpoint, metrics or resumption" if setting in NOT_REPEATED
+               else "it cannot be changed")
+        fail(f"--set {text}: {shown} is not for a rerun: {why}")
+    return setting, shown, value
+
+
+@functools.cache
+def _run_options() -> dict[str, tuple[str, str]]:
+    """Every spelling of `gpt2trace run`'s options without dashes (batch-size, B, ...) -> (its parameter, its
+    spelling), read from the command's own declarations."""
+    from gpt2trace.cli.run import run as run_command
+    app = typer.Typer(add_completion=False)
+    app.command()(run_command)
+    out = {}
+    for param in typer.main.get_command(app).params:
+        shown = "/".join(param.opts)
+        for opt in param.opts:
+            out[opt.lstrip("-")] = (param.name, shown)
+    return out
+
+
+def _stored(trace: Path) -> dict:
+    """The trace's run configuration: a Parquet trace's from its metadata alone, another format's from loading it
+    (a Paraver export keeps it beside the .prv)."""
+    from gpt2trace.interop.loader import PARAVER_SUFFIXES, is_otf2
+    from gpt2trace.run.rerun import check_stored, stored_run
+    if is_otf2(trace) or trace.name.endswith(PARAVER_SUFFIXES):
+        from gpt2trace.interop.loader import load
+        return check_stored(load(trace).run, trace)
+    return stored_run(trace)
+
+
+def _default_output(trace: Path) -> Path:
+    name = trace.name
+    stem = name[: -len(".parquet")] if name.endswith(".parquet") else name.split(".")[0] or name
+    return trace.with_name(f"{stem}.rerun.parquet")
+
+
+def _config_message(exc, given: list[tuple[str, str, str]]) -> str:
+    """A ConfigError as one line: the --set it is about, or the stored option it no longer fits with the changes."""
+    from gpt2trace.cli.run import OPTIONS
+    for setting, shown, value in given:
+        if exc.field in (setting, f"{setting}_s"):
+            return f"--set {shown.split('/')[-1].lstrip('-')}={value}: {exc.requirement}"
+    return _with(given, f"{OPTIONS.get(exc.field, exc.field)} {exc.value}: {exc.requirement}")
+
+
+def _with(given: list[tuple[str, str, str]], message: str) -> str:
+    changed = ", ".join(f"--set {shown.split('/')[-1].lstrip('-')}={value}" for _, shown, value in given)
+    return f"with {changed}: {message}" if changed else message
+
+
+def _refuse(rank: int, message: str):
+    if rank != 0:                       # every rank finds the same; rank 0 says it once
+        raise typer.Exit(code=2)
+    fail(message)
+
+
+def _launch(trace: Path, settings: list[str], new: Path, ranks: int, oversubscribed: bool) -> None:
+    """This command again on `ranks` ranks under mpiexec, training only; a failed job ends this one with its code."""
+    from gpt2trace.format.writer import part_files, parts_dir
+    from gpt2trace.run.mpiexec import relaunch
+    argv = ["rerun", os.fsdecode(trace), *[f"--set={s}" for s in settings], "-o", os.fsdecode(new), "--train-only"]
+    console.print(f"starting {ranks} ranks under mpiexec")
+    try:
+        job = relaunch(ranks, argv, {"OMP_WAIT_POLICY": "PASSIVE"} if oversubscribed else {})
+    except FileNotFoundError as exc:
+        fail(str(exc))
+    if job.code != 0:
+        code = 128 + job.signals[0] if job.signals else job.code
+        kept = (f"; its parts are in {parts_dir(new)} (gpt2trace recover {new} keeps their whole steps)"
+                if part_files(parts_dir(new)) else "")
+        err_console.print(plain(f"the rerun ended with code {code}{kept}"), soft_wrap=True)
+        raise typer.Exit(code=code)
+
+
+def _compare(trace: Path, new: Path, steps: str | None, top: int) -> None:
+    """What changed from the first run to the rerun, as `gpt2trace diff` says it."""
+    from analysis.analyze import analyze
+    from analysis.diff import DiffError, diff
+    from analysis.window import WindowError
+    from gpt2trace.cli.diff import render
+    from gpt2trace.interop.loader import load
+    results = []
+    for path in (trace, new):
+        try:
+            results.append(analyze(load(path), steps=steps, top=top, explain=False))   # what diff compares
+        except (TraceError, WindowError) as exc:
+            fail(f"{path}: {exc}; the new trace is kept")
+    try:
+        result = diff(*results)
+    except DiffError as exc:
+        fail(f"{exc}; the new trace is kept")
+    note(f"what changed from {trace} to {new}:")
+    render(console, result, top)
