@@ -108,7 +108,7 @@ SETTINGS: dict[str, tuple[str, str, Callable, str]] = {
     **{name: ("model", name, *_INT) for name in ("n_layer", "n_head", "n_embd", "vocab_size", "max_seq_len")},
     **{name: ("train", name, *_INT) for name in ("batch_size", "seq_len", "steps", "grad_accum", "seed")},
     **{name: ("train", name, *_NUMBER) for name in ("lr", "weight_decay")},
-    **{name: ("parallel", name, *_INT) for name in ("threads", "ranks", "sp", "pp")},
+    **{name: ("parallel", name, *_INT) for name in ("threads", "ranks", "tp", "sp", "pp")},
     "model": ("model", "", str, "a model name (" + ", ".join(MODELS) + ")"),
     "dp_sync": ("parallel", "dp_sync", _enum(DPSync), "one of " + ", ".join(e.value for e in DPSync)),
     "data_loading": ("parallel", "data_loading", _enum(DataLoading),
