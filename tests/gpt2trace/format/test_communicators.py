@@ -40,7 +40,7 @@ def test_null_ids_are_the_world():
 
 @pytest.mark.parametrize("name,words", [
     ("world", "the world communicator"), ("sp", "the sequence group"), ("dp", "the data-parallel group"),
-    ("sp>=2", "the sequence group's ranks >= 2"), ("tp", "communicator tp")])
+    ("sp>=2", "the sequence group's ranks >= 2"), ("tp", "the tensor-parallel group"), ("xy", "communicator xy")])
 def test_names_in_words(name, words):
     assert comms.describe(name) == words
 

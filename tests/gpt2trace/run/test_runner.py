@@ -1,10 +1,19 @@
-"""The runner API end to end on the built-in corpus: the demo learns, and a seed makes a run reproducible."""
+"""The runner API end to end on the built-in corpus: the demo learns, and a seed makes a run reproducible; the run
+metadata holds the rank grid, which a real 4-rank run's trace and its analysis read."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
-from gpt2trace.run.runner import RunConfig, TraceConfig, prepare_process, run
+import pytest
+
+from analysis.analyze import analyze
+from gpt2trace.format import grid
+from gpt2trace.format.reader import load
+from gpt2trace.run.runner import RunConfig, TraceConfig, prepare_process, run, run_config_json
 from trainer.config import ParallelConfig, TrainConfig, model_config
+from trainer.parallel.grid import GridLayout
 
 
 def _losses(steps: int, threads: int, seed: int = 1337) -> list[float]:
@@ -27,3 +36,37 @@ def test_same_seed_same_run_other_seed_other_run():
     a, b = _losses(steps=3, threads=2), _losses(steps=3, threads=2)
     assert a == b                                       # bit-identical: fixed blocks, fixed summation orders
     assert _losses(steps=3, threads=2, seed=7) != a
+
+
+@pytest.mark.parametrize("par", [ParallelConfig(), ParallelConfig(ranks=4), ParallelConfig(ranks=8, sp=2, pp=2),
+                                 ParallelConfig(ranks=6, pp=2), ParallelConfig(ranks=4, sp=4)],
+                         ids=lambda p: f"ranks{p.ranks}_sp{p.sp}_pp{p.pp}")
+def test_the_run_metadata_carries_the_grid_the_ranks_are_split_by(par):
+    # the trace format reads each rank's coordinates from the key; they must be the trainer's (RankGrid.build)
+    meta = run_config_json(RunConfig(model_config("tiny"), TrainConfig(), par), 1)
+    layout = GridLayout.from_config(par)
+    assert meta["grid"] == {"dims": [[n, d] for n, d in layout.dims]}
+    g = grid.from_run(meta, par.ranks)
+    assert g.source == grid.FROM_GRID and all(g.coords(r) == layout.coords(r) for r in range(par.ranks))
+
+
+def test_a_real_3_dimensional_run_gets_its_coordinates_and_communication_per_dimension(tmp_path):
+    # 4 ranks under the real mpiexec (oversubscribed on 2 cores): sp 2 x pp 2 x dp 1, so rank = pp x 2 + sp
+    trace_path = tmp_path / "t.parquet"
+    r = subprocess.run([sys.executable, "-m", "gpt2trace", "run", "--ranks", "4", "--sp", "2", "--pp", "2",
+                        "--model", "tiny", "-B", "2", "-T", "16", "--steps", "3", "--grad-accum", "2",
+                        "--threads", "1", "--trace", str(trace_path)], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    trace = load(trace_path)
+    g = grid.of_trace(trace)                 # checked against the communicators the ranks created
+    assert (g.dims, g.source, g.note) == ((("sp", 2), ("pp", 2), ("dp", 1)), grid.FROM_GRID, None)
+    assert [g.label(rank) for rank in range(4)] == ["pp 0 sp 0", "pp 0 sp 1", "pp 1 sp 0", "pp 1 sp 1"]
+    result = analyze(trace)
+    assert result["summary"]["degrees"] == "dp 1 x pp 2 x sp 2" and result["warnings"] == []
+    dims = {d["dimension"]: d for d in result["waits"]["dimensions"]}
+    # dp is 1: the gradient sync runs on the sp group (the trainer's grad communicator is the sp one); the
+    # embedding group (each pipeline's first and last stage) is pipeline communication
+    assert {k: d["communicators"] for k, d in dims.items()} == {"sp": ["sp"], "pp": ["embed", "pp"]}
+    # per step, 2 micro-batches: stage 0 sends 2 activations and receives 2 gradients, stage 1 the reverse
+    assert dims["pp"]["top_call"] in ("MPI_Recv", "MPI_Send") and dims["pp"]["top_calls_per_step"] == 2
