@@ -35,6 +35,7 @@ from analysis.state_profile import state_profile
 from analysis.step_phases import step_phases
 from analysis.summary import summary
 from analysis.window import select
+from gpt2trace.format import grid as rank_grid
 from gpt2trace.format.reader import Trace, check_states
 from gpt2trace.format.schema import RANK, STATE, THREAD, Kind
 
@@ -42,9 +43,10 @@ from gpt2trace.format.schema import RANK, STATE, THREAD, Kind
 def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: float | None = None,
             bins: int = 100) -> dict:
     """Everything about one trace: summary, pop, counters, parallel (the layout), imbalance, waits (per call and
-    group, per communicator, per communicator name), pipeline (None without pipeline parallelism), memory (resident
-    memory per rank; None without samples), root_causes, states, occupancy, step_phases, kernel_threads,
-    critical_path, bursts, findings, warnings (problems with the trace or with the replay's numbers).
+    group, per communicator, per communicator name, per parallel dimension), pipeline (None without pipeline
+    parallelism), memory (resident memory per rank; None without samples), root_causes, states, occupancy,
+    step_phases, kernel_threads, critical_path, bursts, findings, warnings (problems with the trace or with the
+    replay's numbers).
 
     `steps` is '--steps A:B' (B excluded); `top` limits the findings and serial sections, not the tables.
     Raises TraceError for an invalid trace and WindowError for a `steps` that does not fit it.
@@ -52,6 +54,9 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
     warnings = check_states(trace)
     window = select(trace, steps)
     ranks = np.unique(threads(trace)[RANK].to_numpy())
+    grid = rank_grid.of_trace(trace)
+    if grid.note:
+        warnings.append(f"rank coordinates from the {grid.source} ({grid.text()}): {grid.note}")
     kern = segments.kernel_records(trace, window)
     segs = segments.segments(kern)
     calls = mpi.calls(trace, window)
@@ -77,7 +82,7 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
     pipe = pipeline.pipeline(trace, window, calls, wait_rows, segs)
     first_stage = tuple(r for p in pipe["ranks"] for r in p[:1]) if pipe else None   # each pipeline's tokens once
     mem = memory.memory(trace, window)                                          # resident memory per rank
-    summ = summary(trace, window, peak_gflops, first_stage)
+    summ = summary(trace, window, peak_gflops, first_stage, grid)
     links = network_load.link_load(trace, calls, len(window.steps), summ.get("step_s_median"))
     result = {
         "trace": trace.name,
@@ -90,7 +95,9 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
         "imbalance": rows(imbalanced),
         "waits": {"total_wait_s": total_wait, "calls": rows(per_call), "states": rows(by_state),
                   "communicators": rows(groups.per_communicator(calls, wait_rows, trace, layout)),
-                  "groups": rows(comm_groups.per_group(calls, wait_rows))},
+                  "groups": rows(comm_groups.per_group(calls, wait_rows)),
+                  "dimensions": rows(comm_groups.per_dimension(calls, wait_rows, grid, trace.communicators,
+                                                               len(ranks), window))},
         "pipeline": {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in pipe.items()} if pipe else None,
         "comm_matrix": {k: rows(v) for k, v in comm_matrix(calls).items()},    # bytes, seconds per rank pair
         "memory": {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in mem.items()} if mem else None,
