@@ -43,10 +43,10 @@ from gpt2trace.format.schema import RANK, STATE, THREAD, Kind
 def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: float | None = None,
             bins: int = 100) -> dict:
     """Everything about one trace: summary, pop, counters, parallel (the layout), imbalance, waits (per call and
-    group, per communicator, per communicator name, per parallel dimension), pipeline (None without pipeline
-    parallelism), memory (resident memory per rank; None without samples), root_causes, states, occupancy,
-    step_phases, kernel_threads, critical_path, bursts, findings, warnings (problems with the trace or with the
-    replay's numbers).
+    group, per communicator, per communicator name), comm_dimensions (per parallel dimension), pipeline (None
+    without pipeline parallelism), memory (resident memory per rank; None without samples), root_causes, states,
+    occupancy, step_phases, kernel_threads, critical_path, bursts, findings, warnings (problems with the trace or
+    with the replay's numbers).
 
     `steps` is '--steps A:B' (B excluded); `top` limits the findings and serial sections, not the tables.
     Raises TraceError for an invalid trace and WindowError for a `steps` that does not fit it.
@@ -95,9 +95,10 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
         "imbalance": rows(imbalanced),
         "waits": {"total_wait_s": total_wait, "calls": rows(per_call), "states": rows(by_state),
                   "communicators": rows(groups.per_communicator(calls, wait_rows, trace, layout)),
-                  "groups": rows(comm_groups.per_group(calls, wait_rows)),
-                  "dimensions": rows(comm_groups.per_dimension(calls, wait_rows, grid, trace.communicators,
-                                                               len(ranks), window))},
+                  "groups": rows(comm_groups.per_group(calls, wait_rows))},
+        # per step, unlike the waits: a trace without steps (an Extrae import) has the same waits, not these
+        "comm_dimensions": rows(comm_groups.per_dimension(calls, wait_rows, grid, trace.communicators, len(ranks),
+                                                          window)),
         "pipeline": {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in pipe.items()} if pipe else None,
         "comm_matrix": {k: rows(v) for k, v in comm_matrix(calls).items()},    # bytes, seconds per rank pair
         "memory": {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in mem.items()} if mem else None,

@@ -148,7 +148,7 @@ def _details(result: dict, mpi_losses: list[str]) -> dict[str, list[dict]]:
 
 def _dimension_note(result: dict, details: dict[str, list[dict]]) -> list[dict]:
     """The costliest dimension as a note, when no MPI-level loss holds it as a detail."""
-    placed = any(f["metric"].startswith("waits.dimensions[") for found in details.values() for f in found)
+    placed = any(f["metric"].startswith("comm_dimensions[") for found in details.values() for f in found)
     dimension = None if placed else _costliest_dimension(result)
     if dimension is None:
         return []
@@ -157,12 +157,12 @@ def _dimension_note(result: dict, details: dict[str, list[dict]]) -> list[dict]:
 
 
 def _dimension_metric(result: dict, row: dict) -> str:
-    return f"waits.dimensions[{result['waits']['dimensions'].index(row)}]"
+    return f"comm_dimensions[{result['comm_dimensions'].index(row)}]"
 
 
 def _costliest_dimension(result: dict) -> dict | None:
     """The parallel dimension whose MPI time is the largest share of the step, when that share is material."""
-    rows = [r for r in result["waits"].get("dimensions") or []
+    rows = [r for r in result.get("comm_dimensions") or []
             if r["share"] is not None and r["top_calls_per_step"] is not None]
     top = max(rows, key=lambda r: r["share"], default=None)
     return top if top is not None and top["share"] >= DIMENSION_SHARE else None

@@ -139,7 +139,7 @@ def render(out: Console, res: dict, top: int) -> None:
                     [(r["name"], r["group"], r["wait_state"], _int(r["count"]), _int(r["bytes"]), _num(r["total_s"]),
                       _num(r["wait_s"]), _num(r["transfer_s"]), _num(r["bandwidth_gb_s"]), _pct(r["hidden_fraction"]))
                      for r in res["waits"]["calls"][:top]])
-        render_dimensions(out, res["waits"].get("dimensions") or [])
+        render_dimensions(out, res.get("comm_dimensions") or [])
         if any(g["group"] != WORLD_NAME for g in res["waits"].get("groups") or []):    # else: the calls table again
             print_table(out, "Communication per group (all communicators of one name)",
                         [Col("group", label=True), Col("comms"), Col("ranks"), Col("calls"), Col("bytes"),

@@ -197,7 +197,7 @@ def waits(res: dict, top: int) -> str:
                                           ("share", "share of MPI time", pct)],
                    caption="Communication per group (every communicator of one name)",
                    empty="every call ran on the world communicator")
-    dims = dimensions(w.get("dimensions") or [])
+    dims = dimensions(res.get("comm_dimensions") or [])
     causes = table(res["root_causes"][:top], [("group", "communicator", str), ("rank", "rank", num),
                                               ("kernel", "kernel", str),
                                               ("layer", "layer", _opt), ("wait_s", "waits caused", seconds),

@@ -127,7 +127,7 @@ def test_dimensions_without_whole_steps_have_no_per_step_numbers():
     ("tiny_2ranks_overlap", {"dp": ["world"]})])
 def test_sample_traces_fold_their_communicators_into_dimensions(sample, rows):
     result = analyze(load(SAMPLES / f"{sample}.parquet"))
-    dims = result["waits"]["dimensions"]
+    dims = result["comm_dimensions"]
     assert {r["dimension"]: r["communicators"] for r in dims} == rows
     # the rows partition the calls: the same MPI seconds and waits as the groups, and shares of the window
     groups = result["waits"]["groups"]

@@ -91,7 +91,7 @@ def test_a_replay_longer_than_the_run_comes_first():
 
 
 def _dimension_findings(found):
-    return [f for f in found if f["metric"].startswith("waits.dimensions[")]
+    return [f for f in found if f["metric"].startswith("comm_dimensions[")]
 
 
 def test_the_costliest_dimension_is_named_with_its_dominant_call():
@@ -99,7 +99,7 @@ def test_the_costliest_dimension_is_named_with_its_dominant_call():
     # rank's 10 s step (20%), more than dp's all-reduce (1.5 s of a mean rank, 15%) and the world's barrier (5%)
     found = analyze(Trace.from_table(grid_trace.tp_dp_trace(tp_s=0.5)), steps="0:2")["findings"]
     [dim] = _dimension_findings(found)
-    assert dim["metric"] == "waits.dimensions[0]" and dim["lost_fraction"] is None
+    assert dim["metric"] == "comm_dimensions[0]" and dim["lost_fraction"] is None
     assert dim["part_of"] == "pop.lost.transfer"                       # the largest MPI-level loss holds it
     assert dim["text"] == ("Behind the MPI-level losses: tensor-parallel all-reduces take 20% of the step: 4 per "
                            "step of 1 MB each; that is all its communication.")

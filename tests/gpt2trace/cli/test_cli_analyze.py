@@ -132,6 +132,6 @@ def test_degrees_and_communication_per_dimension_fit_80_columns(app, tmp_path):
     assert "calls/step 4" in table and "bytes/call (median) 1,000,000" in table and "MPI ms/step 2000" in table
     assert "share of step 20.0%" in table and "wait ms/step 500" in table
     out = json.loads(CliRunner().invoke(app, ["analyze", str(path), "--steps", "0:2", "--json", "-"]).stdout)
-    assert [d["dimension"] for d in out["waits"]["dimensions"]] == ["tp", "dp", "dp x tp"]
-    assert out["waits"]["dimensions"][2]["bytes_per_call"] is None       # the barrier moves no bytes
+    assert [d["dimension"] for d in out["comm_dimensions"]] == ["tp", "dp", "dp x tp"]
+    assert out["comm_dimensions"][2]["bytes_per_call"] is None       # the barrier moves no bytes
     assert out["summary"]["degrees"] == "dp 2 x tp 2 x pp 1 x sp 1"

@@ -64,7 +64,7 @@ def test_a_real_3_dimensional_run_gets_its_coordinates_and_communication_per_dim
     assert [g.label(rank) for rank in range(4)] == ["pp 0 sp 0", "pp 0 sp 1", "pp 1 sp 0", "pp 1 sp 1"]
     result = analyze(trace)
     assert result["summary"]["degrees"] == "dp 1 x pp 2 x sp 2" and result["warnings"] == []
-    dims = {d["dimension"]: d for d in result["waits"]["dimensions"]}
+    dims = {d["dimension"]: d for d in result["comm_dimensions"]}
     # dp is 1: the gradient sync runs on the sp group (the trainer's grad communicator is the sp one); the
     # embedding group (each pipeline's first and last stage) is pipeline communication
     assert {k: d["communicators"] for k, d in dims.items()} == {"sp": ["sp"], "pp": ["embed", "pp"]}
