@@ -68,5 +68,6 @@ def test_a_real_3_dimensional_run_gets_its_coordinates_and_communication_per_dim
     # dp is 1: the gradient sync runs on the sp group (the trainer's grad communicator is the sp one); the
     # embedding group (each pipeline's first and last stage) is pipeline communication
     assert {k: d["communicators"] for k, d in dims.items()} == {"sp": ["sp"], "pp": ["embed", "pp"]}
-    # per step, 2 micro-batches: stage 0 sends 2 activations and receives 2 gradients, stage 1 the reverse
-    assert dims["pp"]["top_call"] in ("MPI_Recv", "MPI_Send") and dims["pp"]["top_calls_per_step"] == 2
+    # per step and rank, 2 micro-batches: 2 MPI_Isend, their 2 MPI_Wait and 2 MPI_Recv (an activation or a
+    # gradient each way), the pipeline's MPI_Allreduce and MPI_Bcast, and the embedding group's MPI_Allreduce: 9
+    assert (dims["pp"]["calls_per_step"], dims["pp"]["ranks"]) == (9, 4)
