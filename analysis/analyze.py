@@ -36,6 +36,7 @@ from analysis.state_profile import state_profile
 from analysis.step_phases import step_phases
 from analysis.summary import summary
 from analysis.window import select
+from gpt2trace.format import grid as rank_grid
 from gpt2trace.format.reader import Trace, check_states
 from gpt2trace.format.schema import RANK, STATE, THREAD, Kind
 
@@ -43,9 +44,10 @@ from gpt2trace.format.schema import RANK, STATE, THREAD, Kind
 def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: float | None = None,
             bins: int = 100, explain: bool = True) -> dict:
     """Everything about one trace: summary, pop, counters, parallel (the layout), imbalance, waits (per call and
-    group, per communicator, per communicator name), pipeline (None without pipeline parallelism), memory (resident
-    memory per rank; None without samples), root_causes, delay_costs, states, occupancy, step_phases, kernel_threads,
-    critical_path, bursts, findings, warnings (problems with the trace or with the replay's numbers).
+    group, per communicator, per communicator name), comm_dimensions (per parallel dimension), pipeline (None
+    without pipeline parallelism), memory (resident memory per rank; None without samples), root_causes,
+    delay_costs, states, occupancy, step_phases, kernel_threads, critical_path, bursts, findings, warnings (problems
+    with the trace or with the replay's numbers).
 
     `steps` is '--steps A:B' (B excluded); `top` limits the findings and serial sections, not the tables.
     `explain=False` leaves out the costliest explanations, the critical path, the delay costs (root_causes empty)
@@ -55,6 +57,9 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
     warnings = check_states(trace)
     window = select(trace, steps)
     ranks = np.unique(threads(trace)[RANK].to_numpy())
+    grid = rank_grid.of_trace(trace)
+    if grid.note:
+        warnings.append(f"rank coordinates from the {grid.source} ({grid.text()}): {grid.note}")
     kern = segments.kernel_records(trace, window)
     segs = segments.segments(kern)
     calls = mpi.calls(trace, window)
@@ -80,11 +85,10 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
     pipe = pipeline.pipeline(trace, window, calls, wait_rows, segs)
     # each token once: one stage of every pipeline, one rank of every tensor-parallel group
     first_stage = tuple(r for p in pipe["ranks"] for r in p[:1]) if pipe else None
-    tp_others = {r for c in trace.communicators.values() if c.name == "tp" for r in c.ranks[1:]}
-    if tp_others:
-        first_stage = tuple(int(r) for r in (first_stage or ranks) if r not in tp_others)
+    if grid.degree("tp") > 1 and grid.size == len(ranks):
+        first_stage = tuple(int(r) for r in (first_stage or ranks) if grid.coords(int(r))["tp"] == 0)
     mem = memory.memory(trace, window)                                          # resident memory per rank
-    summ = summary(trace, window, peak_gflops, first_stage)
+    summ = summary(trace, window, peak_gflops, first_stage, grid)
     links = network_load.link_load(trace, calls, len(window.steps), summ.get("step_s_median"))
     result = {
         "trace": trace.name,
@@ -98,6 +102,9 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
         "waits": {"total_wait_s": total_wait, "calls": rows(per_call), "states": rows(by_state),
                   "communicators": rows(groups.per_communicator(calls, wait_rows, trace, layout)),
                   "groups": rows(comm_groups.per_group(calls, wait_rows))},
+        # per step, unlike the waits: a trace without steps (an Extrae import) has the same waits, not these
+        "comm_dimensions": rows(comm_groups.per_dimension(calls, wait_rows, grid, trace.communicators, len(ranks),
+                                                          window)),
         "pipeline": {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in pipe.items()} if pipe else None,
         "comm_matrix": {k: rows(v) for k, v in comm_matrix(calls).items()} if explain else None,   # per rank pair
         "memory": {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in mem.items()} if mem else None,

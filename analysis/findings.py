@@ -9,13 +9,29 @@ Warnings about the analysis itself come first; notes (lost_fraction None) last.
 from __future__ import annotations
 
 from analysis import delay
-from gpt2trace.format.communicators import WORLD_NAME, describe
-from gpt2trace.format.mpi_calls import COMPLETIONS
+from gpt2trace.format.communicators import TAIL, WORLD_NAME, describe
+from gpt2trace.format.grid import WORDS
+from gpt2trace.format.mpi_calls import COLL_POST, COMPLETIONS, classify
 from gpt2trace.format.schema import LAYER, NAME, RANK, Phase
 
 _TRAINING_PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.GRAD_SYNC, Phase.OPTIMIZER)
 _MPI_LOSSES = ("mpi_load_balance", "serialization", "transfer")
 _SHOWN = 1e-4            # losses below 0.01 % of thread time are not findings
+# The parallel dimension whose communication costs most is named when it takes at least this share of the step:
+# below it, it is within what tracing itself costs (1.6-3.3% of the demo's step, README) plus the spread of the
+# step time, too little to choose a layout by.
+DIMENSION_SHARE = 0.05
+# MPI calls in words, plural ("tensor-parallel all-reduces"); others are "<name> calls".
+_PLURAL = {**dict.fromkeys(("MPI_Allreduce",), "all-reduces"),
+           **dict.fromkeys(("MPI_Allgather", "MPI_Allgatherv"), "all-gathers"),
+           **dict.fromkeys(("MPI_Reduce_scatter", "MPI_Reduce_scatter_block"), "reduce-scatters"),
+           **dict.fromkeys(("MPI_Alltoall", "MPI_Alltoallv", "MPI_Alltoallw"), "all-to-alls"),
+           "MPI_Barrier": "barriers", "MPI_Bcast": "broadcasts", "MPI_Reduce": "reduces",
+           **dict.fromkeys(("MPI_Gather", "MPI_Gatherv"), "gathers"),
+           **dict.fromkeys(("MPI_Scatter", "MPI_Scatterv"), "scatters"),
+           **dict.fromkeys(("MPI_Send", "MPI_Ssend", "MPI_Rsend", "MPI_Bsend", "MPI_Isend"), "sends"),
+           **dict.fromkeys(("MPI_Recv", "MPI_Irecv"), "receives"),
+           **dict.fromkeys(("MPI_Sendrecv", "MPI_Sendrecv_replace"), "send-receives")}
 
 
 def _finding(metric: str, lost: float | None, text: str, part_of: str | None = None) -> dict:
@@ -39,7 +55,7 @@ def findings(result: dict, top: int = 10) -> list[dict]:
     for key in losses:
         out.append(_finding(f"pop.lost.{key}", lost[key], _loss_text(key, lost[key], result)))
         out += details.get(key, [])
-    return warnings + out[:top] + _notes(result)
+    return warnings + out[:top] + _dimension_note(result, details) + _notes(result)
 
 
 def _loss_text(key: str, share: float, result: dict) -> str:
@@ -93,6 +109,11 @@ def _details(result: dict, mpi_losses: list[str]) -> dict[str, list[dict]]:
     if mpi_losses:
         key = mpi_losses[0]                              # waits feed every MPI-level loss: the largest holds them
         total = result["waits"]["total_wait_s"]
+        dimension = _costliest_dimension(result)
+        if dimension is not None:
+            out.setdefault(key, []).append(_finding(
+                _dimension_metric(result, dimension), None,
+                f"Behind the MPI-level losses: {_dimension_text(dimension)}", f"pop.lost.{key}"))
         links = result.get("network_links")
         if links and links[0]["bytes_per_step"] > 0:
             out.setdefault(key, []).append(_finding("network_links[0]", None,
@@ -125,6 +146,58 @@ def _details(result: dict, mpi_losses: list[str]) -> dict[str, list[dict]]:
             f"{k['sync_s']:.4g} s in Synchronization at the end of {k['kernel']}{where}, the most of any kernel "
             f"(mean occupancy {k['mean_occupancy']:.2f} threads).", "pop.lost.region_load_balance"))
     return out
+
+
+def _dimension_note(result: dict, details: dict[str, list[dict]]) -> list[dict]:
+    """The costliest dimension as a note, when no MPI-level loss holds it as a detail."""
+    placed = any(f["metric"].startswith("comm_dimensions[") for found in details.values() for f in found)
+    dimension = None if placed else _costliest_dimension(result)
+    if dimension is None:
+        return []
+    text = _dimension_text(dimension)
+    return [_finding(_dimension_metric(result, dimension), None, text[0].upper() + text[1:])]
+
+
+def _dimension_metric(result: dict, row: dict) -> str:
+    return f"comm_dimensions[{result['comm_dimensions'].index(row)}]"
+
+
+def _costliest_dimension(result: dict) -> dict | None:
+    """The parallel dimension whose MPI time is the largest share of the step, when that share is material."""
+    rows = [r for r in result.get("comm_dimensions") or []
+            if r["share"] is not None and r["top_calls_per_step"] is not None]
+    top = max(rows, key=lambda r: r["share"], default=None)
+    return top if top is not None and top["share"] >= DIMENSION_SHARE else None
+
+
+def _dimension_text(row: dict) -> str:
+    """'tensor-parallel all-reduces take 18% of the step: 48 per step of 786 kB each', then the dimension's whole
+    communication and its waiting part."""
+    dims, name = row["dims"], row["top_call"]
+    op, _, base = classify(name)
+    calls = ("nonblocking " if op == COLL_POST else "") + _PLURAL.get(base, f"{name} calls")
+    if len(dims) == 1 and dims[0] in WORDS:
+        who, subject = WORDS[dims[0]], f"{WORDS[dims[0]]} {calls}"
+    elif dims:
+        who, subject = f"{row['dimension']}", f"{calls} over {row['dimension']}"
+    else:
+        who, subject = describe(row["dimension"]), f"{calls} on {describe(row['dimension'])}"
+    # the communicator only when the dimension gathers several names and it is not the dimension's own
+    mine = row["top_group"].partition(TAIL)[0] == row["dimension"]
+    where = f" on {describe(row['top_group'])}" if len(row["communicators"]) > 1 and not mine else ""
+    size = f" of {_bytes(row['top_bytes_per_call'])} each" if row["top_bytes_per_call"] else ""
+    whole = (f"; all {who} communication takes {row['share']:.0%}" if row["share"] - row["top_share"] >= 0.005
+             else "; that is all its communication")
+    waiting = f", {row['wait_share'] / row['share']:.0%} of it waiting" if row["wait_share"] else ""
+    return (f"{subject}{where} take {row['top_share']:.0%} of the step: {row['top_calls_per_step']:.3g} per step"
+            f"{size}{whole}{waiting}.")
+
+
+def _bytes(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} bytes"
 
 
 def _link_text(links: list[dict]) -> str:

@@ -12,7 +12,7 @@ import pandas as pd
 
 from analysis.mpi import GROUP
 from analysis.records import NS
-from gpt2trace.format import communicators
+from gpt2trace.format import communicators, grid
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import COMMUNICATOR, END_NS, NAME, START_NS
 
@@ -22,13 +22,14 @@ ATTENTION = "attention"  # kernels whose work per token grows with its position
 
 
 def parallel(trace: Trace) -> dict | None:
-    """{ranks, dp, sp, sp_split, sp_reduce, dp_sync, pp, pp_schedule, recompute} from the run's metadata; None for
-    a trace without it."""
+    """{ranks, dp, tp, sp, sp_split, sp_reduce, dp_sync, pp, pp_schedule, recompute} from the run's metadata (dp and
+    tp from its rank grid, gpt2trace/format/grid.py); None for a trace without it."""
     par = (trace.run or {}).get("parallel")
     if not isinstance(par, dict) or "ranks" not in par:
         return None
     ranks, sp, pp = int(par["ranks"]), int(par.get("sp", 1)), int(par.get("pp", 1))
-    return {"ranks": ranks, "dp": ranks // (sp * pp), "sp": sp,
+    degrees = grid.from_run(trace.run, ranks)
+    return {"ranks": ranks, "dp": degrees.degree(grid.DP), "tp": degrees.degree(grid.TP), "sp": sp,
             "sp_split": par.get("sp_split") if sp > 1 else None, "sp_reduce": par.get("sp_reduce") if sp > 1 else None,
             "dp_sync": par.get("dp_sync"), "pp": pp, "pp_schedule": par.get("pp_schedule") if pp > 1 else None,
             "recompute": par.get("recompute")}

@@ -1,5 +1,6 @@
-"""Run summary of a window: runtime, steps, layout, step-time spread, tokens/s, model FLOPs and MFU, and TFLOPS per
-core both as the BigScience study counts them (2N x 3 passes, 4 with activation recomputation) and as executed."""
+"""Run summary of a window: runtime, steps, layout (ranks x threads, and the degrees of the parallel dimensions),
+step-time spread, tokens/s, model FLOPs and MFU, and TFLOPS per core both as the BigScience study counts them
+(2N x 3 passes, 4 with activation recomputation) and as executed."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,6 +9,7 @@ import pandas as pd
 from analysis.records import NS, records, threads
 from analysis.steps import outliers, steps_table
 from analysis.window import Window
+from gpt2trace.format import grid as rank_grid
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, NAME, RANK, START_NS, STEP, VALUE, Counter, Kind
 
@@ -111,10 +113,12 @@ def phases(trace: Trace, window: Window) -> pd.DataFrame:
 
 
 def summary(trace: Trace, window: Window, peak_gflops: float | None = None,
-            token_ranks: tuple[int, ...] | None = None) -> dict:
+            token_ranks: tuple[int, ...] | None = None, grid: rank_grid.Grid | None = None) -> dict:
     """Scalars of the run (seconds, FLOP/s; FLOPs and MFU None when the metadata does not allow them) and
-    the `phases` table. `token_ranks`: see `tokens_per_step`."""
+    the `phases` table. `token_ranks`: see `tokens_per_step`; `grid`: the trace's rank grid (read from it when
+    not given)."""
     ranks, threads = layout(trace)
+    grid = grid if grid is not None else rank_grid.of_trace(trace)
     steps = steps_table(trace)
     chosen = steps[steps[STEP].isin(window.steps)] if window.steps else steps.iloc[:0]
     secs = chosen["seconds"].to_numpy()
@@ -141,6 +145,7 @@ def summary(trace: Trace, window: Window, peak_gflops: float | None = None,
         "runtime_s": runtime, "steps": n_steps,
         "first_step": window.steps[0] if n_steps else None, "last_step": window.steps[-1] if n_steps else None,
         "ranks": ranks, "threads_per_rank": threads,
+        "degrees": grid.text(), "grid": {"dims": [[n, d] for n, d in grid.dims], "source": grid.source},
         "step_s_median": float(np.median(secs)) if n_steps else None,
         "step_s_min": float(secs.min()) if n_steps else None, "step_s_max": float(secs.max()) if n_steps else None,
         "step_s_mad": float(np.median(np.abs(secs - np.median(secs)))) if n_steps else None,

@@ -88,6 +88,7 @@ def render(out: Console, res: dict, top: int) -> None:
     rows = [("runtime", _num(s["runtime_s"], " s")),
             ("steps", f"{s['steps']} ({s['first_step']}..{s['last_step']})" if s["steps"] else "no step info"),
             ("ranks x threads", f"{s['ranks']} x {s['threads_per_rank']}"),
+            ("parallel dimensions", s.get("degrees")),
             ("step time median", _num(s["step_s_median"], " s")),
             ("step time min / max", f"{_num(s['step_s_min'])} / {_num(s['step_s_max'])} s"),
             ("tokens/s", _num(s["tokens_per_s"])),
@@ -138,6 +139,7 @@ def render(out: Console, res: dict, top: int) -> None:
                     [(r["name"], r["group"], r["wait_state"], _int(r["count"]), _int(r["bytes"]), _num(r["total_s"]),
                       _num(r["wait_s"]), _num(r["transfer_s"]), _num(r["bandwidth_gb_s"]), _pct(r["hidden_fraction"]))
                      for r in res["waits"]["calls"][:top]])
+        render_dimensions(out, res.get("comm_dimensions") or [])
         if any(g["group"] != WORLD_NAME for g in res["waits"].get("groups") or []):    # else: the calls table again
             print_table(out, "Communication per group (all communicators of one name)",
                         [Col("group", label=True), Col("comms"), Col("ranks"), Col("calls"), Col("bytes"),
@@ -167,6 +169,19 @@ def render(out: Console, res: dict, top: int) -> None:
     if res.get("critical_path"):
         render_critical_path(out, res["critical_path"], top)
     _findings(out, res["findings"][:top])
+
+
+def render_dimensions(out: Console, dims: list[dict]) -> None:
+    """Communication per parallel dimension (analysis.comm_groups.per_dimension): per step, the calls of a rank
+    that makes them, the milliseconds in MPI and waiting of a mean rank, and their share of the step."""
+    if dims:
+        print_table(out, "Communication per parallel dimension (per step; ms: mean over all ranks)",
+                    [Col("dimension", label=True), Col("communicators", label=True), Col("calls/step"),
+                     Col("bytes/call (median)"), Col("MPI ms/step"), Col("wait ms/step"), Col("share of step"),
+                     Col("top call", label=True)],
+                    [(r["dimension"], ", ".join(r["communicators"]), _num(r["calls_per_step"]),
+                      _int(_whole(r["bytes_per_call"])), _ms(r["time_s_per_step"]), _ms(r["wait_s_per_step"]),
+                      _pct(r["share"]), f"{r['top_call']} ({r['top_group']})") for r in dims])
 
 
 def render_comm_matrix(out: Console, matrix: dict, top: int) -> None:
@@ -318,6 +333,10 @@ def _factor(v, kind: str) -> str | None:
     if kind == "x":
         return f"{v:.3f}"
     return _int(v) if isinstance(v, int) else _num(v)
+
+
+def _whole(v: float | None) -> int | None:
+    return None if v is None else round(v)
 
 
 def _int(v) -> str:

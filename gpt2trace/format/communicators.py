@@ -35,8 +35,9 @@ class Communicator:
 
 # What the trainer's communicator names mean (trainer/parallel/grid.py names them; a test holds the two equal).
 # A name not listed is described as is.
-GROUP_WORDS = {WORLD_NAME: "the world communicator", "sp": "the sequence group", "dp": "the data-parallel group",
-               "pp": "the pipeline", "embed": "the embedding group (first and last stage)",
+GROUP_WORDS = {WORLD_NAME: "the world communicator", "tp": "the tensor-parallel group", "sp": "the sequence group",
+               "dp": "the data-parallel group", "pp": "the pipeline",
+               "embed": "the embedding group (first and last stage)",
                "grad": "the gradient group (sequence x data-parallel)"}
 TAIL = ">="      # "sp>=2": the ranks of a sequence group from index 2 on (the contiguous split's rooted reduces)
 

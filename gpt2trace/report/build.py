@@ -111,9 +111,10 @@ def _sections(res: dict, tl, figs: dict, top: int, critical: bool) -> list[tuple
                + ('<button id="btn-critical" aria-pressed="false">Show the critical path</button>' if critical else "")
                + "</div>")
     timeline = (
-        '<p class="hint">One row per thread (rank.thread), grouped by rank; all panels share the time axis. Drag to '
-        "zoom in time, scroll to zoom, double-click for the whole trace. Overviews show the dominant category of "
-        f"each pixel column, as Paraver draws; zoomed in, every record is drawn exactly. Here: {esc(tl.detail_note)}."
+        '<p class="hint">One row per thread (rank.thread), grouped by rank, each rank named by its coordinates in '
+        "the run's parallel dimensions (rank 3 · dp 1 tp 1); all panels share the time axis. Drag to zoom in time, "
+        "scroll to zoom, double-click for the whole trace. Overviews show the dominant category of each pixel "
+        f"column, as Paraver draws; zoomed in, every record is drawn exactly. Here: {esc(tl.detail_note)}."
         "</p>" + toolbar + '<div id="legends"></div><div id="timeline"></div>')
     charts = ('<div class="grid">'
               + _figure("fig-steps", "Step durations", "Time of each step, stacked by phase (mean over ranks).", figs)

@@ -64,7 +64,8 @@ class ViewData(TypedDict):
     heading: str                   # above the panel
     noun: str                      # what one record is: "each pixel column shows its dominant <noun>"
     barLimit: int                  # exact records drawn as bars at most, else the overview
-    lanes: list[str]
+    lanes: list[str]               # lane names ("rank.thread" in the thread views)
+    ticks: list[str]               # what the page writes beside each lane: the rank's coordinates on its first
     laneRank: list[int]
     cats: list[CategoryData]
     levels: list[LevelData]
@@ -180,7 +181,8 @@ def _view(v: View, blobs: Blobs) -> ViewData:
     present = _present(v)
     panel = PANELS[v.key]
     return {"key": v.key, "title": panel.title, "heading": panel.heading, "noun": panel.noun,
-            "barLimit": panel.bar_limit, "lanes": list(v.lanes), "laneRank": list(v.lane_rank),
+            "barLimit": panel.bar_limit, "lanes": list(v.lanes), "ticks": list(v.ticks or v.lanes),
+            "laneRank": list(v.lane_rank),
             "cats": [{"name": c.name, "color": c.color, "text": text_color(c.color), "present": bool(p)}
                      for c, p in zip(v.cats, present)],
             "levels": [_level(lv, len(v.cats), blobs) for lv in v.levels],

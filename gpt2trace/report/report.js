@@ -20,8 +20,9 @@ const CP = DATA.criticalPath, CP_COLOR = '#e6007e';
 // draws the heatmap as one small image scaled with crisp pixels instead of a rectangle per cell (many times faster).
 const SUB = 3, GAP = 1 / SUB;
 const TITLE_PX = 24, OCC_PX = 100;
-// the left margin holds the row labels (rank.thread, or "rank 4 stage 1" in a pipeline's phases)
-const LONGEST = Math.max(0, ...TL.views.map(v => Math.max(0, ...v.lanes.map(l => l.length))));
+// the left margin holds the row labels (rank.thread, the first of a rank's rows headed by its coordinates, and in
+// the phases one row per rank: "rank 4 · dp 1 pp 1")
+const LONGEST = Math.max(0, ...TL.views.map(v => Math.max(0, ...v.ticks.map(l => l.length))));
 const MARGIN = {l: Math.max(70, Math.round(12 + 6.5 * LONGEST)), r: 16, t: 6, b: 46};
 const state = {range: null, drawn: null, renders: 0, pending: 0, modes: {}, bars: {}, level: {}, busy: false,
                queued: null, critical: false, criticalPoints: 0};
@@ -175,7 +176,7 @@ function baseLayout(range) {
     if (p.view) {
       const v = p.view;
       layout[p.layoutKey] = {domain: dom, range: [v.y0[v.y0.length - 1] + 1, v.key === KEY.steps ? -0.7 : 0],
-        fixedrange: true, tickvals: v.y0.map(y => y + 0.5), ticktext: v.lanes.map(esc), ticks: '',
+        fixedrange: true, tickvals: v.y0.map(y => y + 0.5), ticktext: v.ticks.map(esc), ticks: '',
         showgrid: false, zeroline: false, automargin: false, tickfont: {size: v.lanes.length > 24 ? 10 : 11},
         showline: true, linecolor: '#999', mirror: true};
     } else {

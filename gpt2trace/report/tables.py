@@ -115,6 +115,7 @@ def summary(res: dict) -> str:
     items = [("analyzed", f"{seconds(res['window']['t0_s'])} to {seconds(res['window']['t1_s'])}"),
              ("runtime", seconds(s["runtime_s"])), ("steps", steps),
              ("ranks x threads", f"{s['ranks']} x {s['threads_per_rank']}"),
+             ("parallel dimensions", s.get("degrees")),
              ("step time median (min / max)", f"{seconds(s['step_s_median'])} ({seconds(s['step_s_min'])} / "
                                               f"{seconds(s['step_s_max'])})"),
              ("tokens/s", num(s.get("tokens_per_s"))),
@@ -196,13 +197,30 @@ def waits(res: dict, top: int) -> str:
                                           ("share", "share of MPI time", pct)],
                    caption="Communication per group (every communicator of one name)",
                    empty="every call ran on the world communicator")
+    dims = dimensions(res.get("comm_dimensions") or [])
     causes = table(res["root_causes"][:top], [("group", "communicator", str), ("rank", "rank", num),
                                               ("kernel", "kernel", str),
                                               ("layer", "layer", _opt), ("wait_s", "waits caused", seconds),
                                               ("waits", "waits", num), ("share", "share", pct),
                                               ("text", "meaning", str)],
                    caption="Root causes of the waits", empty="no waits to explain")
-    return calls + groups + states + causes
+    return calls + dims + groups + states + causes
+
+
+def dimensions(rows: list[dict]) -> str:
+    """Communication per parallel dimension (analysis.comm_groups.per_dimension): per step, the calls of a rank that
+    makes them, the time of a mean rank in MPI and waiting, their share of the step, and the call that costs most."""
+    shown = [{**r, "communicators": ", ".join(r["communicators"]),
+              "top": f"{r['top_call']} on {r['top_group']}: {num(r['top_calls_per_step'])} per step"
+                     + (f" of {_bytes(r['top_bytes_per_call'])} bytes" if r["top_bytes_per_call"] else "")
+                     + f", {pct(r['top_share'])} of the step"} for r in rows]
+    return table(shown, [("dimension", "dimension", str), ("communicators", "communicators", str),
+                         ("calls_per_step", "calls per step", num),
+                         ("bytes_per_call", "bytes per call (median)", _bytes),
+                         ("time_s_per_step", "MPI per step", seconds), ("wait_s_per_step", "waiting per step", seconds),
+                         ("share", "share of the step", pct), ("top", "costliest call", str)],
+                 caption="Communication per parallel dimension (per step: calls of a rank that makes them, times of "
+                         "a mean rank)", empty="no MPI calls in the analyzed window")
 
 
 def pipeline(res: dict, top: int) -> str:
@@ -276,6 +294,10 @@ def findings(res: dict, top: int) -> str:
 
 def warnings(res: dict) -> str:
     return "".join(f'<p class="warning">warning: {esc(w)}</p>' for w in res.get("warnings") or [])
+
+
+def _bytes(v) -> str:
+    return "n/a" if v is None else f"{v:,.0f}"
 
 
 def _opt(v) -> str:

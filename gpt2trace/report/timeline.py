@@ -1,13 +1,17 @@
 """The timeline's data: one view per record kind (steps, phases, states, kernels, MPI calls), each with its lanes,
 categories and colors, a pyramid of level-of-detail overviews, and the exact records the page draws when zoomed in.
 
+Lanes are grouped by rank, and each rank's group is labelled with its coordinates in the run's rank grid
+(gpt2trace/format/grid.py): the phases view has one lane per rank, "rank 3 · dp 1 tp 1 pp 0"; the thread views
+write it before the first thread of the rank, "rank 3 · dp 1 tp 1 pp 0 · 3.0", and the others as "3.1".
+
 Exact records: every record when the trace is small (`exact_budget` state + kernel records or fewer), else
 those of a detail window (by default the analyzed steps from the first one on, as many whole steps as fit the
 budget; `--steps`/`--window` choose it). Steps, phases and MPI calls are few and always exact.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -15,6 +19,7 @@ import pandas as pd
 from analysis import mpi, pipeline
 from analysis.records import records, threads
 from analysis.steps import steps_table
+from gpt2trace.format import grid as rank_grid
 from gpt2trace.format.lanes import key_width, lane_key, lane_order
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import (
@@ -60,7 +65,7 @@ class Category:
 @dataclass(frozen=True)
 class View:
     key: str                               # a ViewKey
-    lanes: tuple[str, ...]                 # row labels, top to bottom
+    lanes: tuple[str, ...]                 # lane names, top to bottom ("rank.thread" in the thread views)
     lane_rank: tuple[int, ...]             # the rank of each lane (lanes are grouped by rank)
     cats: tuple[Category, ...]             # by category code
     levels: tuple[Level, ...]
@@ -68,6 +73,7 @@ class View:
     exact_span: tuple[int, int]            # the time the exact records cover completely
     records: int                           # records of the view in the trace
     empty_competes: bool = True
+    ticks: tuple[str, ...] = ()            # what the page writes beside each lane (empty: the lane names)
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,8 @@ def build(trace: Trace, analyzed: tuple[int, int], window: tuple[int, int] | Non
     steps from the first one on."""
     t0, t1 = _extent(trace)
     pairs = threads(trace)
+    grid = rank_grid.of_trace(trace)
+    names = rank_names(grid, pairs[RANK].unique())
     lane_of = _lane_index(pairs)
     labels = tuple(f"{r}.{t}" for r, t in zip(pairs[RANK], pairs[THREAD]))
     lane_rank = tuple(int(r) for r in pairs[RANK])
@@ -108,7 +116,7 @@ def build(trace: Trace, analyzed: tuple[int, int], window: tuple[int, int] | Non
     else:
         detail, note = _detail_window(trace, steps, analyzed, True, exact_budget)
     views = [_steps_view(steps, analyzed, t0, t1, run_budget),
-             _phases_view(trace, t0, t1, detail, run_budget),
+             _phases_view(trace, names, grid.degree(rank_grid.PP) > 1, t0, t1, detail, run_budget),
              _states_view(trace, lane_of, labels, lane_rank, t0, t1, detail, run_budget),
              _kernels_view(trace, lane_of, labels, lane_rank, t0, t1, detail, run_budget)]
     comm = _mpi_view(trace, lane_of, labels, t0, t1, detail, run_budget)
@@ -117,9 +125,28 @@ def build(trace: Trace, analyzed: tuple[int, int], window: tuple[int, int] | Non
         views.append(comm)
     else:
         notes = ("MPI: this trace has no MPI calls (one rank, or traced without MPI), so there is no MPI view.",)
+    views = [v for v in views if v is not None]
+    if any(" · " in n for n in names.values()):
+        views = [_with_rank_names(v, names) for v in views]
     occ = _occupancy(trace, lane_of, pairs, t0, t1)
-    return Timeline(t0, t1, tuple(v for v in views if v is not None), occ,
-                    steps[[STEP, START_NS, END_NS]].reset_index(drop=True), detail, note, notes)
+    return Timeline(t0, t1, tuple(views), occ, steps[[STEP, START_NS, END_NS]].reset_index(drop=True), detail, note,
+                    notes)
+
+
+def rank_names(grid: rank_grid.Grid, ranks) -> dict[int, str]:
+    """'rank 3 · dp 1 tp 1 pp 0' for each rank; 'rank 3' in a grid of one rank, or when the trace has no grid (its
+    one dimension of all ranks would repeat the rank)."""
+    known = grid.source != rank_grid.FROM_RANKS
+    return {int(r): " · ".join(filter(None, (f"rank {r}", grid.label(int(r)) if known else ""))) for r in ranks}
+
+
+def _with_rank_names(v: View, names: dict[int, str]) -> View:
+    """A thread view's ticks: the rank's name before the first lane of each rank group."""
+    if v.key not in (ViewKey.STATES, ViewKey.KERNELS, ViewKey.MPI):
+        return v
+    ticks = tuple(f"{names[r]} · {lane}" if i == 0 or r != v.lane_rank[i - 1] else lane
+                  for i, (lane, r) in enumerate(zip(v.lanes, v.lane_rank)))
+    return replace(v, ticks=ticks)
 
 
 def _extent(trace: Trace) -> tuple[int, int]:
@@ -182,7 +209,10 @@ def _steps_view(steps: pd.DataFrame, analyzed, t0, t1, run_budget) -> View | Non
     return _view(ViewKey.STEPS, ["steps"], [-1], cats, cols, t0, t1, None, run_budget, everywhere=True)
 
 
-def _phases_view(trace: Trace, t0, t1, detail, run_budget) -> View | None:
+def _phases_view(trace: Trace, names: dict[int, str], named_stages: bool, t0, t1, detail, run_budget
+                 ) -> View | None:
+    """One lane per rank, named by its coordinates; `named_stages`: they include the pipeline stage (pp), else a
+    pipeline's stage is said in words."""
     rec = records(trace, Kind.PHASE, (RANK, NAME, STEP, MICROSTEP))
     if not len(rec):
         return None
@@ -192,8 +222,8 @@ def _phases_view(trace: Trace, t0, t1, detail, run_budget) -> View | None:
     cols = {"lane": np.searchsorted(ranks, rec[RANK]), START_NS: s, END_NS: e, "cat": cat, STEP: rec[STEP],
             MICROSTEP: _micro_batches(rec)}
     lay = pipeline.layout(trace)
-    stage = lay.stage_of() if lay else {}
-    labels = [f"rank {r}" + (f" stage {stage[r]}" if r in stage else "") for r in ranks]
+    stage = lay.stage_of() if lay and not named_stages else {}
+    labels = [names[r] + (f" stage {stage[r]}" if r in stage else "") for r in ranks]
     return _view(ViewKey.PHASES, labels, ranks.tolist(), cats, _sorted(cols), t0, t1, detail, run_budget)
 
 

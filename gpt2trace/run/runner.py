@@ -83,12 +83,15 @@ def prepare_process(threads: int, oversubscribed: bool = False) -> None:
 
 
 def run_config_json(cfg: RunConfig, num_parameters: int, start_step: int = 0) -> dict:
+    from gpt2trace.format.grid import as_json as grid_json
+    from trainer.parallel.grid import GridLayout  # the layout RankGrid.build splits the world by
     model = asdict(cfg.model) | {"padded_vocab_size": cfg.model.padded_vocab_size,
                                  "num_parameters": num_parameters}
     return {
         "model": model,
         "train": asdict(cfg.train) | {"start_step": start_step},
         "parallel": asdict(cfg.parallel),
+        "grid": grid_json(GridLayout.from_config(cfg.parallel).dims),   # each rank's coordinates (format/grid.py)
         "trace": {"path": str(cfg.trace.path) if cfg.trace.path else None, "flush_every_s": cfg.trace.flush_every_s},
         "data": str(cfg.data) if cfg.data else "synthetic",
         "init_from": str(cfg.init_from) if cfg.init_from else None,

@@ -30,6 +30,8 @@ import pyarrow as pa
 
 from gpt2trace.format import communicators as comms
 from gpt2trace.format import schema
+from gpt2trace.format.grid import GRID_KEY
+from gpt2trace.format.grid import as_json as grid_json
 from gpt2trace.format.lanes import lane_order
 from gpt2trace.format.schema import (
     BYTES,
@@ -354,6 +356,7 @@ def _metadata(cfg: PipelineConfig, table: list[comms.Communicator]) -> dict[byte
                      "steps": cfg.steps},
            "parallel": {"ranks": cfg.ranks, "threads": cfg.threads, "pp": cfg.stages, "pp_schedule": cfg.schedule,
                         "recompute": cfg.recompute, "sp": 1},
+           GRID_KEY: grid_json(((DP, cfg.pipelines), (PP, cfg.stages))),       # rank = stage x D + pipeline
            "synthetic": True}
     peak = {"gflops_per_core": 50.0, "cores": cfg.ranks * cfg.threads}
     return {schema.META_RUN: json.dumps(run).encode(), schema.META_PEAK: json.dumps(peak).encode(),

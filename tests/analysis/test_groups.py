@@ -72,7 +72,7 @@ def test_per_communicator_table_names_groups_and_split():
     window = select(trace)
     calls = mpi.calls(trace, window)
     layout = groups.parallel(trace)
-    assert layout == {"ranks": 4, "dp": 2, "sp": 2, "sp_split": "contiguous", "sp_reduce": "allreduce",
+    assert layout == {"ranks": 4, "dp": 2, "tp": 1, "sp": 2, "sp_split": "contiguous", "sp_reduce": "allreduce",
                       "dp_sync": "allreduce", "pp": 1, "pp_schedule": None, "recompute": None}
     table = groups.per_communicator(calls, waits.wait_states(calls), trace, layout).set_index("communicator")
     # {0,1}: calls [2,10] and [6,10] = 12 s, 4 s waiting; {2,3}: 7 + 5 = 12 s, 2 s; world: 4 x 1 s

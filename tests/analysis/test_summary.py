@@ -7,6 +7,7 @@ from analysis.window import select
 from gpt2trace.format import schema
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import State
+from gpt2trace.testing import grid_trace
 from gpt2trace.testing import synthetic as syn
 
 RUN = {"model": {"n_layer": 2, "n_head": 2, "n_embd": 8, "vocab_size": 16, "max_seq_len": 4,
@@ -96,3 +97,17 @@ def test_no_step_means_no_throughput():
     trace = Trace.from_table(syn.from_records(recs, meta))
     s = summary(trace, select(trace))
     assert s["tokens_per_s"] is None and s["mfu"] is None and s["achieved_gflops"] is None
+
+
+@pytest.mark.parametrize("trace,degrees,dims,source", [
+    # the run metadata's grid (tp fastest, as the trainer lays the ranks out), shown dp, tp, pp, sp
+    (lambda: Trace.from_table(grid_trace.tp_dp_trace()), "dp 2 x tp 2 x pp 1 x sp 1",
+     [["tp", 2], ["sp", 1], ["pp", 1], ["dp", 2]], "run metadata grid"),
+    # no grid: the degrees of the run ({ranks: 2}: sp 1, pp 1, dp 2)
+    (lambda: _trace(metadata=True), "dp 2 x pp 1 x sp 1", [["sp", 1], ["pp", 1], ["dp", 2]], "run metadata degrees"),
+    # no run metadata at all: one dp dimension of the 2 ranks
+    (lambda: _trace(metadata=False), "dp 2", [["dp", 2]], "one dp dimension of all ranks")])
+def test_the_summary_shows_the_degrees_of_the_run(trace, degrees, dims, source):
+    t = trace()
+    s = summary(t, select(t))
+    assert (s["degrees"], s["grid"]) == (degrees, {"dims": dims, "source": source})

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from gpt2trace.cli.analyze import render_critical_path
 from gpt2trace.format import schema
 from gpt2trace.format.schema import KIND, State
+from gpt2trace.testing import grid_trace
 from gpt2trace.testing import synthetic as syn
 
 
@@ -114,3 +115,23 @@ def test_critical_path_table_fits_80_columns(app, trace_file):
     render_critical_path(console, out, top=10)
     text = console.export_text()
     assert "rank switches" in text and max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_degrees_and_communication_per_dimension_fit_80_columns(app, tmp_path):
+    # gpt2trace/testing/grid_trace.py: tp 2 x dp 2, both steps analyzed (hand-checked in tests/analysis)
+    path = tmp_path / "tp_dp.parquet"
+    syn.write(grid_trace.tp_dp_trace(tp_s=0.5), path)
+    r = CliRunner(env={"COLUMNS": "80"}).invoke(app, ["analyze", str(path), "--steps", "0:2"])
+    assert r.exit_code == 0, r.output
+    text = r.stdout
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= 80 and "…" not in text
+    assert "parallel dimensions" in text and "dp 2 x tp 2 x pp 1 x sp 1" in text
+    table = text[text.index("Communication per parallel dimension"):text.index("Communication per group")]
+    # stacked at 80 columns: each row's labels, then its numbers; tp first (2 s per step of a mean rank)
+    assert table.index("dimension tp") < table.index("dimension dp,") < table.index("dimension dp x tp")
+    assert "calls/step 4" in table and "bytes/call (median) 1,000,000" in table and "MPI ms/step 2000" in table
+    assert "share of step 20.0%" in table and "wait ms/step 500" in table
+    out = json.loads(CliRunner().invoke(app, ["analyze", str(path), "--steps", "0:2", "--json", "-"]).stdout)
+    assert [d["dimension"] for d in out["comm_dimensions"]] == ["tp", "dp", "dp x tp"]
+    assert out["comm_dimensions"][2]["bytes_per_call"] is None       # the barrier moves no bytes
+    assert out["summary"]["degrees"] == "dp 2 x tp 2 x pp 1 x sp 1"

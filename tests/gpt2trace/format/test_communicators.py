@@ -40,11 +40,11 @@ def test_null_ids_are_the_world():
 
 @pytest.mark.parametrize("name,words", [
     ("world", "the world communicator"), ("sp", "the sequence group"), ("dp", "the data-parallel group"),
-    ("sp>=2", "the sequence group's ranks >= 2"), ("tp", "communicator tp")])
+    ("sp>=2", "the sequence group's ranks >= 2"), ("tp", "the tensor-parallel group"), ("xy", "communicator xy")])
 def test_names_in_words(name, words):
     assert comms.describe(name) == words
 
 
 def test_the_trainers_communicator_names_are_described():
     # trainer/parallel/grid.py names the communicators; the trace format must know what they mean
-    assert {grid.SP, grid.DP} <= set(comms.GROUP_WORDS) and grid.TAIL == comms.TAIL
+    assert {grid.TP, grid.SP, grid.DP} <= set(comms.GROUP_WORDS) and grid.TAIL == comms.TAIL

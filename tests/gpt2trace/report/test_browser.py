@@ -17,6 +17,8 @@ from analysis.steps import steps_table
 from gpt2trace.format.reader import load
 from gpt2trace.format.schema import END_NS, START_NS, Kind
 from gpt2trace.report import write
+from gpt2trace.testing import grid_trace
+from gpt2trace.testing import synthetic as syn
 from gpt2trace.testing import synthetic_pipeline as sp
 
 pytestmark = pytest.mark.browser
@@ -145,7 +147,8 @@ def test_two_rank_report_real(open_report, screenshots, tmp_path):
     trace = Path(__file__).resolve().parents[3] / "sample_traces" / "tiny_2ranks_overlap.parquet"
     rep = open_report(trace, tmp_path / "two_rank_real.html")
     assert rep.errors == [] and rep.dialogs == []
-    assert {"0.0", "1.0", "rank 0", "rank 1"} <= set(rep.row_labels())
+    # each rank's rows headed by its coordinates (a pure data-parallel run: dp), and one phases row per rank
+    assert {"rank 0 · dp 0 · 0.0", "rank 1 · dp 1 · 1.0", "rank 0 · dp 0", "rank 1 · dp 1"} <= set(rep.row_labels())
     assert "MPI calls" in rep.titles() and rep.state["modes"]["mpi"] == "exact"
     hover = rep.trace_of("mpi")["hover"]
     for call in ("MPI_Iallreduce", "MPI_Waitall", "MPI_Scatter", "MPI_Allreduce"):
@@ -157,7 +160,8 @@ def test_two_rank_report_synthetic(open_report, two_rank_trace, screenshots, tmp
     """A synthetic 2-rank, 2-thread trace with MPI_Allreduce and a known late rank."""
     rep = open_report(two_rank_trace, tmp_path / "two_rank.html")
     assert rep.errors == []
-    assert {"0.0", "0.1", "1.0", "1.1", "rank 0", "rank 1"} <= set(rep.row_labels())
+    assert {"rank 0 · dp 0 · 0.0", "0.1", "rank 1 · dp 1 · 1.0", "1.1", "rank 0 · dp 0", "rank 1 · dp 1"} <= set(
+        rep.row_labels())
     assert "MPI calls" in rep.titles() and rep.state["modes"]["mpi"] == "exact"
     # Each collective is drawn across both ranks: the line trace visits both MPI rows.
     lines = rep.js("document.getElementById('timeline').data.filter(d => d.type === 'scatter' && d.mode === "
@@ -173,7 +177,7 @@ def test_pipeline_schedule_at_a_glance(open_report, pipeline_trace, screenshots,
     the schedule's order, and the pipeline section draws the bubble per stage."""
     rep = open_report(pipeline_trace, tmp_path / "pipeline.html")
     assert rep.errors == [] and rep.dialogs == []
-    assert {f"rank {k} stage {k}" for k in range(4)} <= set(rep.row_labels())
+    assert {f"rank {k} · pp {k}" for k in range(4)} <= set(rep.row_labels())           # pp: the stage
     steps = steps_table(load(pipeline_trace))
     # steps 1 and 2: a step starts with its earliest record, and the middle stages start the next step before
     # stage 0 ends its last backward
@@ -202,11 +206,33 @@ def test_pipeline_schedule_at_a_glance(open_report, pipeline_trace, screenshots,
     assert rep.errors == []
 
 
+def test_rank_groups_show_their_coordinates(open_report, screenshots, tmp_path):
+    """A tensor x data-parallel run (gpt2trace/testing/grid_trace.py, rank = dp x 2 + tp): each rank's rows are
+    headed by its coordinates, whole inside the page, and the MPI section has the table per parallel dimension."""
+    trace = tmp_path / "tp_dp.parquet"
+    syn.write(grid_trace.tp_dp_trace(), trace)
+    rep = open_report(trace, tmp_path / "tp_dp.html")
+    assert rep.errors == [] and rep.dialogs == []
+    labels = rep.row_labels()
+    # the states, kernels and MPI views head rank 3's row with its coordinates; the phases have one row per rank
+    assert labels.count("rank 3 · dp 1 tp 1 · 3.0") == 3
+    assert {"rank 0 · dp 0 tp 0", "rank 1 · dp 0 tp 1", "rank 2 · dp 1 tp 0", "rank 3 · dp 1 tp 1"} <= set(labels)
+    # the left margin holds the longest label: none starts left of the page
+    left = rep.js("Math.min(...Array.from(document.querySelectorAll('#timeline .yaxislayer-above text'))"
+                  ".map(t => t.getBoundingClientRect().left))")
+    assert left >= 0
+    text = rep.page.locator("#mpi").inner_text()
+    assert "Communication per parallel dimension" in text and "dp x tp" in text
+    assert "MPI_Allreduce on tp: 4 per step of 1,000,000 bytes, 20.0% of the step" in text
+    rep.shot(screenshots, "tp_dp_coordinates")
+    rep.page.locator("#mpi").screenshot(path=str(screenshots / "tp_dp_dimensions.png"))
+
+
 def test_large_trace_overview_then_exact(open_report, large_trace, screenshots, tmp_path):
     rep = open_report(large_trace, tmp_path / "large.html")
     assert rep.errors == []
     labels = rep.row_labels()
-    assert {f"{r}.{t}" for r in range(8) for t in range(4)} <= set(labels)
+    assert {f"rank {r} · dp {r} · {r}.0" if t == 0 else f"{r}.{t}" for r in range(8) for t in range(4)} <= set(labels)
     # about a million records: the first view is the overview, no kernel drawn one by one
     assert rep.state["modes"]["kernels"] == "overview" and rep.state["bars"]["kernels"] == 0
     assert rep.first_view_ms < 10_000, f"first view after {rep.first_view_ms:.0f} ms"

@@ -1,8 +1,11 @@
-"""The report's HTML text: every value from a trace is escaped."""
+"""The report's HTML text: every value from a trace is escaped; communication per parallel dimension."""
 import pytest
 from report_traces import KERNEL_EVIL, META_EVIL
 
+from analysis.analyze import analyze
+from gpt2trace.format.reader import Trace
 from gpt2trace.report import tables
+from gpt2trace.testing import grid_trace
 
 
 def test_table_escapes_cells_and_aligns_numbers():
@@ -45,3 +48,20 @@ def test_pop_shows_the_openmp_model_and_the_times():
                  "2 region executions", "useful duration (ideal, max)", "no MPI to replay", "23 s"):
         assert text in page, text
     assert "Serialization efficiency</td><td class=\"txt\"></td>" in page.replace("    ", "")
+
+
+def test_communication_per_dimension_and_the_degrees():
+    # gpt2trace/testing/grid_trace.py: tp 2 x dp 2 (hand-checked in tests/analysis/test_comm_groups.py)
+    res = analyze(Trace.from_table(grid_trace.tp_dp_trace(tp_s=0.5)), steps="0:2")
+    out = tables.waits(res, 10)
+    dims = out[out.index("Communication per parallel dimension"):]
+    dims = dims[:dims.index("</table>")]
+    rows = [r.split("</tr>")[0] for r in dims.split("<tbody>")[1].split("<tr>")[1:]]
+    assert [r.split("</td>")[0].rsplit(">", 1)[1] for r in rows] == ["tp", "dp", "dp x tp"]
+    # tp: 4 calls a step, 1 MB each, 2 s of a mean rank's 10 s step, nobody waits
+    assert ('<td class="num">4</td><td class="num">1,000,000</td><td class="num">2 s</td><td class="num">0</td>'
+            '<td class="num">20.0%</td><td class="txt">MPI_Allreduce on tp: 4 per step of 1,000,000 bytes, 20.0% '
+            'of the step</td>') in rows[0]
+    # the world's barrier moves no bytes
+    assert '<td class="txt">n/a</td><td class="num">500 ms</td>' in rows[2]
+    assert "<dt>parallel dimensions</dt><dd>dp 2 x tp 2 x pp 1 x sp 1</dd>" in tables.summary(res)

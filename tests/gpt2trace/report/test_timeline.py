@@ -1,13 +1,18 @@
 """The timeline's data: lanes grouped by rank, exact records everywhere for a small trace, and the detail window
 of a big one chosen from whole steps within the record budget."""
+import json
+
 import numpy as np
 import pytest
 
 from analysis.steps import steps_table
 from analysis.window import select
+from gpt2trace.format import schema
+from gpt2trace.format.grid import GRID_KEY
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, RANK, START_NS, STATE, Kind, State
 from gpt2trace.report.timeline import build
+from gpt2trace.testing import grid_trace
 from gpt2trace.testing import synthetic as syn
 from gpt2trace.testing import synthetic_pipeline as sp
 
@@ -36,9 +41,32 @@ def test_lanes_grouped_by_rank(two_ranks):
     v = views(build(two_ranks, analyzed(two_ranks)))
     assert v["states"].lanes == ("0.0", "0.1", "1.0", "1.1") and v["states"].lane_rank == (0, 0, 1, 1)
     assert v["kernels"].lanes == v["states"].lanes
-    assert v["phases"].lanes == ("rank 0", "rank 1")
+    # the run metadata says 2 ranks and nothing else: its degrees make them dp 0 and dp 1, said once per rank
+    assert v["phases"].lanes == ("rank 0 · dp 0", "rank 1 · dp 1")
+    assert v["states"].ticks == ("rank 0 · dp 0 · 0.0", "0.1", "rank 1 · dp 1 · 1.0", "1.1")
+    assert v["kernels"].ticks == v["states"].ticks
     assert v["mpi"].lanes == ("0.0", "1.0")                  # only the threads that make MPI calls
-    assert v["steps"].lanes == ("steps",)
+    assert v["mpi"].ticks == ("rank 0 · dp 0 · 0.0", "rank 1 · dp 1 · 1.0")
+    assert v["steps"].lanes == ("steps",) and v["steps"].ticks == ()
+
+
+def test_rank_groups_named_by_their_coordinates():
+    # gpt2trace/testing/grid_trace.py: tp 2 x dp 2, rank = dp x 2 + tp; sp and pp have degree 1 and are not shown
+    trace = Trace.from_table(grid_trace.tp_dp_trace())
+    v = views(build(trace, analyzed(trace)))
+    names = ("rank 0 · dp 0 tp 0", "rank 1 · dp 0 tp 1", "rank 2 · dp 1 tp 0", "rank 3 · dp 1 tp 1")
+    assert v["phases"].lanes == names
+    assert v["states"].ticks == tuple(f"{n} · {r}.0" for r, n in enumerate(names))
+    assert v["states"].lanes == ("0.0", "1.0", "2.0", "3.0")      # the lanes' names stay rank.thread
+
+
+def test_without_a_grid_ranks_are_not_renamed(one_rank):
+    # one rank, or a trace without run metadata (its one dp dimension of all ranks would repeat the rank)
+    assert views(build(one_rank, analyzed(one_rank)))["states"].ticks == ()
+    recs = [syn.state(r, 0, 0, 1, State.RUNNING) for r in (0, 1)] + [syn.phase(r, 0, 1, "forward", 0) for r in (0, 1)]
+    bare = Trace.from_table(syn.from_records(recs))
+    v = views(build(bare, analyzed(bare)))
+    assert v["phases"].lanes == ("rank 0", "rank 1") and v["states"].ticks == ()
 
 
 def test_small_trace_is_exact_everywhere(two_ranks):
@@ -109,8 +137,17 @@ def test_occupancy_levels_hold_the_running_time(two_ranks):
 def test_pipeline_phases_carry_their_micro_batch_and_stage():
     trace = Trace.from_table(sp.generate(sp.PipelineConfig(stages=2, pipelines=2, micro_batches=3, steps=2)))
     phases = views(build(trace, analyzed(trace)))["phases"]
-    # rank = stage x 2 + pipeline
-    assert phases.lanes == ("rank 0 stage 0", "rank 1 stage 0", "rank 2 stage 1", "rank 3 stage 1")
+    # rank = stage x 2 + pipeline (the grid in its metadata): the pp coordinate is the stage
+    assert phases.lanes == ("rank 0 · dp 0 pp 0", "rank 1 · dp 1 pp 0", "rank 2 · dp 0 pp 1", "rank 3 · dp 1 pp 1")
+    # without the grid key, the trainer's order read from the degrees contradicts the pp communicators: no grid
+    # coordinates, and the stage is said in words
+    table = sp.generate(sp.PipelineConfig(stages=2, pipelines=2, micro_batches=3, steps=2))
+    meta = dict(table.schema.metadata)
+    meta[schema.META_RUN] = json.dumps({k: v for k, v in json.loads(meta[schema.META_RUN]).items()
+                                        if k != GRID_KEY}).encode()
+    bare = Trace.from_table(table.replace_schema_metadata(meta))
+    assert views(build(bare, analyzed(bare)))["phases"].lanes == ("rank 0 stage 0", "rank 1 stage 0",
+                                                                   "rank 2 stage 1", "rank 3 stage 1")
     names = np.array([phases.cats[c].name for c in phases.exact["cat"]])
     micro = phases.exact["microstep"]
     # forward, backward and data loading show their micro-batch (0, 1, 2 each step); the step's other phases none

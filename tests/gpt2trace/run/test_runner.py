@@ -1,16 +1,23 @@
 """The runner API end to end on the built-in corpus: the demo learns, and a seed makes a run reproducible; the
-memory check before a run counts the strategy's buffers."""
+memory check before a run counts the strategy's buffers; the run metadata holds the rank grid, which a real 4-rank
+run's trace and its analysis read."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 
 import trainer.memory as memory
+from analysis.analyze import analyze
+from gpt2trace.format import grid
+from gpt2trace.format.reader import load
 from gpt2trace.run.preflight import check_run
-from gpt2trace.run.runner import RunConfig, TraceConfig, prepare_process, run
+from gpt2trace.run.runner import RunConfig, TraceConfig, prepare_process, run, run_config_json
 from trainer.config import DPSync, ParallelConfig, TrainConfig, model_config
 from trainer.errors import TrainerError
+from trainer.parallel.grid import GridLayout
 from trainer.params import ParamLayout
 
 
@@ -52,3 +59,38 @@ def test_the_memory_check_before_a_run_counts_zero2s_sharded_gradients(monkeypat
     with pytest.raises(TrainerError, match="the run needs about 2 ranks x "):
         check_run(cfg(DPSync.zero1), processes_here=2)
     assert 2 * zero1 > 2 * zero2
+
+
+@pytest.mark.parametrize("par", [ParallelConfig(), ParallelConfig(ranks=4), ParallelConfig(ranks=8, sp=2, pp=2),
+                                 ParallelConfig(ranks=6, pp=2), ParallelConfig(ranks=4, sp=4)],
+                         ids=lambda p: f"ranks{p.ranks}_sp{p.sp}_pp{p.pp}")
+def test_the_run_metadata_carries_the_grid_the_ranks_are_split_by(par):
+    # the trace format reads each rank's coordinates from the key; they must be the trainer's (RankGrid.build)
+    meta = run_config_json(RunConfig(model_config("tiny"), TrainConfig(), par), 1)
+    layout = GridLayout.from_config(par)
+    assert meta["grid"] == {"dims": [[n, d] for n, d in layout.dims]}
+    g = grid.from_run(meta, par.ranks)
+    assert g.source == grid.FROM_GRID and all(g.coords(r) == layout.coords(r) for r in range(par.ranks))
+
+
+def test_a_real_3_dimensional_run_gets_its_coordinates_and_communication_per_dimension(tmp_path):
+    # 4 ranks under the real mpiexec (oversubscribed on 2 cores): sp 2 x pp 2 x dp 1, so rank = pp x 2 + sp
+    trace_path = tmp_path / "t.parquet"
+    r = subprocess.run([sys.executable, "-m", "gpt2trace", "run", "--ranks", "4", "--sp", "2", "--pp", "2",
+                        "--model", "tiny", "-B", "2", "-T", "16", "--steps", "3", "--grad-accum", "2",
+                        "--threads", "1", "--trace", str(trace_path)], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    trace = load(trace_path)
+    g = grid.of_trace(trace)                 # checked against the communicators the ranks created
+    assert (g.dims, g.source, g.note) == ((("sp", 2), ("pp", 2), ("dp", 1)), grid.FROM_GRID, None)
+    assert [g.label(rank) for rank in range(4)] == ["pp 0 sp 0", "pp 0 sp 1", "pp 1 sp 0", "pp 1 sp 1"]
+    result = analyze(trace)
+    assert result["summary"]["degrees"] == "dp 1 x pp 2 x sp 2" and result["warnings"] == []
+    dims = {d["dimension"]: d for d in result["comm_dimensions"]}
+    # dp is 1: the gradient sync runs on the sp group (the trainer's grad communicator is the sp one); the
+    # embedding group (each pipeline's first and last stage) is pipeline communication
+    assert {k: d["communicators"] for k, d in dims.items()} == {"sp": ["sp"], "pp": ["embed", "pp"]}
+    # per step and rank, 2 micro-batches: 2 MPI_Isend, their 2 MPI_Wait and 2 MPI_Recv (an activation or a
+    # gradient each way), the pipeline's MPI_Allreduce and MPI_Bcast, and the embedding group's MPI_Allreduce: 9
+    assert (dims["pp"]["calls_per_step"], dims["pp"]["ranks"]) == (9, 4)
