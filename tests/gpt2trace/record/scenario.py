@@ -38,7 +38,7 @@ class FakeClock:
 
 def _kernel(tr: Tracer, name: str, layer: int, enter: int, exit_: int, *blocks: tuple[int, int, int]) -> None:
     """A kernel call as the launcher and the Numba kernel make it (times relative to the origin)."""
-    slot = tr.recorder.slot(name, layer)
+    slot = tr.recorder.slot(tr.recorder.kernel_key(name) + layer)
     slot[0, :2] = ORIGIN + enter, ORIGIN + exit_
     for t, (s, e, tid) in enumerate(blocks):
         slot[1 + t] = ORIGIN + s, ORIGIN + e, tid
@@ -63,7 +63,8 @@ def _step(tr: Tracer, clock: FakeClock, step: int, t: int, main: int, *, last_wi
         # the main thread runs no block; the worker runs two, listed out of time order
         _kernel(tr, "gelu_forward", 0, t + 1300, t + 2000, (t + 1650, t + 1900, WORKER), (t + 1310, t + 1600, WORKER)),
         # clock noise: the worker's block starts before the region and ends after it
-        _kernel(tr, "layernorm_forward", 1, t + 2100, t + 2500, (t + 2090, t + 2510, other), (t + 2105, t + 2400, main)),
+        _kernel(tr, "layernorm_forward", 1, t + 2100, t + 2500, (t + 2090, t + 2510, other),
+                (t + 2105, t + 2400, main)),
         _kernel(tr, "residual_forward", 1, t + 2600, t + 2900, (t + 2610, t + 2800, main), (0, 0, NOT_RUN))))
     tr.microstep(1)
     _phase(tr, clock, "backward", t + 3100, t + 6000, lambda: (
