@@ -108,14 +108,10 @@ def records_table(columns: dict[str, np.ndarray], names: pa.Array, schema: pa.Sc
 
 
 def _array(values: np.ndarray, is_null: np.ndarray | None) -> pa.Array:
-    """An Arrow array over a NumPy array's buffer, with a validity bitmap packed from `is_null`."""
-    values = np.ascontiguousarray(values)
-    n, typ = len(values), pa.from_numpy_dtype(values.dtype)
-    nulls = 0 if is_null is None else int(np.count_nonzero(is_null))
-    if nulls == n and n:
-        return pa.nulls(n, type=typ)
-    valid = pa.py_buffer(np.packbits(~is_null, bitorder="little")) if nulls else None
-    return pa.Array.from_buffers(typ, n, [valid, pa.py_buffer(values)], null_count=nulls)
+    """An Arrow array of a NumPy array, null where `is_null`."""
+    if is_null is not None and not is_null.any():
+        is_null = None
+    return pa.array(values, mask=is_null)
 
 
 def complete(part: pa.Table) -> pa.Table:

@@ -115,9 +115,10 @@ class Tracer:
         self.schema = S.arrow_schema(metadata)
         self.writer = PartWriter(path, rank)
         self._layout = (self.schema, part_layout(self.schema, nthreads))     # for the schema it was made of
-        # OS thread ids -> thread index (main = 0, workers by first appearance), as two sorted lookup arrays.
+        # Thread ids (pthread ids, as the kernels read them) -> thread index (main = 0, workers by first appearance),
+        # as two sorted lookup arrays.
         # Used by the writer thread only, which sees the windows in order.
-        self._tids = np.array([threading.get_native_id()], dtype=np.int64)
+        self._tids = np.array([threading.get_ident()], dtype=np.int64)
         self._tid_index = np.zeros(1, dtype=np.int32)
         self._window_start = self.origin
         self._phases: list[tuple[str, int, int, int, int, int]] = []   # name, start, end, step, microstep, bytes
@@ -256,7 +257,7 @@ class Tracer:
         return len(self._tids)
 
     def _thread_indices(self, tids: np.ndarray) -> np.ndarray:
-        """Map OS thread ids to 0..N-1 (NO_VALUE stays NO_VALUE): main thread 0, workers by first appearance."""
+        """Map thread ids to 0..N-1 (NO_VALUE stays NO_VALUE): main thread 0, workers by first appearance."""
         pos = np.minimum(np.searchsorted(self._tids, tids), len(self._tids) - 1)
         known = self._tids[pos] == tids
         if not known[tids >= 0].all():

@@ -21,7 +21,7 @@ from gpt2trace.record import tracer as tracer_module
 from gpt2trace.record.tracer import Tracer
 
 ORIGIN = 1_000_000_000
-WORKER, OTHER = 900_001, 900_002         # fake OS thread ids of two workers (the main thread's is the real one)
+WORKER, OTHER = 900_001, 900_002         # fake thread ids of two workers (the main thread's is the real one)
 NOT_RUN = -1                             # a block the kernel did not run
 DRIFT = {1: (2e-4, -5_000)}              # rank 1's clock runs fast by 0.02%, from 5 us before the origin
 
@@ -100,7 +100,7 @@ def record(path: Path, rank: int) -> None:
         if tr._rss is not None:                        # resident memory differs from run to run
             tr._rss.close()
             tr._rss = None
-        main = threading.get_native_id()
+        main = threading.get_ident()
         for step in range(5):
             _step(tr, clock, step, 200 + 10_000 * step, main, last_window=step >= 3)
         t = 200 + 10_000 * 5

@@ -22,7 +22,7 @@ from gpt2trace.format.writer import merge_parts, part_files, parts_dir
 from gpt2trace.record.tracer import FLUSH_PHASE, RSS_COUNTER, Tracer, Window
 from tests.gpt2trace.record.scenario import merged_scenario
 
-WORKER_TID, OTHER_TID = 900_001, 900_002   # fake OS thread ids; the main thread's is the real one
+WORKER_TID, OTHER_TID = 900_001, 900_002   # fake thread ids; the main thread's is the real one
 ORIGIN = 1_000_000
 
 
@@ -66,7 +66,7 @@ def _step(tracer, step, main):
 
 
 def test_a_part_per_step_and_thread_numbering(tracer, tmp_path):
-    main = threading.get_native_id()
+    main = threading.get_ident()
     _step(tracer, 0, main)
     _step(tracer, 1, main)
     tracer._thread.wait()                      # flush_every_s=0: each step's part is on disk when it returns...
@@ -76,7 +76,7 @@ def test_a_part_per_step_and_thread_numbering(tracer, tmp_path):
     # raw events only, grouped by kind: the kernel call, phases, counters; no kernel record, no state
     assert list(dict.fromkeys(part0[S.KIND])) == [KERNEL_CALL, S.Kind.PHASE, S.Kind.COUNTER]
     call = part0[part0[S.KIND] == KERNEL_CALL]
-    # its region on the main thread, and its blocks (start, end, thread): the main thread's OS id is thread 0, the
+    # its region on the main thread, and its blocks (start, end, thread): the main thread's id is thread 0, the
     # first worker seen is thread 1; times are ns since the origin
     assert call[[S.THREAD, S.START_NS, S.END_NS, S.NAME, S.STEP, S.LAYER, S.MICROSTEP]].values.tolist() == [
         [0, 10, 60, "matmul_forward", 0, 0, 0]]
@@ -106,7 +106,7 @@ def test_a_part_per_step_and_thread_numbering(tracer, tmp_path):
 
 
 def test_new_worker_threads_get_the_next_index(tracer):
-    main = threading.get_native_id()
+    main = threading.get_ident()
     tracer.begin_step(0)
     _kernel(tracer, "gelu_forward", 1, 10, 60, (12, 40, OTHER_TID), (15, 50, WORKER_TID))
     _kernel(tracer, "gelu_forward", 1, 70, 90, (71, 80, main), (72, 85, OTHER_TID))
@@ -122,7 +122,7 @@ def test_new_worker_threads_get_the_next_index(tracer):
 def test_mpi_call_inside_dataload(tracer):
     # dataload [5, 40) with an MPI_Scatter [10, 30) in it: the main thread is in I/O, Group Communication,
     # I/O; the comm record keeps bytes, root and sequence number
-    main = threading.get_native_id()
+    main = threading.get_ident()
     tracer.begin_step(0)
     tracer._phases.append(("dataload", ORIGIN + 5, ORIGIN + 40, 0, 0, -1))   # no bytes
     tracer.comm("MPI_Scatter", ORIGIN + 10, ORIGIN + 30, 4096, 0, 7, S.State.GROUP_COMMUNICATION)
@@ -166,7 +166,7 @@ def test_point_to_point_calls_keep_their_tag_and_micro_batch(tracer):
 
 
 def test_close_and_merge_make_a_valid_trace(tracer, tmp_path):
-    main = threading.get_native_id()
+    main = threading.get_ident()
     for step in range(3):
         _step(tracer, step, main)
     tracer.close()
@@ -188,7 +188,7 @@ def test_parts_are_cut_by_time_at_step_ends(tmp_path):
     # flush_every_s=1e9 (31 years, from the forced window start): no step end is due, so nothing reaches the
     # disk until close, which writes one part with all three steps
     tracer = _tracer(tmp_path / "trace.parquet", flush_every_s=1e9)
-    main = threading.get_native_id()
+    main = threading.get_ident()
     for step in range(3):
         _step(tracer, step, main)
     assert not parts_dir(tmp_path / "trace.parquet").exists()     # made with the first part, not before
@@ -204,7 +204,7 @@ def test_parts_are_cut_by_time_at_step_ends(tmp_path):
 def test_a_step_cut_short_is_dropped(tracer, tmp_path):
     # step 1 stops after its first kernel (an error, a second Ctrl-C): close(whole_run=False) keeps step 0
     # only, and the trace ends where step 0 ended
-    main = threading.get_native_id()
+    main = threading.get_ident()
     _step(tracer, 0, main)
     step0_end = time.monotonic_ns() - ORIGIN
     tracer.begin_step(1)
@@ -224,7 +224,7 @@ def test_a_step_cut_short_is_dropped(tracer, tmp_path):
 
 def test_a_failing_writer_is_raised_on_the_loops_thread(tmp_path, readonly_dir):
     tracer = _tracer(readonly_dir / "trace.parquet")      # a read-only file system: the first part fails
-    main = threading.get_native_id()
+    main = threading.get_ident()
     # flush_every_s=0: step 0's part is written (and fails) before end_step returns
     with pytest.raises(OutputError, match=r"cannot write the trace part .*00000000.arrow: Read-only file system"):
         _step(tracer, 0, main)
