@@ -21,7 +21,7 @@ A part without that metadata comes from an earlier version, which wrote the stat
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -67,7 +67,9 @@ def part_layout(schema: pa.Schema, blocks: int) -> pa.Schema:
 
 def with_window(layout: pa.Schema, window: PartWindow) -> pa.Schema:
     """The schema of one part: its layout and its window."""
-    return layout.with_metadata({**(layout.metadata or {}), _META_WINDOW: json.dumps(asdict(window)).encode()})
+    window_json = json.dumps({"rank": window.rank, "start_ns": window.start_ns, "end_ns": window.end_ns,
+                              "threads": window.threads})
+    return layout.with_metadata({**(layout.metadata or {}), _META_WINDOW: window_json.encode()})
 
 
 def trace_metadata(metadata: dict[bytes, bytes]) -> dict[bytes, bytes]:

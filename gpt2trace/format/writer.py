@@ -73,17 +73,22 @@ class PartWriter:
         an OSError (a full disk) becomes an OutputError and leaves nothing."""
         final = self.dir / f"{self.seq:08d}{PART_SUFFIX}"
         tmp = self.dir / f".{final.name}.tmp"
+        # Encoded in memory first, without the GIL, then written at once: a Python file object handed to pyarrow
+        # would take the GIL back for each buffer, from the training loop that needs it between kernels.
+        sink = pa.BufferOutputStream()
+        with ipc.new_file(sink, table.schema, options=_PART_OPTIONS) as writer:
+            writer.write_table(table)
+        data = sink.getvalue()
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
+            if self.seq == 0:
+                self.dir.mkdir(parents=True, exist_ok=True)
             with open(tmp, "wb") as f:
-                with ipc.new_file(f, table.schema, options=_PART_OPTIONS) as writer:
-                    writer.write_table(table)
-                size = f.tell()
+                f.write(data)
             os.replace(tmp, final)
         except OSError as exc:
             _remove(tmp)
             raise OutputError(f"cannot write the trace part {final}: {exc.strerror or exc}") from None
-        self.bytes += size
+        self.bytes += data.size
         self.seq += 1
         return final
 
