@@ -18,7 +18,13 @@ start-up or memory placement. Per configuration:
   the traced wall time;
 - writer share: the writer thread's busy time (building and writing the parts, off the loop's critical path
   but on the same cores), over the traced wall time, and its CPU time (less when the cores are shared);
-- records per step, bytes per record (compressed, merged trace) and of the parts while the run goes.
+- records per step of the merged trace, and the rows per step the writer handled (the parts' raw events);
+- bytes per record (compressed, merged trace) and of the parts while the run goes; the merge's time per record
+  (it builds the kernel and state records from the parts).
+
+`--hot-path` measures instead what tracing adds on the training loop's thread per kernel call (a tiny kernel on
+one thread, traced and untraced: the slot, the kernel's clock and thread-id reads) and per phase (a Tracer's
+phase against the untraced observer's), best of several runs.
 
 Prints a table and writes benchmarks/results/trace_overhead.json (a configuration measured again replaces its
 row), with the load average before and after each configuration.
@@ -74,7 +80,7 @@ def worker(model: str, B: int, T: int, threads: int, steps: int, blocks: int, tm
     warm.close()
     merge_parts(Path(tmp) / "warm.parquet").path.unlink()
     out = {"blocks": [], "records": 0, "bytes": 0, "traced_steps": 0, "flush_ns": 0, "writer_ns": 0,
-           "writer_cpu_ns": 0, "parts": 0, "part_bytes": 0}
+           "writer_cpu_ns": 0, "parts": 0, "part_bytes": 0, "part_rows": 0, "merge_ns": 0}
     for i in range(blocks):
         traced = (i % 4) in (0, 3)                               # A B B A: drift cancels in pairs
         path = Path(tmp) / f"block{i}.parquet"
@@ -89,7 +95,10 @@ def worker(model: str, B: int, T: int, threads: int, steps: int, blocks: int, tm
             out["part_bytes"] += tracer.writer.bytes
             out["writer_ns"] += tracer.writer_busy_ns
             out["writer_cpu_ns"] += tracer.writer_cpu_ns
+            out["part_rows"] += tracer.records
+            t0 = time.perf_counter_ns()
             merged = merge_parts(path)
+            out["merge_ns"] += time.perf_counter_ns() - t0
             out["records"] += merged.records
             out["bytes"] += path.stat().st_size
             out["traced_steps"] += steps
@@ -104,6 +113,53 @@ def worker(model: str, B: int, T: int, threads: int, steps: int, blocks: int, tm
             wall = time.perf_counter_ns() - t0
         out["blocks"].append({"traced": traced, "ms_per_step": wall / 1e6 / steps})
     return out
+
+
+def hot_path(tmp: str) -> dict:
+    """ns the training loop's thread pays per traced kernel call and per traced phase, best of several runs."""
+    from gpt2trace.run.runner import prepare_process
+    prepare_process(1)
+    import numpy as np
+
+    from gpt2trace.record.tracer import Tracer
+    from trainer.kernels.residual import residual_forward
+    from trainer.launcher import Launcher
+    from trainer.train import NullObserver
+
+    x = np.ones(64, np.float32)
+    out = np.empty_like(x)
+    tracer = Tracer(Path(tmp) / "hot.parquet", 0, 1, {}, flush_every_s=1e9)
+    launcher = Launcher(1)
+    n = 20_000
+
+    def calls(recorder) -> float:
+        launcher.recorder = recorder
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            launcher(residual_forward, 0, out, x, x)
+        if recorder is not None:
+            recorder.take()
+        return (time.perf_counter_ns() - t0) / n
+
+    def phases(observer) -> float:
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            with observer.phase("forward"):
+                pass
+        tracer._phases.clear()
+        tracer._counters.clear()
+        return (time.perf_counter_ns() - t0) / n
+
+    best = {"call_untraced": [], "call_traced": [], "phase_untraced": [], "phase_traced": []}
+    for _ in range(7):
+        best["call_untraced"].append(calls(None))
+        best["call_traced"].append(calls(tracer.recorder))
+        best["phase_untraced"].append(phases(NullObserver()))
+        best["phase_traced"].append(phases(tracer))
+    tracer.close()
+    res = {k: min(v) for k, v in best.items()}
+    return res | {"per_call_ns": res["call_traced"] - res["call_untraced"],
+                  "per_phase_ns": res["phase_traced"] - res["phase_untraced"]}
 
 
 def measure(name: str, blocks: int, steps: int, tmp: Path) -> dict:
@@ -131,6 +187,8 @@ def measure(name: str, blocks: int, steps: int, tmp: Path) -> dict:
             "writer_cpu_share": res["writer_cpu_ns"] / traced_wall_ns,
             "parts": res["parts"], "records_per_step": per_step, "bytes_per_record": res["bytes"] / res["records"],
             "part_bytes_per_record": res["part_bytes"] / res["records"],
+            "part_rows_per_step": res["part_rows"] / res["traced_steps"],
+            "merge_ns_per_record": res["merge_ns"] / res["records"],
             "blocks_ms_traced": traced, "blocks_ms_untraced": untraced}
 
 
@@ -139,8 +197,22 @@ def main() -> None:
     ap.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
     ap.add_argument("--blocks", type=int, default=8, help="blocks per configuration (A B B A ...)")
     ap.add_argument("--steps", type=int, help="steps per block (default: small 240, d12 4)")
+    ap.add_argument("--hot-path", action="store_true", help="the loop's cost per traced kernel call and phase")
     ap.add_argument("--worker", nargs=7, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.hot_path:
+        with tempfile.TemporaryDirectory() as tmp:
+            res = hot_path(tmp)
+        print(f"per kernel call: {res['call_untraced']:.0f} ns untraced, {res['call_traced']:.0f} traced: "
+              f"+{res['per_call_ns']:.0f} ns (slot, kernel key, clock and thread-id reads; one thread)")
+        print(f"per phase: {res['phase_untraced']:.0f} ns untraced, {res['phase_traced']:.0f} traced: "
+              f"+{res['per_phase_ns']:.0f} ns (two clock reads, the record, the resident memory)")
+        RESULTS.mkdir(exist_ok=True)
+        out = RESULTS / "trace_overhead.json"
+        previous = json.loads(out.read_text()) if out.exists() else {}
+        out.write_text(json.dumps(previous | {"hot_path": res}, indent=1) + "\n")
+        print(f"wrote {out}")
+        return
     if args.worker:
         model, B, T, threads, steps, blocks, tmp = args.worker
         print(json.dumps(worker(model, int(B), int(T), int(threads), int(steps), int(blocks), tmp)))
@@ -158,24 +230,26 @@ def main() -> None:
         print(f"  {r['config']}: {' '.join(f'{x:.2f}' for x in r['load_before'])} -> "
               f"{' '.join(f'{x:.2f}' for x in r['load_after'])}")
     print(f"{'config':<7} {'threads':>7} {'traced ms':>10} {'untraced':>9} {'overhead':>9} {'pairs min..max':>16} "
-          f"{'flush %':>8} {'writer %':>9} {'cpu %':>6} {'rec/step':>9} {'B/rec':>6} {'part B/rec':>10}")
+          f"{'flush %':>8} {'writer %':>9} {'cpu %':>6} {'rec/step':>9} {'rows/step':>9} {'B/rec':>6} "
+          f"{'part B/rec':>10} {'merge ns/rec':>12}")
     for r in rows:
         lo, hi = min(r["overhead_pairs"]), max(r["overhead_pairs"])
         print(f"{r['config']:<7} {r['threads']:>7} {r['ms_traced']:>10.2f} {r['ms_untraced']:>9.2f} "
               f"{100 * r['overhead']:>8.2f}% {100 * lo:>7.2f}..{100 * hi:.2f}% {100 * r['flush_share']:>7.2f}% "
               f"{100 * r['writer_share']:>8.2f}% {100 * r.get('writer_cpu_share', float('nan')):>5.2f}% "
-              f"{r['records_per_step']:>9.0f} {r['bytes_per_record']:>6.2f} "
-              f"{r.get('part_bytes_per_record', float('nan')):>10.2f}")
+              f"{r['records_per_step']:>9.0f} {r.get('part_rows_per_step', float('nan')):>9.0f} "
+              f"{r['bytes_per_record']:>6.2f} {r.get('part_bytes_per_record', float('nan')):>10.2f} "
+              f"{r.get('merge_ns_per_record', float('nan')):>12.0f}")
     print("ms: block wall time / steps, median over blocks; overhead: traced/untraced - 1 (pairs: each traced block "
           "against its neighbour); flush: the tracer's time on the loop's thread; writer: the writer thread's busy "
-          "time (cpu: its CPU time); all as a share of the traced wall time")
+          "time (cpu: its CPU time); all as a share of the traced wall time; rows: the raw events the writer handled")
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / "trace_overhead.json"
     previous = json.loads(out.read_text()) if out.exists() else {}
     # rows of this layout only (the per-step flush of earlier versions was measured differently)
     merged = ({r["config"]: r for r in previous.get("rows", []) if "writer_share" in r}
               | {r["config"]: r for r in rows})
-    out.write_text(json.dumps({"rows": list(merged.values()), "cpus": os.cpu_count()}, indent=1) + "\n")
+    out.write_text(json.dumps(previous | {"rows": list(merged.values()), "cpus": os.cpu_count()}, indent=1) + "\n")
     print(f"wrote {out}")
 
 

@@ -12,9 +12,12 @@ from trainer.kernels.launch import NO_TRACE, Kernel
 
 
 class SlotSource(Protocol):
-    """What a tracer offers the launcher (see gpt2trace.record.tracer.KernelRecorder)."""
+    """What a tracer offers the launcher (see gpt2trace.record.recorder.KernelRecorder): a key per kernel, asked
+    once, and a slot per call for that key plus the call's layer."""
 
-    def slot(self, kernel: str, layer: int) -> np.ndarray: ...
+    def kernel_key(self, kernel: str) -> int: ...
+
+    def slot(self, key: int) -> np.ndarray: ...
 
 
 class NonFiniteOutput(Exception):
@@ -32,8 +35,24 @@ class Launcher:
         self.check_finite = False
         self.may_hold_inf: list[np.ndarray] = []  # buffers allowed to hold -inf (attention's masked scores)
 
+    @property
+    def recorder(self) -> SlotSource | None:
+        return self._recorder
+
+    @recorder.setter
+    def recorder(self, recorder: SlotSource | None) -> None:
+        self._recorder = recorder
+        self._kernel_keys: dict[Kernel, int] = {}    # the recorder's key of each kernel, asked once
+
     def __call__(self, k: Kernel, layer: int, *args) -> None:
-        slot = self.recorder.slot(k.name, layer) if self.recorder is not None else NO_TRACE
+        recorder = self._recorder
+        if recorder is None:
+            slot = NO_TRACE
+        else:
+            key = self._kernel_keys.get(k)
+            if key is None:
+                key = self._kernel_keys[k] = recorder.kernel_key(k.name)
+            slot = recorder.slot(key + layer)
         k(self.nthreads, *args, slot)
         if self.check_finite:
             for a in args:

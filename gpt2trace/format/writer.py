@@ -2,17 +2,17 @@
 
 Why parts: a Parquet file is only readable once its footer is written. The tracer closes a part every so often
 (gpt2trace.record.tracer decides when, always at a step boundary), so a run killed at any moment leaves parts
-holding whole steps; `pyarrow.dataset.dataset(<trace>.parts, format="arrow")` reads them as they are, and
-`gpt2trace recover` (`recover`) merges them into the final file. Each part, and the merged file, is written under
-a hidden temporary name (a leading dot: pyarrow's dataset discovery skips it) and renamed, so a kill or a full
-disk during a write leaves no half-written file where a reader looks.
+holding whole steps, and `gpt2trace recover` (`recover`) merges them into the final file. A part holds the raw
+events of its window (gpt2trace.format.parts: kernel blocks, regions, phases, counters, MPI calls); the merge
+builds the thread states from them, part by part. Each part, and the merged file, is written under a hidden
+temporary name (a leading dot: pyarrow's dataset discovery skips it) and renamed, so a kill or a full disk during
+a write leaves no half-written file where a reader looks.
 
 Why Arrow IPC for the parts: a part is written during the run (on the writer thread, beside the training loop)
-and lives only until the merge. Writing a table as an IPC file is a copy of its buffers, LZ4-compressed: ~45 ns
-a record on the `small` model, where Parquet encoding cost ~140 ns; the parts take ~12 bytes a record while
-they exist (~2.5x the merged trace). The full encoding (zstd, dictionaries, delta timestamps, statistics) is
-paid once, by the merge. Parts of earlier versions (written as Parquet, or without the columns added since) are
-still read by the merge and `recover`.
+and lives only until the merge. Writing a table as an IPC file is a copy of its buffers, LZ4-compressed: ~13 us a
+step of the `small` model (its ~116 rows, ~4 KB), where Parquet encoding costs ~80 us. The full encoding (zstd,
+dictionaries, delta timestamps, statistics) is paid once, by the merge. Parts of earlier versions (written as Parquet, with the
+states in them, or without the columns added since) are still read by the merge and `recover`.
 
 Files are opened by Python and handed to pyarrow as file objects: pyarrow's own path handling cannot encode
 file names that are not UTF-8 (which Linux allows).
@@ -32,6 +32,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from gpt2trace.format import communicators as comms
+from gpt2trace.format import parts as P
 from gpt2trace.format import schema as S
 from gpt2trace.format.errors import OutputError, TraceError
 
@@ -46,12 +47,6 @@ _LEGACY_PART_SUFFIX = ".parquet"   # the parts of earlier versions
 # uncompressed 26 ns and 75 bytes a record (a long run's parts would be 15x its trace), LZ4 45 ns and 12 bytes,
 # zstd 69 ns and 5.6 bytes.
 _PART_OPTIONS = ipc.IpcWriteOptions(compression="lz4", use_threads=False)
-NULL = -1  # in the integer columns handed to `records_table`: no value
-
-KIND_CODES = {k: i for i, k in enumerate(S.Kind.ALL)}
-_KIND_DICTIONARY = pa.array(S.Kind.ALL, type=pa.string())
-_NUMPY_TYPES = {name: typ.to_pandas_dtype() for name, typ in S.FIELDS.items() if not pa.types.is_dictionary(typ)}
-_NEVER_NULL = (S.RANK, S.THREAD, S.START_NS, S.END_NS)
 
 
 def parts_dir(trace_path: Path) -> Path:
@@ -64,68 +59,36 @@ def write_options() -> dict:
             "write_statistics": True}
 
 
-def records_table(columns: dict[str, np.ndarray], names: pa.Array, schema: pa.Schema) -> pa.Table:
-    """A table in `schema`'s layout built straight from NumPy columns (no Python object per record).
-
-    `kind` holds codes into schema.Kind.ALL (`KIND_CODES`), `name` codes into `names` (a string array);
-    in those and in the other integer columns NULL (-1) is a null, in `value` NaN is. Missing columns are null.
-    """
-    n = len(columns[S.KIND])
-    arrays = []
-    for field in schema:
-        col = columns.get(field.name)
-        if col is None:
-            arrays.append(pa.nulls(n, type=field.type))
-        elif field.name == S.KIND:
-            arrays.append(pa.DictionaryArray.from_arrays(_array(col.astype(np.int32, copy=False), None),
-                                                         _KIND_DICTIONARY, safe=False))
-        elif field.name == S.NAME:
-            codes = col.astype(np.int32, copy=False)
-            arrays.append(pa.DictionaryArray.from_arrays(_array(codes, codes < 0), names, safe=False))
-        elif field.name == S.VALUE:
-            arrays.append(_array(col.astype(np.float64, copy=False), np.isnan(col)))
-        else:
-            values = col.astype(_NUMPY_TYPES[field.name], copy=False)
-            arrays.append(_array(values, None if field.name in _NEVER_NULL else values == NULL))
-    return pa.Table.from_arrays(arrays, schema=schema)
-
-
-def _array(values: np.ndarray, is_null: np.ndarray | None) -> pa.Array:
-    """An Arrow array over a NumPy array's buffer, with a validity bitmap packed from `is_null`."""
-    values = np.ascontiguousarray(values)
-    n, typ = len(values), pa.from_numpy_dtype(values.dtype)
-    nulls = 0 if is_null is None else int(np.count_nonzero(is_null))
-    if nulls == n and n:
-        return pa.nulls(n, type=typ)
-    valid = pa.py_buffer(np.packbits(~is_null, bitorder="little")) if nulls else None
-    return pa.Array.from_buffers(typ, n, [valid, pa.py_buffer(values)], null_count=nulls)
-
-
 class PartWriter:
     """One rank's parts: <trace>.parts/rank00000/00000012.arrow (Arrow IPC files), in flush order. The folders are
     made with the first part, so a run that stops before writing anything leaves nothing behind."""
 
-    def __init__(self, trace_path: Path, rank: int, schema: pa.Schema):
+    def __init__(self, trace_path: Path, rank: int):
         self.dir = parts_dir(trace_path) / f"rank{rank:05d}"
-        self.schema = schema
         self.seq = 0
         self.bytes = 0
 
     def write(self, table: pa.Table) -> Path:
-        """Write `table` as the next part; an OSError (a full disk) becomes an OutputError and leaves nothing."""
+        """Write `table` (in a part's layout, gpt2trace.format.parts, with its schema's metadata) as the next part;
+        an OSError (a full disk) becomes an OutputError and leaves nothing."""
         final = self.dir / f"{self.seq:08d}{PART_SUFFIX}"
         tmp = self.dir / f".{final.name}.tmp"
+        # Encoded in memory first, without the GIL, then written at once: a Python file object handed to pyarrow
+        # would take the GIL back for each buffer, from the training loop that needs it between kernels.
+        sink = pa.BufferOutputStream()
+        with ipc.new_file(sink, table.schema, options=_PART_OPTIONS) as writer:
+            writer.write_table(table)
+        data = sink.getvalue()
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
+            if self.seq == 0:
+                self.dir.mkdir(parents=True, exist_ok=True)
             with open(tmp, "wb") as f:
-                with ipc.new_file(f, self.schema, options=_PART_OPTIONS) as writer:
-                    writer.write_table(table)
-                size = f.tell()
+                f.write(data)
             os.replace(tmp, final)
         except OSError as exc:
             _remove(tmp)
             raise OutputError(f"cannot write the trace part {final}: {exc.strerror or exc}") from None
-        self.bytes += size
+        self.bytes += data.size
         self.seq += 1
         return final
 
@@ -169,7 +132,7 @@ def merge_parts(trace_path: Path, extra_metadata: dict[bytes, bytes] | None = No
     if not files:
         raise TraceError(f"{parts}: no trace parts to merge; was the run started with tracing on?")
     first = _read_schema(files[0])
-    meta = dict(first.metadata or {})
+    meta = P.trace_metadata(first.metadata or {})
     meta.pop(S.META_VERSION, None)     # the merged file has the current columns, whatever version wrote the parts
     meta.update(_communicators(files))
     meta.update(extra_metadata or {})
@@ -181,7 +144,8 @@ def merge_parts(trace_path: Path, extra_metadata: dict[bytes, bytes] | None = No
             pending: list[pa.Table] = []
             pending_rows = 0
             for f in files:
-                t = _corrected(_current_columns(_read_table(f), schema), drift)
+                # the states are built on the times as recorded, then corrected with every other record
+                t = _corrected(_current_columns(_read_records(f), schema), drift)
                 steps.add(t)
                 ranks.add(f.parent.name)
                 pending.append(t)
@@ -234,9 +198,12 @@ def _read_schema(path: Path) -> pa.Schema:
         return pq.read_schema(f) if path.suffix == _LEGACY_PART_SUFFIX else ipc.open_file(f).schema
 
 
-def _read_table(path: Path) -> pa.Table:
-    with _unreadable_part(path), open(path, "rb") as f:
-        return pq.read_table(f) if path.suffix == _LEGACY_PART_SUFFIX else ipc.open_file(f).read_all()
+def _read_records(path: Path) -> pa.Table:
+    """A part's trace records (its states built, gpt2trace.format.parts.complete)."""
+    with _unreadable_part(path):
+        with open(path, "rb") as f:
+            table = pq.read_table(f) if path.suffix == _LEGACY_PART_SUFFIX else ipc.open_file(f).read_all()
+        return P.complete(table)
 
 
 @contextlib.contextmanager
@@ -244,7 +211,7 @@ def _unreadable_part(path: Path):
     """A part we did not write (parts are renamed into place whole): a TraceError naming it, not a traceback."""
     try:
         yield
-    except pa.ArrowException as exc:
+    except (pa.ArrowException, ValueError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise TraceError(f"{path}: not a readable trace part ({reason}); move it out of the folder to merge "
                          "the others") from None

@@ -1,13 +1,14 @@
 """Preallocated per-call buffers that kernels write their timestamps into (the hot path of tracing).
 
-The launcher asks `slot(kernel, layer)` before each kernel call and passes the returned int64 view
-(nthreads + 1, 3) to the kernel, which fills it from inside Numba code (see trainer/kernels/launch.py).
-Per call, Python does one dict lookup, one addition and one list append, and hands out a view made in advance:
+The launcher asks `slot(key)` before each kernel call and passes the returned int64 view (nthreads + 1, 3) to the
+kernel, which fills it from inside Numba code (see trainer/kernels/launch.py). A call's key is its kernel's key
+(`kernel_key`, asked once per kernel and kept by the launcher) plus its layer. Per call, Python appends the key to
+a list and hands out a view made in advance (~110 ns, where looking the kernel's name up per call cost ~200 ns):
 nothing is allocated but a small int, and the buffer grows only in the first steps.
 
-A call's kernel and layer are one int (`_key`); its step and microstep are not stored per call but as the call
-index at which they changed (they change a few times a step, calls come by the hundred): the writer thread
-turns both into columns with a few NumPy operations instead of a Python loop over the calls.
+A call's step and microstep are not stored per call but as the call index at which they changed (they change a
+few times a step, calls come by the hundred): the writer thread turns keys and marks into columns with a few
+NumPy operations instead of a Python loop over the calls.
 """
 from __future__ import annotations
 
@@ -37,10 +38,14 @@ class KernelRecorder:
         self._kernel_keys: dict[str, int] = {}   # kernel name -> its id << _LAYER_BITS
         self._step = NO_VALUE
         self._microstep = NO_VALUE
-        self.n = 0
-        self._keys: list[int] = []
+        self._keys: list[int] = []                # one a call since the last take
         self._marks = [(0, NO_VALUE, NO_VALUE)]
         self._alloc(capacity)
+
+    @property
+    def n(self) -> int:
+        """Calls recorded since the last take."""
+        return len(self._keys)
 
     @property
     def step(self) -> int:
@@ -77,17 +82,24 @@ class KernelRecorder:
         self._alloc(2 * len(times))
         self.times[: len(times)] = times
 
-    def slot(self, kernel: str, layer: int) -> np.ndarray:
-        i = self.n
-        if i == len(self._slots):
-            self._grow()
+    def kernel_key(self, kernel: str) -> int:
+        """The key of `kernel`'s calls (add the layer: `slot(kernel_key(name) + layer)`)."""
         base = self._kernel_keys.get(kernel)
         if base is None:
             base = self._kernel_keys[kernel] = len(self.kernel_names) << _LAYER_BITS
             self.kernel_names.append(kernel)
-        self._keys.append(base + layer)
-        self.n = i + 1
-        return self._slots[i]
+        return base
+
+    def slot(self, key: int) -> np.ndarray:
+        """The next call's slot; `key`: its kernel's key plus its layer."""
+        keys = self._keys
+        i = len(keys)
+        keys.append(key)
+        try:
+            return self._slots[i]
+        except IndexError:                 # free when not raised: the buffer is full only in the first steps
+            self._grow()
+            return self._slots[i]
 
     def take(self, upto: int | None = None) -> tuple[np.ndarray, Calls]:
         """The first `upto` calls recorded since the last take (all by default): times (n, nthreads+1, 3) as a
@@ -100,7 +112,7 @@ class KernelRecorder:
         times = self.times[:n].copy()
         self.times[: self.n, 1:, 2] = NO_VALUE
         calls = Calls(self._keys[:n], [m for m in self._marks if m[0] < n])
-        self._keys, self.n = [], 0
+        self._keys = []
         self._marks = [(0, self._step, self._microstep)]
         return times, calls
 
@@ -118,3 +130,4 @@ def call_meta(calls: Calls) -> np.ndarray:
         meta[:, 2] = np.repeat(np.array([m[1] for m in calls.marks], dtype=np.int32), counts)
         meta[:, 3] = np.repeat(np.array([m[2] for m in calls.marks], dtype=np.int32), counts)
     return meta
+

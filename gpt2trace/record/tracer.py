@@ -6,11 +6,12 @@ other ranks are shifted onto it by the clock synchronization of the MPI layer).
 
 Windows and parts. The records since the last cut form the open window. At the end of the first step that ends
 `flush_every_s` (0.5 s by default, gpt2trace.run.runner.TraceConfig) or more after the last cut, the window is
-closed and handed to the writer thread (gpt2trace.record.writer_thread), which builds its table and writes it as
-one part. So a part always holds whole steps, and the training loop pays only the hand-over (a copy of the
-recorder's slots, ~30 us) instead of building and writing a part every step (~0.75 ms a step on the `small`
-model, most of it a part's fixed cost); the writer spends ~105 ns a record (~60 building the table, ~45 writing
-it as an LZ4 Arrow IPC file), on another thread.
+closed and handed to the writer thread (gpt2trace.record.writer_thread), which builds its table of raw events and
+writes it as one part (gpt2trace.format.parts: one row per kernel call with its region and blocks, phases, MPI
+calls, counters; the merge builds the kernel records and the thread states from them). So a part always holds
+whole steps, and the training loop pays only the hand-over (a copy of the recorder's slots, ~30 us) instead of
+building and writing a part every step; the writer, on another thread but on the cores the kernels use, handles
+~110 rows a step of the `small` model instead of the ~1,030 records of its trace.
 
 What a kill loses. A SIGKILL at time t loses the open window and, if its write had not finished, the window
 being written (the writer takes a window only when the previous one is on disk): less than 2 x `flush_every_s`
@@ -25,15 +26,13 @@ each rank holds after each forward, backward or optimizer step.
 
 Each step's end is recorded as a `trace_flush` phase on the main thread, in the next window: the tracer's own
 time on the loop (the bookkeeping at a step's end, the hand-over at a cut, a wait when the writer lags behind).
-Rows of a part are grouped by kind (states, kernels, phases, MPI calls, counters), each group in
-(thread, start) order.
+Rows of a part are grouped by kind (kernel calls in call order, phases by start, MPI calls as they were made,
+counters).
 """
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,21 +41,44 @@ import pyarrow as pa
 
 from gpt2trace.format import communicators as comms
 from gpt2trace.format import schema as S
-from gpt2trace.format.writer import KIND_CODES, NULL, PartWriter, records_table
+from gpt2trace.format.parts import (
+    BLOCKS,
+    KERNEL_CALL,
+    KIND_CODES,
+    NULL,
+    PART_KINDS,
+    PartWindow,
+    part_layout,
+    records_table,
+    with_window,
+)
+from gpt2trace.format.writer import PartWriter
 from gpt2trace.record.recorder import NO_VALUE, Calls, KernelRecorder, call_meta
 from gpt2trace.record.resident import ResidentMemory
-from gpt2trace.record.thread_states import blocks_of, thread_states
 from gpt2trace.record.writer_thread import WriterThread
 
-# Main-thread states of the phases that are not computation.
-_PHASE_STATES = {S.Phase.DATALOAD: S.State.IO, S.Phase.CHECKPOINT: S.State.IO}
 FLUSH_PHASE = S.Phase.TRACE_FLUSH  # the tracer's own time at each step end, on the main thread
 RSS_COUNTER = S.Counter.RSS_BYTES  # the tracer's own counter: resident memory at each phase end
 # Columns some groups lack: their null and the dtype of the schema type.
 _FILL = {S.THREAD: (0, np.int32), S.STATE: (NULL, np.int16), S.NAME: (NULL, np.int32), S.STEP: (NULL, np.int32),
          S.LAYER: (NULL, np.int16), S.MICROSTEP: (NULL, np.int16), S.BYTES: (NULL, np.int64),
          S.PEER: (NULL, np.int32), S.SEQ: (NULL, np.int64), S.VALUE: (np.nan, np.float64),
-         S.COMMUNICATOR: (NULL, np.int32), S.TAG: (NULL, np.int32)}
+         S.COMMUNICATOR: (NULL, np.int32), S.TAG: (NULL, np.int32), BLOCKS: (NULL, np.int64)}
+
+
+class _Phase:
+    """The context of one `Tracer.phase`: a class, where a generator-based context manager costs ~1 us more on the
+    training loop (a step has 6 or more phases)."""
+    __slots__ = ("_tracer", "_name", "_nbytes", "_t0")
+
+    def __init__(self, tracer: Tracer, name: str, nbytes: int | None):
+        self._tracer, self._name, self._nbytes = tracer, name, nbytes
+
+    def __enter__(self) -> None:
+        self._t0 = time.monotonic_ns()
+
+    def __exit__(self, *exc) -> None:
+        self._tracer._phase_ended(self._name, self._t0, self._nbytes)
 
 
 @dataclass(frozen=True)
@@ -91,10 +113,12 @@ class Tracer:
         self.flush_every_ns = int(flush_every_s * 1e9)
         self.recorder = KernelRecorder(nthreads)
         self.schema = S.arrow_schema(metadata)
-        self.writer = PartWriter(path, rank, self.schema)
-        # OS thread ids -> thread index (main = 0, workers by first appearance), as two sorted lookup arrays.
+        self.writer = PartWriter(path, rank)
+        self._layout = (self.schema, part_layout(self.schema, nthreads))     # for the schema it was made of
+        # Thread ids (pthread ids, as the kernels read them) -> thread index (main = 0, workers by first appearance),
+        # as two sorted lookup arrays.
         # Used by the writer thread only, which sees the windows in order.
-        self._tids = np.array([threading.get_native_id()], dtype=np.int64)
+        self._tids = np.array([threading.get_ident()], dtype=np.int64)
         self._tid_index = np.zeros(1, dtype=np.int32)
         self._window_start = self.origin
         self._phases: list[tuple[str, int, int, int, int, int]] = []   # name, start, end, step, microstep, bytes
@@ -108,7 +132,7 @@ class Tracer:
         self._names: list[str] = []                                # the `name` dictionary, append-only
         self._name_codes: dict[str, int] = {}
         self._names_array = pa.array([], type=pa.string())
-        self.records = 0                                           # written so far
+        self.records = 0                                           # rows written to parts so far
         self.steps_written: tuple[int, int] | None = None          # first and last step on disk
         self._thread = WriterThread(self._write)
 
@@ -120,19 +144,17 @@ class Tracer:
     def microstep(self, micro: int) -> None:
         self.recorder.microstep = micro
 
-    @contextlib.contextmanager
-    def phase(self, name: str, nbytes: int | None = None) -> Iterator[None]:
+    def phase(self, name: str, nbytes: int | None = None) -> _Phase:
         """A `phase` record around the block, and the resident memory at its end; `nbytes` goes to its `bytes`
         column (a checkpoint's files)."""
-        t0 = time.monotonic_ns()
-        try:
-            yield
-        finally:
-            t1 = time.monotonic_ns()
-            step, micro = self.recorder.step, self.recorder.microstep
-            self._phases.append((name, t0, t1, step, micro, NULL if nbytes is None else nbytes))
-            if self._rss is not None:
-                self._counters.append((RSS_COUNTER, t1, float(self._rss.bytes()), step, micro))
+        return _Phase(self, name, nbytes)
+
+    def _phase_ended(self, name: str, t0: int, nbytes: int | None) -> None:
+        t1 = time.monotonic_ns()
+        step, micro = self.recorder.step, self.recorder.microstep
+        self._phases.append((name, t0, t1, step, micro, NULL if nbytes is None else nbytes))
+        if self._rss is not None:
+            self._counters.append((RSS_COUNTER, t1, float(self._rss.bytes()), step, micro))
 
     def counter(self, name: str, value: float) -> None:
         self._counters.append((name, time.monotonic_ns(), float(value), self.recorder.step, NO_VALUE))
@@ -154,8 +176,7 @@ class Tracer:
         self._communicators[comm.id] = comm
         meta = dict(self.schema.metadata or {})
         meta.update(comms.to_metadata(self._communicators.values()))
-        self.schema = self.schema.with_metadata(meta)
-        self.writer.schema = self.schema
+        self.schema = self.schema.with_metadata(meta)     # read by the writer thread for its next part
 
     def end_step(self, step: int) -> None:
         """The step's records are complete: mark the boundary, and close the window when it is time. Raises
@@ -236,7 +257,7 @@ class Tracer:
         return len(self._tids)
 
     def _thread_indices(self, tids: np.ndarray) -> np.ndarray:
-        """Map OS thread ids to 0..N-1 (NO_VALUE stays NO_VALUE): main thread 0, workers by first appearance."""
+        """Map thread ids to 0..N-1 (NO_VALUE stays NO_VALUE): main thread 0, workers by first appearance."""
         pos = np.minimum(np.searchsorted(self._tids, tids), len(self._tids) - 1)
         known = self._tids[pos] == tids
         if not known[tids >= 0].all():
@@ -264,45 +285,47 @@ class Tracer:
         return np.array([known[n] for n in names], dtype=np.int32).reshape(len(names))
 
     def _window_table(self, w: Window) -> pa.Table:
+        """The window's part: raw events (gpt2trace.format.parts); the merge builds the kernel records and the
+        states from them."""
         times, meta = w.times, call_meta(w.calls)
         index = self._thread_indices(times[:, 1:, 2])
-        blocks = blocks_of(times, index)
-        nthreads = max(self.nthreads, self.threads_seen)
+        window = PartWindow(self.rank, w.start_ns - self.origin, w.end_ns - self.origin,
+                            max(self.nthreads, self.threads_seen))
         ph = sorted(w.phases, key=lambda p: p[1])
         cm = w.comms
-        st = thread_states(times, blocks, nthreads, (w.start_ns, w.end_ns), _main_overlays(ph, cm))
-
         # A copy: the loop's thread may add a kernel name meanwhile (names only grow; the codes in this window
         # are all below the length read here).
         kernel_codes = self._codes(list(self.recorder.kernel_names))
-        kmeta = meta[blocks.call]
-        # (thread, start) order: a thread's blocks come in call order, which is their start order (each block is
-        # clipped into its call's region, and a call's region starts after the previous one ended)
-        korder = np.argsort(blocks.thread, kind="stable")
         co = w.counters
         phase_arr = np.array([p[1:] for p in ph], dtype=np.int64).reshape(-1, 5)     # start end step micro bytes
-        # start end step microstep bytes peer seq communicator tag (the state, c[9], goes to the state records)
-        comm_arr = np.array([c[1:9] + c[10:] for c in cm], dtype=np.int64).reshape(-1, 9)
+        # start end step microstep bytes peer seq communicator state tag
+        comm_arr = np.array([c[1:] for c in cm], dtype=np.int64).reshape(-1, 10)
         counter_t = np.array([c[1] for c in co], dtype=np.int64)
+        calls = {S.KIND: KERNEL_CALL, S.THREAD: 0, S.START_NS: times[:, 0, 0], S.END_NS: times[:, 0, 1],
+                 S.NAME: kernel_codes[meta[:, 0]], S.STEP: meta[:, 2], S.LAYER: meta[:, 1], S.MICROSTEP: meta[:, 3]}
+        blocks = times[:, 1:, :] - self.origin           # (start, end, tid) -> (start, end, thread index)
+        blocks[:, :, 2] = index
+        blocks[index < 0] = NULL                          # a block not run keeps a reused slot's old times
+        calls[BLOCKS] = blocks.reshape(len(times), 3 * self.nthreads)
         groups = [
-            {S.KIND: S.Kind.STATE, S.THREAD: st["thread"], S.START_NS: st["start"], S.END_NS: st["end"],
-             S.STATE: st["state"]},
-            {S.KIND: S.Kind.KERNEL, S.THREAD: blocks.thread[korder], S.START_NS: blocks.start[korder],
-             S.END_NS: blocks.end[korder], S.NAME: kernel_codes[kmeta[korder, 0]], S.STEP: kmeta[korder, 2],
-             S.LAYER: kmeta[korder, 1], S.MICROSTEP: kmeta[korder, 3]},
+            calls,
             {S.KIND: S.Kind.PHASE, S.THREAD: 0, S.START_NS: phase_arr[:, 0], S.END_NS: phase_arr[:, 1],
              S.NAME: self._codes([p[0] for p in ph]), S.STEP: phase_arr[:, 2], S.MICROSTEP: phase_arr[:, 3],
              S.BYTES: phase_arr[:, 4]},
             {S.KIND: S.Kind.COMM, S.THREAD: 0, S.START_NS: comm_arr[:, 0], S.END_NS: comm_arr[:, 1],
              S.NAME: self._codes([c[0] for c in cm]), S.STEP: comm_arr[:, 2], S.MICROSTEP: comm_arr[:, 3],
              S.BYTES: comm_arr[:, 4], S.PEER: comm_arr[:, 5], S.SEQ: comm_arr[:, 6],
-             S.COMMUNICATOR: comm_arr[:, 7], S.TAG: comm_arr[:, 8]},
+             S.COMMUNICATOR: comm_arr[:, 7], S.STATE: comm_arr[:, 8], S.TAG: comm_arr[:, 9]},
             {S.KIND: S.Kind.COUNTER, S.THREAD: 0, S.START_NS: counter_t, S.END_NS: counter_t,
              S.NAME: self._codes([c[0] for c in co]), S.STEP: np.array([c[3] for c in co], dtype=np.int64),
              S.MICROSTEP: np.array([c[4] for c in co], dtype=np.int64),
              S.VALUE: np.array([c[2] for c in co], dtype=np.float64)},
         ]
-        return records_table(self._concat(groups), self._names_array, self.schema)
+        schema, layout = self._layout
+        if schema is not self.schema:                     # a communicator was added since
+            schema = self.schema
+            self._layout = schema, (layout := part_layout(schema, self.nthreads))
+        return records_table(self._concat(groups), self._names_array, with_window(layout, window), kinds=PART_KINDS)
 
     def _concat(self, groups: list[dict]) -> dict[str, np.ndarray]:
         """One column per name over all groups; a column a group lacks is null there."""
@@ -316,29 +339,8 @@ class Tracer:
         for name, (null, dtype) in _FILL.items():
             present = [(g[name], a, b) for g, a, b in zip(groups, bounds[:-1], bounds[1:]) if name in g and b > a]
             if present:                     # else left out: a column of nulls (bytes, peer, seq without MPI)
-                col = cols[name] = np.full(n, null, dtype)
+                col = cols[name] = np.full((n, *np.shape(present[0][0])[1:]), null, dtype)
                 for v, a, b in present:
                     col[a:b] = v
         return cols
 
-
-def _main_overlays(phases: list[tuple], calls: list[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(start, end, state) of the main thread's states outside parallel regions, sorted by start: the I/O of
-    dataload/checkpoint phases, cut around the MPI calls made inside them, and the MPI calls' states."""
-    mpi = [(c[1], c[2], c[9]) for c in calls]
-    out = list(mpi)
-    for name, s, e, *_ in phases:
-        if name not in _PHASE_STATES:
-            continue
-        cursor = s
-        for ms, me, _ in mpi:                 # few per step; sorted, as the calls were made
-            if me > cursor and ms < e:
-                if ms > cursor:
-                    out.append((cursor, ms, _PHASE_STATES[name]))
-                cursor = max(cursor, me)
-        if e > cursor:
-            out.append((cursor, e, _PHASE_STATES[name]))
-    if not out:
-        return None
-    out.sort()
-    return tuple(np.array(c, dtype=np.int64) for c in zip(*out))

@@ -1,9 +1,9 @@
 """The tracer's writer thread: turns closed windows into trace parts off the training loop's critical path.
 
 The loop only hands a window over (a copy of the recorder's slots and the lists of phases, counters and MPI
-calls); building its table (~60 ns a record) and writing the part (~45 ns a record, an LZ4 Arrow IPC file)
-happen here. Most of that work runs without the GIL (NumPy, the compiled thread-state pass, Arrow and LZ4, the
-file write), so the loop rarely waits for the interpreter.
+calls); building its table of raw events (one row per kernel call, gpt2trace.format.parts) and writing the part
+(an LZ4 Arrow IPC file) happen here. What holds the GIL here can hold up the loop, which needs it between
+kernels: the writer's Python work is a few NumPy and Arrow calls per window, not per record.
 
 One window at a time: `submit` waits while the previous one is still being written. At the tracer's default
 interval that never happens, but it bounds both memory and what a kill can lose to one window being written

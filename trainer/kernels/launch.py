@@ -6,7 +6,7 @@ pays no fork/join. Each kernel takes a trace slot `tr` as its last argument, an 
 
     tr.shape == (0, 3)            tracing off: no clock is read
     tr[0]     = (enter_ns, exit_ns, 0)   the parallel region, read on the calling (main) thread
-    tr[1 + t] = (start_ns, end_ns, tid)  block t, read on the thread that ran it (tid = OS thread id)
+    tr[1 + t] = (start_ns, end_ns, tid)  block t, read on the thread that ran it (tid: its pthread id)
 
 Inner loops run over a block's *slice* from 0 (`xb = x[r0:r1]; for i in range(r1 - r0)`), not over
 `range(r0, r1)`: with an arbitrary start LLVM cannot prove the index non-negative (Numba's wraparound check
@@ -46,13 +46,15 @@ def _clock_gettime_ns(typingctx):
 
 
 @intrinsic
-def _gettid(typingctx):
-    """The OS thread id (Linux gettid). Numba's own get_thread_id() bakes an address into the code and
-    crashes when loaded from the on-disk cache; this links by name. The tracer maps OS ids to 0..n-1."""
+def _thread_id(typingctx):
+    """The calling thread's pthread id (pthread_self: a read of the thread pointer, where Linux gettid is a system
+    call, ~165 ns a block on this machine; Python's threading.get_ident() is the same id). Numba's own
+    get_thread_id() bakes an address into the code and crashes when loaded from the on-disk cache; this links by
+    name. The tracer maps the ids to 0..n-1."""
     def codegen(context, builder, signature, args):
-        i32 = ir.IntType(32)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, []), "gettid")
-        return builder.sext(builder.call(fn, []), ir.IntType(64))
+        i64 = ir.IntType(64)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, []), "pthread_self")
+        return builder.call(fn, [])
     return types.int64(), codegen
 
 
@@ -86,7 +88,7 @@ def block_end(tr, t, start_ns):
     if tr.shape[0] > 0:
         tr[1 + t, 0] = start_ns
         tr[1 + t, 1] = _clock_gettime_ns()
-        tr[1 + t, 2] = _gettid()
+        tr[1 + t, 2] = _thread_id()
 
 
 class Kernel:

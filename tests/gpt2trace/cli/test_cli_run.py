@@ -255,7 +255,7 @@ def test_an_empty_parts_folder_left_by_an_earlier_crash_does_not_block(tmp_path)
 
 def test_an_earlier_runs_parts_are_kept_and_block_with_a_hint(tmp_path):
     trace = tmp_path / "trace.parquet"
-    PartWriter(trace, 0, S.arrow_schema()).write(S.arrow_schema().empty_table())
+    PartWriter(trace, 0).write(S.arrow_schema().empty_table())
     r = _run(*TINY, "--steps", "1", "--trace", trace)
     assert r.exit_code == 2 and r.stderr.count("\n") == 1
     assert "holds the parts of an earlier run that did not finish; run `gpt2trace recover" in r.stderr

@@ -4,6 +4,13 @@ from __future__ import annotations
 import numpy as np
 
 from gpt2trace.record.recorder import NO_VALUE, KernelRecorder, call_meta
+from trainer.kernels.residual import residual_forward
+from trainer.launcher import Launcher
+
+
+def _slot(rec, kernel, layer):
+    """A call's slot as the launcher asks for it."""
+    return rec.slot(rec.kernel_key(kernel) + layer)
 
 
 def _fill(slot, enter, exit_, *blocks):
@@ -14,7 +21,7 @@ def _fill(slot, enter, exit_, *blocks):
 
 def test_slot_is_a_view_marked_absent():
     rec = KernelRecorder(nthreads=2, capacity=8)
-    slot = rec.slot("matmul_forward", 3)
+    slot = _slot(rec, "matmul_forward", 3)
     assert slot.shape == (3, 3) and slot.dtype == np.int64 and slot.flags.c_contiguous
     assert np.shares_memory(slot, rec.times)
     assert (slot[1:, 2] == NO_VALUE).all()          # blocks no thread has run yet
@@ -23,10 +30,10 @@ def test_slot_is_a_view_marked_absent():
 def test_take_returns_the_calls_and_their_meta():
     rec = KernelRecorder(nthreads=2, capacity=8)
     rec.step, rec.microstep = 4, 1
-    _fill(rec.slot("matmul_forward", 0), 100, 200, (110, 150, 7), (120, 190, 8))
-    _fill(rec.slot("gelu_forward", -1), 210, 260, (215, 250, 7))      # the second block was not run
+    _fill(_slot(rec, "matmul_forward", 0), 100, 200, (110, 150, 7), (120, 190, 8))
+    _fill(_slot(rec, "gelu_forward", -1), 210, 260, (215, 250, 7))      # the second block was not run
     rec.step = 5
-    _fill(rec.slot("matmul_forward", 1), 300, 400, (301, 399, 7), (302, 398, 8))
+    _fill(_slot(rec, "matmul_forward", 1), 300, 400, (301, 399, 7), (302, 398, 8))
     times, calls = rec.take()
     meta = call_meta(calls)
     assert times.shape == (3, 3, 3) and meta.dtype == np.int32
@@ -39,19 +46,19 @@ def test_take_returns_the_calls_and_their_meta():
 
 def test_take_copies_and_resets_the_slots():
     rec = KernelRecorder(nthreads=1, capacity=4)
-    slot = rec.slot("zero_fill", -1)
+    slot = _slot(rec, "zero_fill", -1)
     _fill(slot, 1, 2, (1, 2, 99))
     times, _ = rec.take()
     slot[0, 0] = 12345                       # the slot is reused by the next call: the copy must not change
     assert times[0, 0, 0] == 1
-    again = rec.slot("zero_fill", -1)
+    again = _slot(rec, "zero_fill", -1)
     assert again[1, 2] == NO_VALUE           # a reused slot starts with its blocks marked absent again
 
 
 def test_growth_keeps_the_recorded_calls():
     rec = KernelRecorder(nthreads=1, capacity=2)
     for i in range(5):                       # 2 -> 4 -> 8 slots
-        _fill(rec.slot("k", i), 10 * i, 10 * i + 5, (10 * i, 10 * i + 5, 1))
+        _fill(_slot(rec, "k", i), 10 * i, 10 * i + 5, (10 * i, 10 * i + 5, 1))
     times, calls = rec.take()
     meta = call_meta(calls)
     assert len(rec.times) == 8
@@ -61,7 +68,7 @@ def test_growth_keeps_the_recorded_calls():
 def test_take_upto_drops_the_calls_after_it_and_resets_every_slot():
     rec = KernelRecorder(nthreads=1, capacity=4)
     for i in range(3):
-        _fill(rec.slot("k", i), 10 * i, 10 * i + 5, (10 * i, 10 * i + 5, 1))
+        _fill(_slot(rec, "k", i), 10 * i, 10 * i + 5, (10 * i, 10 * i + 5, 1))
     times, calls = rec.take(upto=2)             # the third call belonged to a step cut short
     assert times[:, 0, 0].tolist() == [0, 10] and call_meta(calls)[:, 1].tolist() == [0, 1]
     assert rec.n == 0 and (rec.times[:3, 1:, 2] == NO_VALUE).all()
@@ -71,15 +78,49 @@ def test_take_upto_drops_the_calls_after_it_and_resets_every_slot():
 def test_step_changes_between_takes_and_without_calls():
     rec = KernelRecorder(nthreads=1, capacity=4)
     rec.step, rec.microstep = 0, 0
-    rec.slot("a", 2)
+    _slot(rec, "a", 2)
     rec.microstep = 1
     rec.step = NO_VALUE                         # changed twice with no call between: only the last counts
     rec.step = 1
-    rec.slot("b", -1)
-    rec.slot("a", 70_000)                      # layers beyond 16 bits keep their value
+    _slot(rec, "b", -1)
+    _slot(rec, "a", 70_000)                      # layers beyond 16 bits keep their value
     _, calls = rec.take()
     assert call_meta(calls).tolist() == [[0, 2, 0, 0], [1, -1, 1, 1], [0, 70_000, 1, 1]]
-    rec.slot("b", 0)                            # the next window starts in the step the last one ended in
+    _slot(rec, "b", 0)                            # the next window starts in the step the last one ended in
     rec.step = 2
     _, calls = rec.take()
     assert call_meta(calls).tolist() == [[1, 0, 1, 1]]
+
+
+
+class _CountingRecorder(KernelRecorder):
+    def __init__(self, nthreads):
+        super().__init__(nthreads)
+        self.asked: list[str] = []
+
+    def kernel_key(self, kernel):
+        self.asked.append(kernel)
+        return super().kernel_key(kernel)
+
+
+def test_the_launcher_asks_a_kernels_key_once_per_recorder():
+    # three calls of residual_forward (layers 0, 1, 0): one key asked, three slots with the layer in their key;
+    # a new recorder (the next traced block of a benchmark) is asked again, never given the old one's keys
+    x = np.ones(64, np.float32)
+    out = np.empty_like(x)
+    first, second = _CountingRecorder(2), _CountingRecorder(2)
+    launcher = Launcher(2, first)
+    for layer in (0, 1, 0):
+        launcher(residual_forward, layer, out, x, x)
+    assert first.asked == ["residual_forward"] and first.n == 3
+    assert call_meta(first.take()[1])[:, :2].tolist() == [[0, 0], [0, 1], [0, 0]]
+    launcher.recorder = second
+    second.kernel_key("other_kernel")                # ids differ between recorders
+    launcher(residual_forward, 2, out, x, x)
+    assert second.asked == ["other_kernel", "residual_forward"]
+    times, calls = second.take()
+    assert call_meta(calls)[:, :2].tolist() == [[1, 2]] and (times[0, 1:, 2] > 0).all()   # both blocks ran
+    assert (out == 2).all()
+    launcher.recorder = None                         # untraced: no slot asked
+    launcher(residual_forward, 0, out, x, x)
+    assert second.n == 0

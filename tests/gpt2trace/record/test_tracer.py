@@ -1,28 +1,34 @@
 """The Tracer as the training loop drives it, with hand-filled kernel slots: parts cut at step ends (every step,
 or by time), thread numbering, phases, counters (the resident memory at phase ends too), MPI calls (the comm
-sink), the flush phase, dropping a step cut short, a failing writer, merge."""
+sink), the flush phase, dropping a step cut short, a failing writer, merge; a fixed scenario's merged trace against
+the one the tracer wrote when it built the states itself."""
 from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.feather as feather
+import pyarrow.parquet as pq
 import pytest
 
 from gpt2trace.format import schema as S
 from gpt2trace.format.errors import OutputError
+from gpt2trace.format.parts import BLOCKS, KERNEL_CALL, PartWindow, complete
 from gpt2trace.format.reader import check_states, load
 from gpt2trace.format.writer import merge_parts, part_files, parts_dir
 from gpt2trace.record.tracer import FLUSH_PHASE, RSS_COUNTER, Tracer, Window
+from tests.gpt2trace.record.scenario import merged_scenario
 
-WORKER_TID, OTHER_TID = 900_001, 900_002   # fake OS thread ids; the main thread's is the real one
+WORKER_TID, OTHER_TID = 900_001, 900_002   # fake thread ids; the main thread's is the real one
 ORIGIN = 1_000_000
 
 
 def _kernel(tracer, name, layer, enter, exit_, *blocks):
     """A kernel call as the launcher makes it: a slot, filled as the Numba kernel would fill it."""
-    slot = tracer.recorder.slot(name, layer)
+    slot = tracer.recorder.slot(tracer.recorder.kernel_key(name) + layer)
     slot[0, :2] = ORIGIN + enter, ORIGIN + exit_
     for t, (s, e, tid) in enumerate(blocks):
         slot[1 + t] = ORIGIN + s, ORIGIN + e, tid
@@ -60,15 +66,23 @@ def _step(tracer, step, main):
 
 
 def test_a_part_per_step_and_thread_numbering(tracer, tmp_path):
-    main = threading.get_native_id()
+    main = threading.get_ident()
     _step(tracer, 0, main)
     _step(tracer, 1, main)
     tracer._thread.wait()                      # flush_every_s=0: each step's part is on disk when it returns...
     files = sorted((parts_dir(tmp_path / "trace.parquet") / "rank00000").iterdir())
     assert [f.name for f in files] == ["00000000.arrow", "00000001.arrow"]
     part0 = feather.read_table(files[0]).to_pandas()
-    kernels = part0[part0[S.KIND] == S.Kind.KERNEL]
-    # the main thread's OS id is thread 0, the first worker seen is thread 1; times are ns since the origin
+    # raw events only, grouped by kind: the kernel call, phases, counters; no kernel record, no state
+    assert list(dict.fromkeys(part0[S.KIND])) == [KERNEL_CALL, S.Kind.PHASE, S.Kind.COUNTER]
+    call = part0[part0[S.KIND] == KERNEL_CALL]
+    # its region on the main thread, and its blocks (start, end, thread): the main thread's id is thread 0, the
+    # first worker seen is thread 1; times are ns since the origin
+    assert call[[S.THREAD, S.START_NS, S.END_NS, S.NAME, S.STEP, S.LAYER, S.MICROSTEP]].values.tolist() == [
+        [0, 10, 60, "matmul_forward", 0, 0, 0]]
+    assert call[BLOCKS].map(list).tolist() == [[12, 40, 0, 15, 50, 1]]
+    kernels = complete(feather.read_table(files[0])).to_pandas()
+    kernels = kernels[kernels[S.KIND] == S.Kind.KERNEL]
     assert kernels[[S.THREAD, S.START_NS, S.END_NS]].values.tolist() == [[0, 12, 40], [1, 15, 50]]
     assert kernels[S.NAME].tolist() == ["matmul_forward"] * 2 and kernels[S.STEP].tolist() == [0, 0]
     assert kernels[S.LAYER].tolist() == [0, 0] and kernels[S.MICROSTEP].tolist() == [0, 0]
@@ -83,34 +97,37 @@ def test_a_part_per_step_and_thread_numbering(tracer, tmp_path):
     # this test process holds at least its Python and NumPy: tens of MB, far below a TB
     assert (rss[S.VALUE] > 10e6).all() and (rss[S.VALUE] < 1e12).all()
     assert counters[counters[S.NAME] == "loss"][S.VALUE].tolist() == [2.5]
-    # rows grouped by kind, each kind in (thread, start) order
-    assert list(dict.fromkeys(part0[S.KIND])) == [S.Kind.STATE, S.Kind.KERNEL, S.Kind.PHASE, S.Kind.COUNTER]
+    # the window the merge builds the states over: from the origin to step 0's end, for the 2 threads
+    window = PartWindow.of(feather.read_table(files[0]).schema)
+    assert (window.rank, window.start_ns, window.threads) == (0, 0, 2) and window.end_ns >= 60
     part1 = feather.read_table(files[1]).to_pandas()
     flush = part1[part1[S.NAME] == FLUSH_PHASE]
     assert len(flush) == 1 and flush[S.STEP].isna().all() and FLUSH_PHASE in S.PHASES
 
 
 def test_new_worker_threads_get_the_next_index(tracer):
-    main = threading.get_native_id()
+    main = threading.get_ident()
     tracer.begin_step(0)
     _kernel(tracer, "gelu_forward", 1, 10, 60, (12, 40, OTHER_TID), (15, 50, WORKER_TID))
     _kernel(tracer, "gelu_forward", 1, 70, 90, (71, 80, main), (72, 85, OTHER_TID))
-    table = tracer._window_table(_window(tracer, 100)).to_pandas()
+    part = tracer._window_table(_window(tracer, 100))
+    table = complete(part).to_pandas()
     k = table[table[S.KIND] == S.Kind.KERNEL].sort_values(S.START_NS)
     # first appearance: OTHER_TID (block 0 of the first call) -> 1, WORKER_TID -> 2
     assert k[S.THREAD].tolist() == [1, 2, 0, 1]
+    assert PartWindow.of(part.schema).threads == 3           # the states are built for the 3 threads seen
     assert sorted(table[table[S.KIND] == S.Kind.STATE][S.THREAD].unique()) == [0, 1, 2]
 
 
 def test_mpi_call_inside_dataload(tracer):
     # dataload [5, 40) with an MPI_Scatter [10, 30) in it: the main thread is in I/O, Group Communication,
     # I/O; the comm record keeps bytes, root and sequence number
-    main = threading.get_native_id()
+    main = threading.get_ident()
     tracer.begin_step(0)
     tracer._phases.append(("dataload", ORIGIN + 5, ORIGIN + 40, 0, 0, -1))   # no bytes
     tracer.comm("MPI_Scatter", ORIGIN + 10, ORIGIN + 30, 4096, 0, 7, S.State.GROUP_COMMUNICATION)
     _kernel(tracer, "encoder_forward", -1, 50, 60, (50, 60, main), (51, 59, WORKER_TID))
-    table = tracer._window_table(_window(tracer, 100)).to_pandas()
+    table = complete(tracer._window_table(_window(tracer, 100))).to_pandas()
     st = table[(table[S.KIND] == S.Kind.STATE) & (table[S.THREAD] == 0)]
     assert st[[S.START_NS, S.END_NS, S.STATE]].values.tolist() == [
         [0, 5, S.State.RUNNING], [5, 10, S.State.IO], [10, 30, S.State.GROUP_COMMUNICATION],
@@ -130,7 +147,11 @@ def test_point_to_point_calls_keep_their_tag_and_micro_batch(tracer):
     tracer.comm("MPI_Recv", ORIGIN + 10, ORIGIN + 30, 512, 2, None, S.State.WAITING_A_MESSAGE, 5, tag=7)
     tracer.comm("MPI_Send", ORIGIN + 40, ORIGIN + 45, 256, 3, None, S.State.BLOCKING_SEND, 5, tag=0)
     tracer.comm("MPI_Allreduce", ORIGIN + 50, ORIGIN + 60, 8, None, 0, S.State.GROUP_COMMUNICATION)
-    table = tracer._window_table(_window(tracer, 100))
+    part = tracer._window_table(_window(tracer, 100))
+    # in the part, each MPI call carries the main thread's state during it (the merge makes it a state record)
+    assert part.column(S.STATE).to_pylist() == [S.State.WAITING_A_MESSAGE, S.State.BLOCKING_SEND,
+                                                S.State.GROUP_COMMUNICATION]
+    table = complete(part)
     assert table.schema.field(S.TAG).type == S.FIELDS[S.TAG]
     comm = table.filter(pc.equal(table.column(S.KIND), S.Kind.COMM))
     cols = [S.NAME, S.PEER, S.BYTES, S.TAG, S.SEQ, S.MICROSTEP, S.COMMUNICATOR]
@@ -145,15 +166,19 @@ def test_point_to_point_calls_keep_their_tag_and_micro_batch(tracer):
 
 
 def test_close_and_merge_make_a_valid_trace(tracer, tmp_path):
-    main = threading.get_native_id()
+    main = threading.get_ident()
     for step in range(3):
         _step(tracer, step, main)
     tracer.close()
     path = tmp_path / "trace.parquet"
     merged = merge_parts(path)
-    assert merged.records == tracer.records and merged.steps == (0, 2) == tracer.steps_written
-    assert not parts_dir(path).exists()
+    # the parts held one row per kernel call (one a step; the merge made its 2 kernel records) and the trace's
+    # phases, MPI calls and counters
     trace = load(path)
+    states, kernels = trace.records(S.Kind.STATE).num_rows, trace.records(S.Kind.KERNEL).num_rows
+    assert tracer.records == merged.records - states - kernels + 3 and kernels == 6
+    assert merged.steps == (0, 2) == tracer.steps_written
+    assert not parts_dir(path).exists()
     assert check_states(trace) == [] and trace.run == {"model": {}}
     counters = trace.records(S.Kind.COUNTER).to_pandas()
     assert counters[counters[S.NAME] == "loss"][S.VALUE].tolist() == [2.5, 1.5, 0.5]
@@ -163,7 +188,7 @@ def test_parts_are_cut_by_time_at_step_ends(tmp_path):
     # flush_every_s=1e9 (31 years, from the forced window start): no step end is due, so nothing reaches the
     # disk until close, which writes one part with all three steps
     tracer = _tracer(tmp_path / "trace.parquet", flush_every_s=1e9)
-    main = threading.get_native_id()
+    main = threading.get_ident()
     for step in range(3):
         _step(tracer, step, main)
     assert not parts_dir(tmp_path / "trace.parquet").exists()     # made with the first part, not before
@@ -179,7 +204,7 @@ def test_parts_are_cut_by_time_at_step_ends(tmp_path):
 def test_a_step_cut_short_is_dropped(tracer, tmp_path):
     # step 1 stops after its first kernel (an error, a second Ctrl-C): close(whole_run=False) keeps step 0
     # only, and the trace ends where step 0 ended
-    main = threading.get_native_id()
+    main = threading.get_ident()
     _step(tracer, 0, main)
     step0_end = time.monotonic_ns() - ORIGIN
     tracer.begin_step(1)
@@ -199,10 +224,27 @@ def test_a_step_cut_short_is_dropped(tracer, tmp_path):
 
 def test_a_failing_writer_is_raised_on_the_loops_thread(tmp_path, readonly_dir):
     tracer = _tracer(readonly_dir / "trace.parquet")      # a read-only file system: the first part fails
-    main = threading.get_native_id()
+    main = threading.get_ident()
     # flush_every_s=0: step 0's part is written (and fails) before end_step returns
     with pytest.raises(OutputError, match=r"cannot write the trace part .*00000000.arrow: Read-only file system"):
         _step(tracer, 0, main)
     with pytest.raises(OutputError):                       # close says so too, and nothing was left behind
         tracer.close()
     assert list(readonly_dir.iterdir()) == []
+
+
+def test_the_merged_trace_is_the_one_the_tracer_made_when_it_built_the_states(tmp_path):
+    # The fixed scenario (scenario.py: 2 ranks, 3 windows each, a step cut short, a drift correction) recorded and
+    # merged, against its merged trace as the tracer of commit 8e60312 wrote it, which built each window's states
+    # on its writer thread: record by record (up to row order), the same trace.
+    reference = pq.read_table(Path(__file__).parent / "data" / "scenario_reference.parquet")
+    got = pq.read_table(merged_scenario(tmp_path / "trace.parquet"))
+    assert got.schema.equals(reference.schema, check_metadata=True)
+    assert got.num_rows == reference.num_rows == 786
+    def rows(table):                                  # dictionaries decoded, so rows sort by every column
+        plain = table.cast(pa.schema([pa.field(f.name, f.type.value_type if pa.types.is_dictionary(f.type) else
+                                               f.type) for f in table.schema]))
+        return plain.sort_by([(c, "ascending") for c in S.FIELDS]).to_pylist()
+    assert rows(got) == rows(reference)
+    trace = load(tmp_path / "trace.parquet")
+    assert check_states(trace) == [] and set(trace.records(S.Kind.STATE).column(S.THREAD).to_pylist()) == {0, 1, 2}

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from gpt2trace.cli.main import app
 from gpt2trace.format import schema as S
+from gpt2trace.format.parts import KERNEL_CALL
 from gpt2trace.format.writer import part_files, parts_dir
 from gpt2trace.testing.invariants import check_trace
 
@@ -57,9 +58,9 @@ def test_sigkill_leaves_whole_steps(tmp_path):
     assert steps[: K + 1] == list(range(K + 1))            # every step up to k (and maybe a few more)...
     assert steps == list(range(len(steps)))
     assert all(c["counts"] == len(S.Counter.PER_STEP) for c in counters)   # ... each with all its counters
-    kernels = pc.value_counts(pc.filter(step, pc.equal(kind, S.Kind.KERNEL))).to_pylist()
-    per_step = {c["values"]: c["counts"] for c in kernels}
-    assert sorted(per_step) == steps and len(set(per_step.values())) == 1   # and all its kernel records
+    calls = pc.value_counts(pc.filter(step, pc.equal(kind, KERNEL_CALL))).to_pylist()
+    per_step = {c["values"]: c["counts"] for c in calls}
+    assert sorted(per_step) == steps and len(set(per_step.values())) == 1   # and all its kernel calls
 
     result = CliRunner().invoke(app, ["recover", str(trace)])
     assert result.exit_code == 0, result.output

@@ -143,6 +143,6 @@ def test_trace_slot_records_region_and_blocks(nthreads):
     assert 0 < enter_ns <= exit_ns
     # the region is read on the calling thread before the fork and after the join, so it encloses blocks
     assert (enter_ns <= blocks[:, 0]).all() and (blocks[:, 0] <= blocks[:, 1]).all()
-    assert (blocks[:, 1] <= exit_ns).all() and (blocks[:, 2] > 0).all()          # OS thread ids
+    assert (blocks[:, 1] <= exit_ns).all() and (blocks[:, 2] > 0).all()          # thread ids
     for g, w in zip(got, run_backward(nthreads, dout, inp, weight)):
         np.testing.assert_array_equal(g, w)        # tracing does not change the result

@@ -11,27 +11,23 @@ import numpy as np
 import pytest
 
 from gpt2trace.format.schema import State
-from gpt2trace.record.thread_states import blocks_of, thread_states
+from gpt2trace.format.thread_states import Blocks, blocks_of, main_overlays, thread_states
 
 R, F, S, I, O = State.RUNNING, State.SCHEDULING_FORK_JOIN, State.SYNCHRONIZATION, State.IDLE, State.IO
 
 
 def _calls(*calls):
-    """times (n, nblocks+1, 3) as the recorder holds them, and the blocks' thread indices (n, nblocks)."""
-    nb = max((len(c[2]) for c in calls), default=2)
-    times = np.zeros((len(calls), nb + 1, 3), dtype=np.int64)
-    index = np.full((len(calls), nb), -1, dtype=np.int32)
-    for i, (enter, exit_, blocks) in enumerate(calls):
-        times[i, 0, :2] = enter, exit_
-        for b, (s, e, t) in enumerate(blocks):
-            times[i, 1 + b] = s, e, t
-            index[i, b] = t
-    return times, index
+    """Each call's region (enter, exit) and the blocks that were run, in call order."""
+    enter = np.array([c[0] for c in calls], dtype=np.int64)
+    exit_ = np.array([c[1] for c in calls], dtype=np.int64)
+    run = [(i, s, e, t) for i, (_, _, blocks) in enumerate(calls) for s, e, t in blocks if t >= 0]
+    call, start, end, thread = (np.array(c, dtype=np.int64) for c in zip(*run)) if run else [np.zeros(0, np.int64)] * 4
+    return enter, exit_, Blocks(call, thread.astype(np.int32), start, end)
 
 
 def _states(calls, nthreads, window=(0, 100), overlays=None):
-    times, index = _calls(*calls)
-    out = thread_states(times, blocks_of(times, index), nthreads, window, overlays)
+    enter, exit_, blocks = _calls(*calls)
+    out = thread_states(enter, exit_, blocks, nthreads, window, overlays)
     return [(int(t), int(s), int(e), State(int(st))) for t, s, e, st in
             zip(out["thread"], out["start"], out["end"], out["state"])]
 
@@ -94,15 +90,6 @@ def test_empty_window():
     assert _states([], nthreads=2, window=(100, 100)) == []
 
 
-def test_blocks_are_clipped_into_their_region():
-    # clocks of two cores disagree by a few ns: the worker's block read [8, 62) in region [10, 60)
-    times, index = _calls((10, 60, [(10, 30, 0), (8, 62, 1)]))
-    blocks = blocks_of(times, index)
-    assert blocks.start.tolist() == [10, 10] and blocks.end.tolist() == [30, 60]
-    got = _states([(10, 60, [(10, 30, 0), (8, 62, 1)])], nthreads=2)
-    assert got[4:] == [(1, 0, 10, I), (1, 10, 60, R), (1, 60, 100, I)]
-
-
 def test_regions_split_by_the_window():
     # the window [20, 50) cuts region [10, 60) (main block [10, 30), worker [15, 55)): states are clipped to it
     got = _states([(10, 60, [(10, 30, 0), (15, 55, 1)])], nthreads=2, window=(20, 50))
@@ -130,8 +117,7 @@ def test_random_calls_partition_the_window(seed):
         t = exit_
     window = (0, t + 10)
     got = _states(calls, nthreads, window, tuple(np.array(c, dtype=np.int64) for c in io))
-    times, index = _calls(*calls)
-    blocks = blocks_of(times, index)
+    _, _, blocks = _calls(*calls)
     for th in range(nthreads):
         mine = [g for g in got if g[0] == th]
         assert mine[0][1] == window[0] and mine[-1][2] == window[1]
@@ -142,7 +128,46 @@ def test_random_calls_partition_the_window(seed):
         assert {st for *_, st in mine} <= ({R, F, S, O} if th == 0 else {R, F, S, I})
 
 
-def test_a_thread_index_beyond_nthreads_is_refused():
-    times, index = _calls((10, 60, [(12, 40, 0), (15, 50, 2)]))
-    with pytest.raises(ValueError, match="a block of thread 2 but only 2 threads"):
-        thread_states(times, blocks_of(times, index), 2, (0, 100))
+@pytest.mark.parametrize("calls,nthreads,says", [
+    ([(10, 60, [(12, 40, 0), (15, 50, 2)])], 2, "a block of thread 2 but only 2 threads"),
+    ([(10, 60, [(12, 40, 0)])], 0, "a block of thread 0 but only 0 threads"),
+])
+def test_a_thread_index_beyond_nthreads_is_refused(calls, nthreads, says):
+    with pytest.raises(ValueError, match=says):
+        _states(calls, nthreads)
+
+
+def test_a_block_of_a_call_that_is_not_there_is_refused():
+    # the compiled pass does not bounds-check: a part whose block names call 1 of a single call is refused first
+    enter, exit_, blocks = _calls((10, 60, [(12, 40, 0)]))
+    with pytest.raises(ValueError, match="a block of call 1 but only 1 calls"):
+        thread_states(enter, exit_, Blocks(blocks.call + 1, blocks.thread, blocks.start, blocks.end), 1, (0, 100))
+
+
+def test_main_overlays_cut_the_io_of_a_phase_around_its_mpi_calls():
+    # dataload [5, 40) with an MPI_Scatter [10, 30) in it: I/O [5, 10), the call's state [10, 30), I/O [30, 40);
+    # the checkpoint [50, 70) is I/O throughout; forward is computation (no overlay); a send [80, 85) after it
+    calls = [(10, 30, int(State.GROUP_COMMUNICATION)), (80, 85, int(State.BLOCKING_SEND))]
+    phases = [("dataload", 5, 40), ("checkpoint", 50, 70), ("forward", 71, 79)]
+    start, end, state = main_overlays(phases, calls)
+    assert list(zip(start.tolist(), end.tolist(), state.tolist())) == [
+        (5, 10, O), (10, 30, State.GROUP_COMMUNICATION), (30, 40, O), (50, 70, O), (80, 85, State.BLOCKING_SEND)]
+    assert main_overlays([("forward", 0, 10)], []) is None
+
+
+def test_blocks_are_clipped_into_their_region():
+    # clocks of two cores disagree by a few ns: the worker's block read [8, 62) in region [10, 60); the block
+    # of the second column of call 1 was not run (thread index -1). A call as the recorder holds it: (enter,
+    # exit, -), then (start, end, -) per block column.
+    times = np.array([[[10, 60, 0], [10, 30, 0], [8, 62, 0]],
+                      [[70, 90, 0], [71, 89, 0], [0, 0, 0]]], dtype=np.int64)
+    index = np.array([[0, 1], [0, -1]], dtype=np.int32)
+    blocks = blocks_of(times[:, 0, 0], times[:, 0, 1], times[:, 1:, 0], times[:, 1:, 1], index)
+    assert blocks.call.tolist() == [0, 0, 1] and blocks.thread.tolist() == [0, 1, 0]
+    assert blocks.start.tolist() == [10, 10, 71] and blocks.end.tolist() == [30, 60, 89]
+    # so the worker is Running for the whole first region, never before or after it, and idles through the
+    # second, in which it ran nothing
+    st = thread_states(times[:, 0, 0], times[:, 0, 1], blocks, 2, (0, 100))
+    worker = [(s, e, x) for t, s, e, x in zip(st["thread"].tolist(), st["start"].tolist(), st["end"].tolist(),
+                                              st["state"].tolist()) if t == 1]
+    assert worker == [(0, 10, State.IDLE), (10, 60, State.RUNNING), (60, 100, State.IDLE)]
