@@ -11,8 +11,8 @@ a write leaves no half-written file where a reader looks.
 Why Arrow IPC for the parts: a part is written during the run (on the writer thread, beside the training loop)
 and lives only until the merge. Writing a table as an IPC file is a copy of its buffers, LZ4-compressed: ~13 us a
 step of the `small` model (its ~116 rows, ~4 KB), where Parquet encoding costs ~80 us. The full encoding (zstd,
-dictionaries, delta timestamps, statistics) is paid once, by the merge. Parts of earlier versions (written as Parquet, with the
-states in them, or without the columns added since) are still read by the merge and `recover`.
+dictionaries, delta timestamps, statistics) is paid once, by the merge. Parts of earlier versions (written as
+Parquet, with the states in them, or without the columns added since) are still read by the merge and `recover`.
 
 Files are opened by Python and handed to pyarrow as file objects: pyarrow's own path handling cannot encode
 file names that are not UTF-8 (which Linux allows).
