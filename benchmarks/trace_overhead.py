@@ -20,7 +20,10 @@ start-up or memory placement. Per configuration:
   but on the same cores), over the traced wall time, and its CPU time (less when the cores are shared);
 - records per step of the merged trace, and the rows per step the writer handled (the parts' raw events);
 - bytes per record (compressed, merged trace) and of the parts while the run goes; the merge's time per record
-  (it builds the kernel and state records from the parts).
+  (it builds the kernel and state records from the parts);
+- CPU ms/step traced and untraced: the process's CPU time (every thread: the loop, the kernels' workers, the
+  writer) per step, median over the blocks of each kind, and their ratio - 1: what tracing costs in work, which
+  time taken by other load on a shared machine does not stretch as it stretches wall time.
 
 `--hot-path` measures instead what tracing adds on the training loop's thread per kernel call (a tiny kernel on
 one thread, traced and untraced: the slot, the kernel's clock and thread-id reads) and per phase (a Tracer's
@@ -87,10 +90,10 @@ def worker(model: str, B: int, T: int, threads: int, steps: int, blocks: int, tm
         if traced:
             tracer = Tracer(path, 0, threads, {}, flush_every_s=TraceConfig().flush_every_s)
             launcher.recorder = tracer.recorder
-            t0 = time.perf_counter_ns()
+            t0, c0 = time.perf_counter_ns(), time.process_time_ns()
             train(m, data, tcfg, dp, observer=tracer)
             tracer.close()
-            wall = time.perf_counter_ns() - t0
+            wall, cpu = time.perf_counter_ns() - t0, time.process_time_ns() - c0
             out["parts"] += tracer.writer.seq
             out["part_bytes"] += tracer.writer.bytes
             out["writer_ns"] += tracer.writer_busy_ns
@@ -108,10 +111,11 @@ def worker(model: str, B: int, T: int, threads: int, steps: int, blocks: int, tm
             path.unlink()
         else:
             launcher.recorder = None
-            t0 = time.perf_counter_ns()
+            t0, c0 = time.perf_counter_ns(), time.process_time_ns()
             train(m, data, tcfg, dp)
-            wall = time.perf_counter_ns() - t0
-        out["blocks"].append({"traced": traced, "ms_per_step": wall / 1e6 / steps})
+            wall, cpu = time.perf_counter_ns() - t0, time.process_time_ns() - c0
+        out["blocks"].append({"traced": traced, "ms_per_step": wall / 1e6 / steps,
+                              "cpu_ms_per_step": cpu / 1e6 / steps})
     return out
 
 
@@ -176,6 +180,8 @@ def measure(name: str, blocks: int, steps: int, tmp: Path) -> dict:
     # each traced block against the untraced block beside it: A B | B A | A B | B A ...
     pairs = [ms[i] / ms[i + 1] if res["blocks"][i]["traced"] else ms[i + 1] / ms[i] for i in range(0, len(ms) - 1, 2)]
     on, off = statistics.median(traced), statistics.median(untraced)
+    cpu_on = statistics.median(b["cpu_ms_per_step"] for b in res["blocks"] if b["traced"])
+    cpu_off = statistics.median(b["cpu_ms_per_step"] for b in res["blocks"] if not b["traced"])
     traced_wall_ns = sum(traced) * steps * 1e6
     per_step = res["records"] / res["traced_steps"]
     print(f"{name}: {len(traced)} traced / {len(untraced)} untraced blocks of {steps} steps: {on:.2f} / {off:.2f} "
@@ -183,6 +189,7 @@ def measure(name: str, blocks: int, steps: int, tmp: Path) -> dict:
     return {"config": name, "model": model, "B": B, "T": T, "threads": threads, "blocks": blocks,
             "steps_per_block": steps, "ms_traced": on, "ms_untraced": off, "overhead": on / off - 1,
             "overhead_pairs": [p - 1 for p in pairs],
+            "cpu_ms_traced": cpu_on, "cpu_ms_untraced": cpu_off, "cpu_overhead": cpu_on / cpu_off - 1,
             "flush_share": res["flush_ns"] / traced_wall_ns, "writer_share": res["writer_ns"] / traced_wall_ns,
             "writer_cpu_share": res["writer_cpu_ns"] / traced_wall_ns,
             "parts": res["parts"], "records_per_step": per_step, "bytes_per_record": res["bytes"] / res["records"],
@@ -231,7 +238,7 @@ def main() -> None:
               f"{' '.join(f'{x:.2f}' for x in r['load_after'])}")
     print(f"{'config':<7} {'threads':>7} {'traced ms':>10} {'untraced':>9} {'overhead':>9} {'pairs min..max':>16} "
           f"{'flush %':>8} {'writer %':>9} {'cpu %':>6} {'rec/step':>9} {'rows/step':>9} {'B/rec':>6} "
-          f"{'part B/rec':>10} {'merge ns/rec':>12}")
+          f"{'part B/rec':>10} {'merge ns/rec':>12} {'CPU ms/step on/off':>19} {'CPU overhead':>12}")
     for r in rows:
         lo, hi = min(r["overhead_pairs"]), max(r["overhead_pairs"])
         print(f"{r['config']:<7} {r['threads']:>7} {r['ms_traced']:>10.2f} {r['ms_untraced']:>9.2f} "
@@ -239,10 +246,14 @@ def main() -> None:
               f"{100 * r['writer_share']:>8.2f}% {100 * r.get('writer_cpu_share', float('nan')):>5.2f}% "
               f"{r['records_per_step']:>9.0f} {r.get('part_rows_per_step', float('nan')):>9.0f} "
               f"{r['bytes_per_record']:>6.2f} {r.get('part_bytes_per_record', float('nan')):>10.2f} "
-              f"{r.get('merge_ns_per_record', float('nan')):>12.0f}")
+              f"{r.get('merge_ns_per_record', float('nan')):>12.0f} "
+              f"{r['cpu_ms_traced']:>9.2f}/{r['cpu_ms_untraced']:<9.2f} "
+              f"{100 * r['cpu_overhead']:>11.2f}%")
     print("ms: block wall time / steps, median over blocks; overhead: traced/untraced - 1 (pairs: each traced block "
           "against its neighbour); flush: the tracer's time on the loop's thread; writer: the writer thread's busy "
-          "time (cpu: its CPU time); all as a share of the traced wall time; rows: the raw events the writer handled")
+          "time (cpu: its CPU time); all as a share of the traced wall time; rows: the raw events the writer handled; "
+          "CPU ms/step: the process's CPU time (all threads) / steps, median over blocks, which time stolen by other "
+          "load on the machine does not stretch")
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / "trace_overhead.json"
     previous = json.loads(out.read_text()) if out.exists() else {}
