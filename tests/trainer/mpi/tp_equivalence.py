@@ -66,7 +66,7 @@ def parallel(par: ParallelConfig, comm):
     for dim in (DP, SP):        # data-parallel replicas hold the same shard: identical
         if grid.degree(dim) > 1:
             ref = model.params.copy()
-            grid.comm(dim).Bcast(ref, root=0)
+            (grid.comm(dim) or grid.world).Bcast(ref, root=0)    # a dimension spanning every rank is the world
             replica_err = max(replica_err, float(np.abs(model.params - ref).max()))
     replicated_err = 0.0
     if tensor.comm is not None:  # every tensor-parallel rank's copy of the unsplit tensors: identical
@@ -92,12 +92,12 @@ def parallel(par: ParallelConfig, comm):
 
 
 def cases(world: int) -> list[dict]:
-    """Every (tp, sp, pp, dp) with tp >= 2 and product `world` the tiny model allows (tp divides its 4 heads, pp its
-    4 layers, sp its 16 positions); tp = 1 layouts are the other equivalence scripts' cases. ZeRO-1 and ZeRO-2 in
-    the data-parallel groups of the layouts that have them."""
+    """Every (tp, sp, pp, dp) of product `world` the tiny model allows (tp divides its 4 heads, pp its 4 layers, sp
+    its 16 positions); at 2 and 4 ranks only tp >= 2 (the tp = 1 layouts are the dp, sp and pp scripts' cases).
+    ZeRO-1 and ZeRO-2 in the data-parallel groups of the layouts that have them."""
     out = []
-    for tp, sp, pp in itertools.product((2, 4), (1, 2, 4), (1, 2, 4)):
-        if world % (tp * sp * pp):
+    for tp, sp, pp in itertools.product((1, 2, 4), (1, 2, 4), (1, 2, 4)):
+        if world % (tp * sp * pp) or (tp == 1 and world < 8):
             continue
         dp = world // (tp * sp * pp)
         out.append(dict(tp=tp, sp=sp, pp=pp))
