@@ -83,10 +83,10 @@ def test_a_real_3_dimensional_run_gets_its_coordinates_and_communication_per_dim
     assert r.returncode == 0, r.stderr
     trace = load(trace_path)
     g = grid.of_trace(trace)                 # checked against the communicators the ranks created
-    assert (g.dims, g.source, g.note) == ((("sp", 2), ("pp", 2), ("dp", 1)), grid.FROM_GRID, None)
+    assert (g.dims, g.source, g.note) == ((("tp", 1), ("sp", 2), ("pp", 2), ("dp", 1)), grid.FROM_GRID, None)
     assert [g.label(rank) for rank in range(4)] == ["pp 0 sp 0", "pp 0 sp 1", "pp 1 sp 0", "pp 1 sp 1"]
     result = analyze(trace)
-    assert result["summary"]["degrees"] == "dp 1 x pp 2 x sp 2" and result["warnings"] == []
+    assert result["summary"]["degrees"] == "dp 1 x tp 1 x pp 2 x sp 2" and result["warnings"] == []
     dims = {d["dimension"]: d for d in result["comm_dimensions"]}
     # dp is 1: the gradient sync runs on the sp group (the trainer's grad communicator is the sp one); the
     # embedding group (each pipeline's first and last stage) is pipeline communication
