@@ -34,7 +34,6 @@ from trainer.cpu import cpu_model
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CORES = len(os.sched_getaffinity(0))
-DIMENSION = {"tp": "tp", "pp": "pp", "embed": "pp", "dp": "dp", "grad": "dp", "world": "dp", "sp": "sp"}
 
 
 def layouts(ranks: int, cfg) -> list[tuple[int, int, int]]:
@@ -71,21 +70,18 @@ def run_layout(args, model: str, layout: tuple[int, int, int], sync: str, workdi
 
 
 def from_trace(path: Path) -> dict:
-    """MPI seconds per step per dimension (mean over ranks) and their waits, from the timed steps' records."""
+    """MPI seconds per step per dimension (mean over ranks) and their waits, from `analyze`'s per-dimension table
+    (analysis.comm_groups.per_dimension: each communicator counted in the dimensions its ranks span)."""
     from analysis.analyze import analyze
     from gpt2trace.format.reader import load
 
     trace = load(path)
     result = analyze(trace)
-    steps, ranks = len(result["window"]["steps"]), result["summary"]["ranks"]
-    per_dim: dict[str, float] = {}
-    wait_dim: dict[str, float] = {}
-    for row in result["waits"]["groups"]:
-        dim = DIMENSION.get(row["group"], row["group"])
-        per_dim[dim] = per_dim.get(dim, 0.0) + row["time_s"] / steps / ranks
-        wait_dim[dim] = wait_dim.get(dim, 0.0) + row["wait_s"] / steps / ranks
-    return {"num_parameters": trace.run["model"]["num_parameters"], "mpi_s_per_step": per_dim,
-            "wait_s_per_step": wait_dim, "bubble": (result.get("pipeline") or {}).get("bubble")}
+    rows = result["comm_dimensions"]
+    return {"num_parameters": trace.run["model"]["num_parameters"],
+            "mpi_s_per_step": {r["dimension"]: r["time_s_per_step"] for r in rows},
+            "wait_s_per_step": {r["dimension"]: r["wait_s_per_step"] for r in rows},
+            "bubble": (result.get("pipeline") or {}).get("bubble")}
 
 
 def main() -> None:

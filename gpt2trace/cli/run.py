@@ -209,8 +209,6 @@ def _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay
                          sp=sp, sp_split=sp_split, sp_reduce=sp_reduce, pp=pp, pp_schedule=pp_schedule,
                          pp_layers=_layers(pp_layers), recompute=recompute, tp=tp)
     SequenceSplit(T, par.sp, par.sp_split)        # -T must be a multiple of --sp
-    from trainer.parallel.tensor import TensorShard
-    TensorShard(par.tp).check(mcfg)               # the heads and the vocabulary must split --tp ways
     from gpt2trace.record.network import parse
     return RunConfig(mcfg, tcfg, par, TraceConfig(trace, flush_every), data, init_from, save, metrics_json,
                      save_every, resume, parse(network) if network is not None else None)

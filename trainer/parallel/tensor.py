@@ -127,11 +127,9 @@ class TensorParallel:
         self.comm.Allreduce(self.MPI.IN_PLACE, x, op=self.MPI.MAX)
 
 
-def make_tensor(grid, cfg: ModelConfig):
+def make_tensor(grid):
     """This rank's tensor-parallel context: WholeTensor without tensor parallelism."""
     degree = grid.degree("tp")
     if degree == 1:
         return WholeTensor()
-    shard = TensorShard(degree, grid.coords["tp"])
-    shard.check(cfg)
-    return TensorParallel(shard, grid.comm("tp"))
+    return TensorParallel(TensorShard(degree, grid.coords["tp"]), grid.comm("tp"))   # GPT2 checks it fits cfg

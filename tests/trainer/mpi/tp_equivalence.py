@@ -52,7 +52,7 @@ def reference(global_batch: int, threads: int):
 def parallel(par: ParallelConfig, comm):
     launcher = Launcher(par.threads)
     grid = RankGrid.build(par, comm)
-    tensor = make_tensor(grid, CFG)
+    tensor = make_tensor(grid)
     split = SequenceSplit(T, par.sp, par.sp_split)
     seq = make_sequence(split, grid, B, CFG, launcher, par.sp_reduce, tensor.shard)
     t = tcfg()
