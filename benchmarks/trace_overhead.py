@@ -14,16 +14,14 @@ start-up or memory placement. Per configuration:
 - overhead: median traced / median untraced - 1, and its spread: the lowest and highest ratio of a traced block
   to the untraced block next to it (A B, B A pairs);
 - flush share: the tracer's time on the training loop's thread (the `trace_flush` phases it records at each
-  step end: the bookkeeping, the hand-over of a window to the writer thread, a wait if the writer lags), over
-  the traced wall time;
-- writer share: the writer thread's busy time (building and writing the parts, off the loop's critical path
-  but on the same cores), over the traced wall time, and its CPU time (less when the cores are shared);
-- records per step of the merged trace, and the rows per step the writer handled (the parts' raw events);
+  step end: the bookkeeping, and every `flush_every_s` the part's write), over the traced wall time, and of it
+  the parts' writes alone (cut share);
+- records per step of the merged trace;
 - bytes per record (compressed, merged trace) and of the parts while the run goes; the merge's time per record
-  (it builds the kernel and state records from the parts);
-- CPU ms/step traced and untraced: the process's CPU time (every thread: the loop, the kernels' workers, the
-  writer) per step, median over the blocks of each kind, and their ratio - 1: what tracing costs in work, which
-  time taken by other load on a shared machine does not stretch as it stretches wall time.
+  (it decodes the parts' raw buffers and builds the kernel and state records from them, after the run);
+- CPU ms/step traced and untraced: the process's CPU time (every thread: the loop and the kernels' workers) per
+  step, median over the blocks of each kind, and their ratio - 1: what tracing costs in work, which time taken by
+  other load on a shared machine does not stretch as it stretches wall time.
 
 `--hot-path` measures instead what tracing adds on the training loop's thread per kernel call (a tiny kernel on
 one thread, traced and untraced: the slot, the kernel's clock and thread-id reads) and per phase (a Tracer's
@@ -76,14 +74,14 @@ def worker(model: str, B: int, T: int, threads: int, steps: int, blocks: int, tm
     m = GPT2(cfg, init_params(cfg, tcfg.seed), B, T, launcher)
     dp = Local(m, tcfg, launcher)
     data = TokenLoader(synthetic_corpus(cfg.vocab_size, 1 << 18, 1), B, T)
-    # warm-up, untimed: the kernels and the tracer's compiled pass loaded, the writer's code paths run once
+    # warm-up, untimed: the kernels and the tracer's compiled pass loaded, the part writer's code paths run once
     warm = Tracer(Path(tmp) / "warm.parquet", 0, threads, {}, flush_every_s=0)
     launcher.recorder = warm.recorder
     train(m, data, replace(tcfg, steps=2), dp, observer=warm)
     warm.close()
     merge_parts(Path(tmp) / "warm.parquet").path.unlink()
-    out = {"blocks": [], "records": 0, "bytes": 0, "traced_steps": 0, "flush_ns": 0, "writer_ns": 0,
-           "writer_cpu_ns": 0, "parts": 0, "part_bytes": 0, "part_rows": 0, "merge_ns": 0}
+    out = {"blocks": [], "records": 0, "bytes": 0, "traced_steps": 0, "flush_ns": 0, "cut_ns": 0, "parts": 0,
+           "part_bytes": 0, "merge_ns": 0}
     for i in range(blocks):
         traced = (i % 4) in (0, 3)                               # A B B A: drift cancels in pairs
         path = Path(tmp) / f"block{i}.parquet"
@@ -96,9 +94,7 @@ def worker(model: str, B: int, T: int, threads: int, steps: int, blocks: int, tm
             wall, cpu = time.perf_counter_ns() - t0, time.process_time_ns() - c0
             out["parts"] += tracer.writer.seq
             out["part_bytes"] += tracer.writer.bytes
-            out["writer_ns"] += tracer.writer_busy_ns
-            out["writer_cpu_ns"] += tracer.writer_cpu_ns
-            out["part_rows"] += tracer.records
+            out["cut_ns"] += tracer.cut_ns
             t0 = time.perf_counter_ns()
             merged = merge_parts(path)
             out["merge_ns"] += time.perf_counter_ns() - t0
@@ -190,11 +186,9 @@ def measure(name: str, blocks: int, steps: int, tmp: Path) -> dict:
             "steps_per_block": steps, "ms_traced": on, "ms_untraced": off, "overhead": on / off - 1,
             "overhead_pairs": [p - 1 for p in pairs],
             "cpu_ms_traced": cpu_on, "cpu_ms_untraced": cpu_off, "cpu_overhead": cpu_on / cpu_off - 1,
-            "flush_share": res["flush_ns"] / traced_wall_ns, "writer_share": res["writer_ns"] / traced_wall_ns,
-            "writer_cpu_share": res["writer_cpu_ns"] / traced_wall_ns,
+            "flush_share": res["flush_ns"] / traced_wall_ns, "cut_share": res["cut_ns"] / traced_wall_ns,
             "parts": res["parts"], "records_per_step": per_step, "bytes_per_record": res["bytes"] / res["records"],
             "part_bytes_per_record": res["part_bytes"] / res["records"],
-            "part_rows_per_step": res["part_rows"] / res["traced_steps"],
             "merge_ns_per_record": res["merge_ns"] / res["records"],
             "blocks_ms_traced": traced, "blocks_ms_untraced": untraced}
 
@@ -237,28 +231,26 @@ def main() -> None:
         print(f"  {r['config']}: {' '.join(f'{x:.2f}' for x in r['load_before'])} -> "
               f"{' '.join(f'{x:.2f}' for x in r['load_after'])}")
     print(f"{'config':<7} {'threads':>7} {'traced ms':>10} {'untraced':>9} {'overhead':>9} {'pairs min..max':>16} "
-          f"{'flush %':>8} {'writer %':>9} {'cpu %':>6} {'rec/step':>9} {'rows/step':>9} {'B/rec':>6} "
+          f"{'flush %':>8} {'cut %':>6} {'rec/step':>9} {'B/rec':>6} "
           f"{'part B/rec':>10} {'merge ns/rec':>12} {'CPU ms/step on/off':>19} {'CPU overhead':>12}")
     for r in rows:
         lo, hi = min(r["overhead_pairs"]), max(r["overhead_pairs"])
         print(f"{r['config']:<7} {r['threads']:>7} {r['ms_traced']:>10.2f} {r['ms_untraced']:>9.2f} "
               f"{100 * r['overhead']:>8.2f}% {100 * lo:>7.2f}..{100 * hi:.2f}% {100 * r['flush_share']:>7.2f}% "
-              f"{100 * r['writer_share']:>8.2f}% {100 * r.get('writer_cpu_share', float('nan')):>5.2f}% "
-              f"{r['records_per_step']:>9.0f} {r.get('part_rows_per_step', float('nan')):>9.0f} "
+              f"{100 * r['cut_share']:>5.2f}% {r['records_per_step']:>9.0f} "
               f"{r['bytes_per_record']:>6.2f} {r.get('part_bytes_per_record', float('nan')):>10.2f} "
               f"{r.get('merge_ns_per_record', float('nan')):>12.0f} "
               f"{r['cpu_ms_traced']:>9.2f}/{r['cpu_ms_untraced']:<9.2f} "
               f"{100 * r['cpu_overhead']:>11.2f}%")
     print("ms: block wall time / steps, median over blocks; overhead: traced/untraced - 1 (pairs: each traced block "
-          "against its neighbour); flush: the tracer's time on the loop's thread; writer: the writer thread's busy "
-          "time (cpu: its CPU time); all as a share of the traced wall time; rows: the raw events the writer handled; "
-          "CPU ms/step: the process's CPU time (all threads) / steps, median over blocks, which time stolen by other "
-          "load on the machine does not stretch")
+          "against its neighbour); flush: the tracer's time on the loop's thread, of which cut: writing the parts; "
+          "both as a share of the traced wall time; CPU ms/step: the process's CPU time (all threads) / steps, "
+          "median over blocks, which time stolen by other load on the machine does not stretch")
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / "trace_overhead.json"
     previous = json.loads(out.read_text()) if out.exists() else {}
-    # rows of this layout only (the per-step flush of earlier versions was measured differently)
-    merged = ({r["config"]: r for r in previous.get("rows", []) if "writer_share" in r}
+    # rows of this layout only (earlier versions' writer thread was measured differently)
+    merged = ({r["config"]: r for r in previous.get("rows", []) if "cut_share" in r}
               | {r["config"]: r for r in rows})
     out.write_text(json.dumps(previous | {"rows": list(merged.values()), "cpus": os.cpu_count()}, indent=1) + "\n")
     print(f"wrote {out}")

@@ -8,11 +8,12 @@ builds the thread states from them, part by part. Each part, and the merged file
 temporary name (a leading dot: pyarrow's dataset discovery skips it) and renamed, so a kill or a full disk during
 a write leaves no half-written file where a reader looks.
 
-Why Arrow IPC for the parts: a part is written during the run (on the writer thread, beside the training loop)
-and lives only until the merge. Writing a table as an IPC file is a copy of its buffers, LZ4-compressed: ~13 us a
-step of the `small` model (its ~116 rows, ~4 KB), where Parquet encoding costs ~80 us. The full encoding (zstd,
-dictionaries, delta timestamps, statistics) is paid once, by the merge. Parts of earlier versions (written as
-Parquet, with the states in them, or without the columns added since) are still read by the merge and `recover`.
+Why Arrow IPC for the parts: a part is written during the run, on the training loop's thread, and lives only
+until the merge. The tracer writes a window's raw buffers (gpt2trace.format.raw_window) as a one-row IPC file, a
+copy of its buffers, LZ4-compressed; the merge decodes them into records and pays the full encoding (zstd,
+dictionaries, delta timestamps, statistics) once. Parts of earlier versions (Parquet with the states in them; IPC
+files of raw events, one row per kernel call, gpt2trace.format.parts; or without the columns added since) are
+still read by the merge and `recover`.
 
 Files are opened by Python and handed to pyarrow as file objects: pyarrow's own path handling cannot encode
 file names that are not UTF-8 (which Linux allows).
@@ -33,6 +34,7 @@ import pyarrow.parquet as pq
 
 from gpt2trace.format import communicators as comms
 from gpt2trace.format import parts as P
+from gpt2trace.format import raw_window
 from gpt2trace.format import schema as S
 from gpt2trace.format.errors import OutputError, TraceError
 
@@ -43,9 +45,7 @@ MERGED_ROW_GROUP = 1 << 20
 PARTS_SUFFIX = ".parts"
 PART_SUFFIX = ".arrow"
 _LEGACY_PART_SUFFIX = ".parquet"   # the parts of earlier versions
-# LZ4 on the writer thread itself (no pool threads competing with the kernels' threads). On the `small` model:
-# uncompressed 26 ns and 75 bytes a record (a long run's parts would be 15x its trace), LZ4 45 ns and 12 bytes,
-# zstd 69 ns and 5.6 bytes.
+# LZ4 on the writing thread itself (no pool threads competing with the kernels' threads).
 _PART_OPTIONS = ipc.IpcWriteOptions(compression="lz4", use_threads=False)
 
 
@@ -73,8 +73,8 @@ class PartWriter:
         an OSError (a full disk) becomes an OutputError and leaves nothing."""
         final = self.dir / f"{self.seq:08d}{PART_SUFFIX}"
         tmp = self.dir / f".{final.name}.tmp"
-        # Encoded in memory first, without the GIL, then written at once: a Python file object handed to pyarrow
-        # would take the GIL back for each buffer, from the training loop that needs it between kernels.
+        # Encoded in memory first, then written at once: a Python file object handed to pyarrow would be called
+        # back for each buffer.
         sink = pa.BufferOutputStream()
         with ipc.new_file(sink, table.schema, options=_PART_OPTIONS) as writer:
             writer.write_table(table)
@@ -134,6 +134,7 @@ def merge_parts(trace_path: Path, extra_metadata: dict[bytes, bytes] | None = No
     first = _read_schema(files[0])
     meta = P.trace_metadata(first.metadata or {})
     meta.pop(S.META_VERSION, None)     # the merged file has the current columns, whatever version wrote the parts
+    meta.pop(raw_window.META_RAW, None)
     meta.update(_communicators(files))
     meta.update(extra_metadata or {})
     schema = S.arrow_schema(meta)
@@ -143,9 +144,11 @@ def merge_parts(trace_path: Path, extra_metadata: dict[bytes, bytes] | None = No
         with open(tmp, "wb") as sink, pq.ParquetWriter(sink, schema, **write_options()) as writer:
             pending: list[pa.Table] = []
             pending_rows = 0
+            decoders: dict[Path, raw_window.RankDecoder] = {}     # a rank's raw parts are decoded in order
             for f in files:
                 # the states are built on the times as recorded, then corrected with every other record
-                t = _corrected(_current_columns(_read_records(f), schema), drift)
+                decoder = decoders.setdefault(f.parent, raw_window.RankDecoder())
+                t = _corrected(_current_columns(_read_records(f, decoder), schema), drift)
                 steps.add(t)
                 ranks.add(f.parent.name)
                 pending.append(t)
@@ -198,11 +201,13 @@ def _read_schema(path: Path) -> pa.Schema:
         return pq.read_schema(f) if path.suffix == _LEGACY_PART_SUFFIX else ipc.open_file(f).schema
 
 
-def _read_records(path: Path) -> pa.Table:
-    """A part's trace records (its states built, gpt2trace.format.parts.complete)."""
+def _read_records(path: Path, decoder: raw_window.RankDecoder) -> pa.Table:
+    """A part's trace records (decoded when raw, its states built: gpt2trace.format.parts.complete)."""
     with _unreadable_part(path):
         with open(path, "rb") as f:
             table = pq.read_table(f) if path.suffix == _LEGACY_PART_SUFFIX else ipc.open_file(f).read_all()
+        if raw_window.is_raw(table.schema):
+            table = decoder.part(table)
         return P.complete(table)
 
 
@@ -211,7 +216,7 @@ def _unreadable_part(path: Path):
     """A part we did not write (parts are renamed into place whole): a TraceError naming it, not a traceback."""
     try:
         yield
-    except (pa.ArrowException, ValueError) as exc:
+    except (pa.ArrowException, ValueError, KeyError, TypeError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise TraceError(f"{path}: not a readable trace part ({reason}); move it out of the folder to merge "
                          "the others") from None

@@ -7,8 +7,8 @@ a list and hands out a view made in advance (~110 ns, where looking the kernel's
 nothing is allocated but a small int, and the buffer grows only in the first steps.
 
 A call's step and microstep are not stored per call but as the call index at which they changed (they change a
-few times a step, calls come by the hundred): the writer thread turns keys and marks into columns with a few
-NumPy operations instead of a Python loop over the calls.
+few times a step, calls come by the hundred): the merge turns keys and marks into columns with a few NumPy
+operations (gpt2trace.format.raw_window).
 """
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-NO_VALUE = -1
-_LAYER_BITS = 32          # a call's key: kernel id << 32, plus its layer (-1: none); key + 1 splits cleanly
+from gpt2trace.format import raw_window
+
+NO_VALUE = raw_window.NO_VALUE
+_LAYER_BITS = raw_window.LAYER_BITS   # a call's key: kernel id << 32, plus its layer (-1: none); key + 1 splits
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,7 @@ class KernelRecorder:
         including the calls after `upto`, which are dropped (a step cut short).
 
         Runs on the training loop's thread at a window's end, so it only copies: ~30 us for the ~3,000 calls of
-        0.5 s of the `small` model; the per-call conversion happens on the writer thread."""
+        0.5 s of the `small` model; the per-call conversion happens in the merge."""
         n = self.n if upto is None else min(upto, self.n)
         times = self.times[:n].copy()
         self.times[: self.n, 1:, 2] = NO_VALUE
@@ -119,15 +121,4 @@ class KernelRecorder:
 
 def call_meta(calls: Calls) -> np.ndarray:
     """(n, 4) int32: kernel id, layer, step, microstep of each call `KernelRecorder.take` returned."""
-    n = len(calls)
-    meta = np.empty((n, 4), dtype=np.int32)
-    keys = np.array(calls.keys, dtype=np.int64).reshape(n) + 1
-    meta[:, 0] = keys >> _LAYER_BITS
-    meta[:, 1] = (keys & ((1 << _LAYER_BITS) - 1)) - 1
-    if n:
-        first = [m[0] for m in calls.marks]
-        counts = np.diff(np.array(first + [n], dtype=np.int64))
-        meta[:, 2] = np.repeat(np.array([m[1] for m in calls.marks], dtype=np.int32), counts)
-        meta[:, 3] = np.repeat(np.array([m[2] for m in calls.marks], dtype=np.int32), counts)
-    return meta
-
+    return raw_window.call_meta(np.array(calls.keys, dtype=np.int64), np.array(calls.marks, dtype=np.int64))

@@ -26,7 +26,7 @@ class KeptTrace:
     """What a run leaves of its trace: one merged file, or parts in <path>.parts (merged by `recover`)."""
     path: Path
     merged: bool
-    records: int
+    records: int                       # of the merged file (0 while the parts are not merged)
     steps: tuple[int, int] | None      # first and last whole step kept; None: no step was complete
 
     def describe(self) -> str:
@@ -102,9 +102,10 @@ class TraceSession:
         error = None
         try:
             self.tracer.close(whole_run)
-        except OutputError as exc:    # the writer thread's failure; the parts written before it are whole
+        except OutputError as exc:    # a part's write failed; the parts written before it are whole
             error = exc
-        self.kept = KeptTrace(self.path, False, self.tracer.records, self.tracer.steps_written)
+        # records are counted by the merge (parts hold raw buffers)
+        self.kept = KeptTrace(self.path, False, 0, self.tracer.steps_written)
         try:
             if self.comm is None:
                 if part_files(parts_dir(self.path)):
