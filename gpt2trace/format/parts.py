@@ -29,8 +29,11 @@ import pyarrow as pa
 from gpt2trace.format import schema as S
 
 KERNEL_CALL = "kernel_call"
+TASK_IDLE = "task_idle"      # a thread of the task runtime waiting with no ready task: Idle in the trace
+TASK_GRAPH = "task_graph"    # the span of one run of a task graph (thread 0): its threads' states are the runtime's
 BLOCKS = "blocks"
-PART_KINDS = (*S.Kind.ALL, KERNEL_CALL)             # a trace's kinds keep their codes in a part
+PART_KINDS = (*S.Kind.ALL, KERNEL_CALL, TASK_IDLE, TASK_GRAPH)   # a trace's kinds keep their codes in a part
+_PART_ONLY = (KERNEL_CALL, TASK_IDLE, TASK_GRAPH)
 KIND_CODES = {k: i for i, k in enumerate(PART_KINDS)}
 NULL = -1  # in the integer columns handed to `records_table`: no value
 _TRACE_KINDS = pa.array(S.Kind.ALL, type=pa.string())
@@ -83,7 +86,8 @@ def records_table(columns: dict[str, np.ndarray], names: pa.Array, schema: pa.Sc
 
     `kind` holds codes into `kinds` (`KIND_CODES`: a part's kinds, PART_KINDS, extend a trace's), `name` codes into
     `names` (a string array); in those and in the other integer columns NULL (-1) is a null, in `value` NaN is.
-    A fixed-size list column is an (n, size) array, without nulls. Missing columns are null.
+    A fixed-size list column is an (n, size) array, without nulls; a list column (`preds`) is a tuple (offsets
+    (n + 1,), values, valid (n,)). Missing columns are null.
     """
     n = len(columns[S.KIND])
     kind_dictionary = _KIND_DICTIONARIES.get(kinds) or pa.array(kinds, type=pa.string())
@@ -100,6 +104,11 @@ def records_table(columns: dict[str, np.ndarray], names: pa.Array, schema: pa.Sc
             arrays.append(pa.DictionaryArray.from_arrays(_array(codes, codes < 0), names, safe=False))
         elif field.name == S.VALUE:
             arrays.append(_array(col.astype(np.float64, copy=False), np.isnan(col)))
+        elif pa.types.is_list(field.type):
+            offsets, values, valid = col
+            arrays.append(pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32, copy=False)),
+                                                   pa.array(values, type=field.type.value_type),
+                                                   mask=pa.array(~valid)))
         elif pa.types.is_fixed_size_list(field.type):
             values = _array(col.astype(field.type.value_type.to_pandas_dtype(), copy=False).reshape(-1), None)
             arrays.append(pa.FixedSizeListArray.from_arrays(values, type=field.type))
@@ -158,13 +167,52 @@ def complete(part: pa.Table) -> pa.Table:
     for col in (S.STEP, S.LAYER, S.MICROSTEP):
         kernel[col] = calls.column(col).fill_null(NULL).to_numpy()[of_block]
     kernel_records = records_table(kernel, names.dictionary, schema)
+    tables = [state_records, kernel_records]
+    if (codes == KIND_CODES[S.Kind.TASK]).any() or (codes == KIND_CODES[TASK_GRAPH]).any():
+        state_records, task_kernels = _task_window(part, codes, schema, states, window)
+        tables = [state_records, kernel_records, task_kernels]
 
-    others = part.filter(pa.array(~is_call)).select(list(schema.names))
+    keep = ~np.isin(codes, [KIND_CODES[k] for k in _PART_ONLY])
+    others = part.filter(pa.array(keep)).select(list(schema.names))
     others = others.set_column(others.schema.get_field_index(S.KIND), S.KIND, pa.DictionaryArray.from_arrays(
-        pa.array(codes[~is_call], pa.int32()), _TRACE_KINDS))
+        pa.array(codes[keep], pa.int32()), _TRACE_KINDS))
     others = others.set_column(others.schema.get_field_index(S.STATE), S.STATE,
                                pa.nulls(others.num_rows, S.FIELDS[S.STATE]))
-    return pa.concat_tables([state_records, kernel_records, others.cast(schema)])
+    return pa.concat_tables([*tables, others.cast(schema)])
+
+
+def _task_window(part: pa.Table, codes: np.ndarray, schema: pa.Schema, states: dict[str, np.ndarray],
+                 window: PartWindow) -> tuple[pa.Table, pa.Table]:
+    """A task-based window: its states repainted inside the task graphs' spans (gpt2trace.format.task_states),
+    and a kernel record for each task's body (so kernel analyses see task traces as they see fork-join ones)."""
+    from gpt2trace.format.task_states import Intervals, paint_graphs
+
+    def rows(kind: str) -> dict[str, np.ndarray]:
+        at = np.flatnonzero(codes == KIND_CODES[kind])
+        return {c: part.column(c).take(pa.array(at)).to_numpy(zero_copy_only=False)
+                for c in (S.THREAD, S.START_NS, S.END_NS)} | {"at": at}
+
+    task, idle, graph, comm = rows(S.Kind.TASK), rows(TASK_IDLE), rows(TASK_GRAPH), rows(S.Kind.COMM)
+    comm_state = part.column(S.STATE).take(pa.array(comm["at"])).fill_null(int(S.State.RUNNING)).to_numpy()
+
+    def layer(r: dict, state) -> Intervals:
+        return Intervals(r[S.THREAD], r[S.START_NS], r[S.END_NS], np.broadcast_to(np.asarray(state), len(r["at"])))
+
+    painted = paint_graphs(states, (graph[S.START_NS], graph[S.END_NS]),
+                           [layer(idle, int(S.State.IDLE)), layer(task, int(S.State.RUNNING)),
+                            layer(comm, comm_state)], window.threads)
+    n = len(painted["thread"])
+    state_records = records_table({S.KIND: np.full(n, KIND_CODES[S.Kind.STATE], np.int32),
+                                   S.RANK: np.full(n, window.rank, np.int32), S.THREAD: painted["thread"],
+                                   S.START_NS: painted["start"], S.END_NS: painted["end"],
+                                   S.STATE: painted["state"]}, part.column(S.NAME).combine_chunks().dictionary, schema)
+    bodies = part.take(pa.array(task["at"])).select([S.RANK, S.THREAD, S.START_NS, S.END_NS, S.NAME, S.STEP,
+                                                     S.LAYER, S.MICROSTEP])
+    kernel = pa.table({f.name: bodies.column(f.name) if f.name in bodies.column_names else
+                       pa.nulls(bodies.num_rows, f.type) for f in schema}, schema=schema.remove_metadata())
+    kernel = kernel.set_column(0, S.KIND, pa.DictionaryArray.from_arrays(
+        pa.array(np.full(kernel.num_rows, KIND_CODES[S.Kind.KERNEL], np.int32)), _TRACE_KINDS))
+    return state_records, kernel.cast(schema)
 
 
 def _kind_codes(kind: pa.DictionaryArray) -> np.ndarray:

@@ -25,6 +25,8 @@ from gpt2trace.format import schema as S
 from gpt2trace.format.parts import (
     BLOCKS,
     KERNEL_CALL,
+    TASK_GRAPH,
+    TASK_IDLE,
     KIND_CODES,
     NULL,
     PART_KINDS,
@@ -53,7 +55,8 @@ _BUFFERS = {"times": pa.int64(), "keys": pa.int64(), "marks": pa.int64(), "kerne
 _FILL = {S.THREAD: (0, np.int32), S.STATE: (NULL, np.int16), S.NAME: (NULL, np.int32), S.STEP: (NULL, np.int32),
          S.LAYER: (NULL, np.int16), S.MICROSTEP: (NULL, np.int16), S.BYTES: (NULL, np.int64),
          S.PEER: (NULL, np.int32), S.SEQ: (NULL, np.int64), S.VALUE: (np.nan, np.float64),
-         S.COMMUNICATOR: (NULL, np.int32), S.TAG: (NULL, np.int32), BLOCKS: (NULL, np.int64)}
+         S.COMMUNICATOR: (NULL, np.int32), S.TAG: (NULL, np.int32), BLOCKS: (NULL, np.int64),
+         S.TASK: (NULL, np.int64), S.BLOCK: (NULL, np.int32)}
 
 
 @dataclass(frozen=True)
@@ -167,6 +170,11 @@ class RankDecoder:
             raise ValueError(f"its kernel calls ({len(keys)}) and their times ({len(times)}) do not match")
         meta = call_meta(keys, ints["marks"])
         index = self._thread_indices(times[:, 1:, 2])
+        tasks = ints["tasks"].reshape(-1, len(TASK_FIELDS))
+        task = {f: tasks[:, i] for i, f in enumerate(TASK_FIELDS)}
+        idle = ints["task_idle"].reshape(-1, 3)
+        task_thread = self._thread_indices(task["tid"])
+        idle_thread = self._thread_indices(idle[:, 0])
         window = PartWindow(int(info["rank"]), int(info["start_ns"]) - origin, int(info["end_ns"]) - origin,
                             max(threads, len(self._tids)))
         names = list(strs["kernel_names"])
@@ -203,6 +211,19 @@ class RankDecoder:
              S.NAME: code(strs["counter_names"]), S.STEP: counter[:, 1], S.MICROSTEP: counter[:, 2],
              S.VALUE: ints["counter_values"]},
         ]
+        if len(tasks) or len(idle):
+            offsets = ints["task_pred_offsets"]
+            if len(offsets) != len(tasks) + 1 or (len(tasks) and task["kernel"].max() >= len(strs["task_names"])):
+                raise ValueError("its tasks, their predecessors and their kernel names do not match")
+            graphs = ints["task_graphs"].reshape(-1, 2)
+            groups += [
+                {S.KIND: S.Kind.TASK, S.THREAD: task_thread, S.START_NS: task["start"], S.END_NS: task["end"],
+                 S.NAME: code(strs["task_names"])[task["kernel"]] if len(tasks) else np.zeros(0, np.int32),
+                 S.STEP: task["step"], S.LAYER: task["layer"], S.MICROSTEP: task["microstep"],
+                 S.TASK: task["task"], S.BLOCK: task["block"], S.PREDS: (offsets, ints["task_preds"])},
+                {S.KIND: TASK_IDLE, S.THREAD: idle_thread, S.START_NS: idle[:, 1], S.END_NS: idle[:, 2]},
+                {S.KIND: TASK_GRAPH, S.START_NS: graphs[:, 0], S.END_NS: graphs[:, 1]},
+            ]
         trace_meta = {k: v for k, v in table.schema.metadata.items() if k != META_RAW}
         layout = part_layout(S.arrow_schema(trace_meta), threads)
         columns = _concat(groups, window.rank, origin)
@@ -235,6 +256,15 @@ def _concat(groups: list[dict], rank: int, origin: int) -> dict[str, np.ndarray]
             S.RANK: np.full(n, rank, np.int32),
             S.START_NS: np.concatenate([g[S.START_NS] for g in groups]).astype(np.int64) - origin,
             S.END_NS: np.concatenate([g[S.END_NS] for g in groups]).astype(np.int64) - origin}
+    preds = [(g[S.PREDS], a, b) for g, a, b in zip(groups, bounds[:-1], bounds[1:]) if S.PREDS in g]
+    if preds:                       # one list a task, null elsewhere
+        (offsets, values), a, b = preds[0]
+        full = np.full(n + 1, offsets[0], np.int64)
+        full[a: b + 1] = offsets
+        full[b + 1:] = offsets[-1]
+        valid = np.zeros(n, bool)
+        valid[a:b] = True
+        cols[S.PREDS] = (full - offsets[0], values[offsets[0]: offsets[-1]], valid)
     for name, (null, dtype) in _FILL.items():
         present = [(g[name], a, b) for g, a, b in zip(groups, bounds[:-1], bounds[1:]) if name in g and b > a]
         if present or name == S.THREAD:
