@@ -54,7 +54,7 @@ BAD = [
      "missing required column(s) thread, start_ns, end_ns, state, name"),
     ("unknown version", lambda p: pq.write_table(_hand_made().replace_schema_metadata(
         {schema.META_VERSION: b"99"}), p), "trace schema version 99 is not supported (this gpt2trace reads "
-                                          "versions 1, 2, 3)"),
+                                          "versions 1, 2, 3, 4)"),
     ("empty", lambda p: pq.write_table(_hand_made().slice(0, 0), p), "the trace is empty"),
     ("bad type", lambda p: pq.write_table(_hand_made(**{RANK: ["a", "b", "c"]}), p),
      "column 'rank' has type string, which does not cast to int32"),
