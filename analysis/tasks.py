@@ -148,13 +148,16 @@ def totals(steps: pd.DataFrame) -> dict:
             "scheduling_share": float(s["scheduling_s"] / s["thread_s"]) if s["thread_s"] else None,
             "idle_share": float(s["idle_s"] / s["thread_s"]) if s["thread_s"] else None,
             "starved_share": _weighted(steps, "starved_share", "runtime_s"),
+            "mean_ready": _weighted(steps, "mean_ready", "runtime_s", per_thread=False),
+            "mean_running": _weighted(steps, "mean_running", "runtime_s", per_thread=False),
             "median_task_s": float(steps["median_task_s"].median()),
             "per_task_runtime_s": float(s["scheduling_s"] / s["tasks"]) if s["tasks"] else None,
             "threads": int(steps["threads"].max()) if "threads" in steps else None}
 
 
-def _weighted(df: pd.DataFrame, col: str, weight: str) -> float | None:
-    w = df[weight].to_numpy() * df["threads"].to_numpy() if "threads" in df else df[weight].to_numpy()
+def _weighted(df: pd.DataFrame, col: str, weight: str, per_thread: bool = True) -> float | None:
+    """The mean of `col` over the rows weighted by `weight` (times the row's threads when `per_thread`)."""
+    w = df[weight].to_numpy() * (df["threads"].to_numpy() if per_thread else 1)
     return float((df[col].to_numpy() * w).sum() / w.sum()) if w.sum() > 0 else None
 
 
