@@ -14,8 +14,9 @@ Mapping (ids 1-based: appl 1, task = rank + 1, thread = thread + 1, one virtual 
            task type and task ID; the type ids name the kernels in the .pcf; the block is an attribute)
   counter  2:...:t:<type>:<value>[:attributes]: PAPI_TOT_INS/PAPI_TOT_CYC as Extrae's 42000050/42000059, others
            as 71001001.. with value x 1e9 (the .pcf label says so), raw for PAPI_* names
-Attributes (71000001.. layer, step, microstep, seq, peer, bytes, communicator, tag, block) carry the record's optional columns
-as they are, in the line that starts the record, so an import rebuilds the trace exactly.
+Attributes (71000001.. layer, step, microstep, seq, peer, bytes, communicator, tag, block) carry the record's optional
+columns as they are, in the line that starts the record, so an import rebuilds the trace exactly (but for the tasks'
+predecessors, which no event holds).
 
 Paraver wants the records sorted by time: lines are generated batch by batch and written through an external
 merge sort (`linesort`), so memory stays bounded whatever the trace's size. At one instant on one thread, ends
