@@ -97,16 +97,8 @@ def critical_paths(graph: TaskGraph) -> tuple[pd.DataFrame, pd.DataFrame]:
     by_succ = np.argsort(succ, kind="stable")
     pred, succ = pred[by_succ], succ[by_succ]
     first = np.searchsorted(succ, np.arange(n + 1))
-    longest = np.zeros(n, dtype=np.int64)
-    via = np.full(n, -1, dtype=np.int64)
-    for i in range(n):
-        ps = pred[first[i]:first[i + 1]]
-        if len(ps):
-            j = ps[np.argmax(longest[ps])]
-            via[i] = j
-            longest[i] = longest[j] + dur[i]
-        else:
-            longest[i] = dur[i]
+    longest, via = _longest_paths(first.tolist(), pred.tolist(), dur.tolist())
+    longest, via = np.asarray(longest, dtype=np.int64), np.asarray(via, dtype=np.int64)
     rows, path_rows = [], []
     for (rank, step), g in df.groupby([RANK, STEP], sort=True):
         idx = g.index.to_numpy()
@@ -127,6 +119,22 @@ def critical_paths(graph: TaskGraph) -> tuple[pd.DataFrame, pd.DataFrame]:
                               LAYER: _opt(df[LAYER].iat[i]), BLOCK: _opt(df[BLOCK].iat[i]), "seconds": dur[i] / NS})
     cols = [RANK, STEP, TASK, "name", LAYER, BLOCK, "seconds"]
     return pd.DataFrame(rows), pd.DataFrame(path_rows, columns=cols)
+
+
+def _longest_paths(first: list[int], pred: list[int], dur: list[int]) -> tuple[list[int], list[int]]:
+    """longest[i]: the longest chain ending with task i (its duration included), via[i] the predecessor it comes
+    through (-1: none; the first of equal ones), for tasks in topological order; pred[first[i]:first[i + 1]] are
+    i's predecessors. Plain Python over lists (a reading of a trace does not load Numba): ~1 s per million
+    edges."""
+    longest, via = [0] * len(dur), [-1] * len(dur)
+    for i, d in enumerate(dur):
+        best = -1
+        for j in pred[first[i]:first[i + 1]]:
+            if best < 0 or longest[j] > longest[best]:
+                best = j
+        via[i] = best
+        longest[i] = d + (longest[best] if best >= 0 else 0)
+    return longest, via
 
 
 def path_by_kernel(on_path: pd.DataFrame) -> pd.DataFrame:
