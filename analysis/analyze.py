@@ -93,6 +93,9 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
     summ = summary(trace, window, peak_gflops, first_stage, grid)
     links = network_load.link_load(trace, calls, len(window.steps), summ.get("step_s_median"))
     task_tables = task_analysis(trace, window)                                 # None: a fork-join trace
+    if task_tables and not task_tables["totals"]["edges_known"]:
+        warnings.append(f"{trace.name}: its task records have no predecessors (a .prv import keeps none), so the "
+                        "task graph's critical path, the ready tasks and the starvation are not known")
     result = {
         "trace": trace.name,
         "window": {"t0_s": window.t0_ns / 1e9, "t1_s": window.t1_ns / 1e9, "steps": list(window.steps)},

@@ -25,10 +25,12 @@ COLUMNS = (RANK, STEP, TASK, NAME, LAYER, BLOCK, THREAD, START_NS, END_NS)
 @dataclass(frozen=True)
 class TaskGraph:
     """`tasks`: one row per task (COLUMNS; layer, step and block -1 where null), ordered by rank, step, start;
-    `pred`/`succ`: row indices of the edges (pred ran before succ, both on one rank)."""
+    `pred`/`succ`: row indices of the edges (pred ran before succ, both on one rank); `edges_known` False when
+    some task's `preds` is null (a trace imported from a .prv, which holds no edges)."""
     tasks: pd.DataFrame
     pred: np.ndarray
     succ: np.ndarray
+    edges_known: bool = True
 
     @property
     def duration_ns(self) -> np.ndarray:
@@ -54,7 +56,7 @@ def task_graph(trace: Trace, window: Span | None = None, steps: tuple[int, ...] 
     df = df.iloc[order].reset_index(drop=True)
     preds = preds.combine_chunks() if isinstance(preds, pa.ChunkedArray) else preds
     preds = preds.take(pa.array(order))
-    return TaskGraph(df, *_edges(df, preds))
+    return TaskGraph(df, *_edges(df, preds), edges_known=preds.null_count == 0)
 
 
 def _column(part: pa.Table, name: str) -> np.ndarray:

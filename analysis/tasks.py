@@ -25,6 +25,9 @@ from gpt2trace.format.schema import END_NS, NAME, RANK, START_NS, STATE, STEP, T
 
 BINS_PER_DECADE = 4          # task-size histogram: bins 10^(1/4) = 1.78x wide
 ALL_KERNELS = "all tasks"
+# What needs the dependency edges, unknown (NaN; the profile's ready count UNKNOWN) when the trace lost them
+NEEDS_EDGES = ("critical_path_s", "speedup_bound", "parallelism", "starved_s", "starved_share", "mean_ready")
+UNKNOWN = -1
 
 
 def task_analysis(trace: Trace, window: Window) -> dict | None:
@@ -45,8 +48,13 @@ def task_analysis(trace: Trace, window: Window) -> dict | None:
     steps = steps.merge(med.reset_index(), on=[RANK, STEP], how="left")
     steps["per_task_runtime_s"] = steps["scheduling_s"] / steps["tasks"]
     steps["threads"] = steps[RANK].map(lambda r: threads.get(int(r), 1))
+    if not graph.edges_known:
+        # without the edges, every task would count as a root: no critical path, no ready counts
+        steps[list(NEEDS_EDGES)] = np.nan
+        prof["ready"] = UNKNOWN
+        on_path = on_path.iloc[:0]
     return {"steps": steps, "profile": prof, "histogram": histogram(graph), "on_path": on_path,
-            "path_kernels": path_by_kernel(on_path), "totals": totals(steps)}
+            "path_kernels": path_by_kernel(on_path), "totals": {**totals(steps), "edges_known": graph.edges_known}}
 
 
 def ready_ns(graph: TaskGraph) -> np.ndarray:
@@ -139,9 +147,10 @@ def starvation(prof: pd.DataFrame, threads: dict[int, int]) -> pd.DataFrame:
 
 
 def totals(steps: pd.DataFrame) -> dict:
-    """The analyzed steps together: sums over ranks and steps, the ratios of the sums, the median step's bound."""
-    s = steps.sum(numeric_only=True)
-    cp = float(s["critical_path_s"])
+    """The analyzed steps together: sums over ranks and steps and the ratios of the sums (the starved share weighted
+    by each step's threads x span, the mean counts by its span; the median task of the steps' medians)."""
+    s = steps.sum(numeric_only=True, min_count=1)
+    cp = float(s["critical_path_s"]) if pd.notna(s["critical_path_s"]) else None
     return {"tasks": int(s["tasks"]), "task_s": float(s["task_s"]), "runtime_s": float(s["runtime_s"]),
             "critical_path_s": cp, "speedup_bound": float(s["runtime_s"]) / cp if cp else None,
             "parallelism": float(s["task_s"]) / cp if cp else None,
@@ -158,7 +167,8 @@ def totals(steps: pd.DataFrame) -> dict:
 def _weighted(df: pd.DataFrame, col: str, weight: str, per_thread: bool = True) -> float | None:
     """The mean of `col` over the rows weighted by `weight` (times the row's threads when `per_thread`)."""
     w = df[weight].to_numpy() * (df["threads"].to_numpy() if per_thread else 1)
-    return float((df[col].to_numpy() * w).sum() / w.sum()) if w.sum() > 0 else None
+    value = float((df[col].to_numpy() * w).sum() / w.sum()) if w.sum() > 0 else None
+    return value if value is not None and np.isfinite(value) else None
 
 
 def _time_before(s: np.ndarray, e: np.ndarray, t: np.ndarray) -> np.ndarray:

@@ -189,11 +189,12 @@ def render_tasks(out: Console, tasks: dict, top: int) -> None:
         ("runtime cost per task, median task", f"{_us(t['per_task_runtime_s'])}, {_us(t['median_task_s'])}"),
         ("idle share", _pct(t["idle_share"])),
         ("starved share (idle, too few ready)", _pct(t["starved_share"]))])
-    print_table(out, "On the task graph's critical paths",
-                [Col("kernel", label=True, bare=True), Col("layer", label=True), Col("tasks"), Col("seconds"),
-                 Col("share")],
-                [(r["name"], _layer(r["layer"], "none"), _int(r["tasks"]), _num(r["seconds"]), _pct(r["share"]))
-                 for r in tasks["path_kernels"][:top]])
+    if tasks["path_kernels"]:
+        print_table(out, "On the task graph's critical paths",
+                    [Col("kernel", label=True, bare=True), Col("layer", label=True), Col("tasks"), Col("seconds"),
+                     Col("share")],
+                    [(r["name"], _layer(r["layer"], "none"), _int(r["tasks"]), _num(r["seconds"]), _pct(r["share"]))
+                     for r in tasks["path_kernels"][:top]])
     h = tasks["histogram"]
     every = [i for i, k in enumerate(h["kernel"]) if k == h["kernel"][0] and h["count"][i]]
     print_table(out, "Task sizes (all tasks, log bins)",

@@ -465,7 +465,8 @@ function profileTraces(range, layout) {
       if (last !== null && d.start[i] !== last) { x.push(null); run.push(null); ready.push(null); }
       x.push(d.start[i] / 1e9, d.end[i] / 1e9);
       run.push(d.running[i], d.running[i]);
-      ready.push(d.ready[i], d.ready[i]);
+      const r = d.ready[i] >= 0 ? d.ready[i] : null;       // -1: not known (a trace without the edges)
+      ready.push(r, r);
       last = d.end[i];
     }
     const rank = 'rank ' + TP.ranks[p.tp];

@@ -64,3 +64,19 @@ def test_chrome_has_task_slices_and_one_flow_per_edge(tmp_path, hand_path):
     pairs = sorted((starts[i]["ts"], starts[i]["tid"], ends[i]["ts"], ends[i]["tid"]) for i in starts)
     assert pairs == [(30.999, TASK_TID + 1, 33.0, TASK_TID + 1), (40.999, TASK_TID, 43.0, TASK_TID),
                      (42.999, TASK_TID + 1, 54.0, TASK_TID + 1), (52.999, TASK_TID, 54.0, TASK_TID + 1)]
+
+
+def test_analyze_of_the_prv_says_what_the_lost_edges_cost(tmp_path, hand_path):
+    from analysis.analyze import analyze
+    from gpt2trace.interop.loader import load as load_any
+    out = export_paraver(hand_path, tmp_path / "tasks")
+    res = analyze(load_any(out.prv))
+    t = res["tasks"]["totals"]
+    # what needs the edges is unknown, not computed as if every task were a root
+    assert t["edges_known"] is False and t["critical_path_s"] is None and t["speedup_bound"] is None
+    assert t["starved_share"] is None and set(res["tasks"]["profile"]["ready"]) == {-1}
+    # what does not need them is as in the Parquet trace (tests/analysis/test_tasks.py: 75 us of tasks, 10 of
+    # 140 us in Scheduling, the running profile integrating to the task time)
+    assert t["task_s"] == pytest.approx(75e-6) and t["scheduling_share"] == pytest.approx(10 / 140)
+    assert any("no predecessors" in w for w in res["warnings"])
+    assert not [f for f in res["findings"] if f["metric"] == "tasks.totals.starved_share"]
