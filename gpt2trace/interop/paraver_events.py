@@ -170,7 +170,7 @@ class Events:
         value, ok = attrs[F.TASK_ID]
         cols[TASK] = (value - 1, ok)
         notes.append(f"{len(opens)} task(s) imported without their predecessors (a .prv holds no dependency "
-                     "edges): the task graph's critical path is each task alone")
+                     "edges): the task graph's critical path and ready tasks are not known")
         return kind_table(Kind.TASK, self.lanes, self.lane[opens], self.time[opens], ends, cols, names)
 
     def _comms(self, opens, ends, attrs, pcf: Pcf, notes) -> pa.Table:
