@@ -463,7 +463,7 @@ function profileTraces(range, layout) {
     for (let i = 0; i < d.n; i++) {
       if (d.rank[i] !== p.tp || d.end[i] <= range[0] || d.start[i] >= range[1]) continue;
       if (last !== null && d.start[i] !== last) { x.push(null); run.push(null); ready.push(null); }
-      x.push(d.start[i] / 1e9, d.end[i] / 1e9);
+      x.push(Math.max(d.start[i], range[0]) / 1e9, Math.min(d.end[i], range[1]) / 1e9);   // clipped to the view
       run.push(d.running[i], d.running[i]);
       const r = d.ready[i] >= 0 ? d.ready[i] : null;       // -1: not known (a trace without the edges)
       ready.push(r, r);

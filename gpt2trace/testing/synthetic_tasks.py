@@ -203,7 +203,7 @@ def _step_records(rank: int, step: int, tasks: list[Task], s0: int, r0: int, r1:
     """Phases that tile the step: dataload, then forward / backward / optimizer cut where the first task of the
     next phase starts (in a task run they overlap; the cut keeps them a partition), then the counters."""
     def first(suffix: str) -> int | None:
-        starts = [t.start_ns for t in tasks if t.name.endswith(suffix) or (suffix == "adamw" and t.name == suffix)]
+        starts = [t.start_ns for t in tasks if t.name.endswith(suffix)]
         return min(starts) if starts else None
     cuts = [r0] + [c for c in (first("_backward"), first("adamw")) if c is not None] + [s1]
     names = [Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER][:len(cuts) - 1]
