@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from analysis.records import NS, Span
 from gpt2trace.format.reader import Trace
-from gpt2trace.format.schema import BLOCK, END_NS, LAYER, NAME, PREDS, RANK, START_NS, STEP, TASK, THREAD, Kind
+from gpt2trace.format.schema import BLOCK, END_NS, FIELDS, LAYER, NAME, PREDS, RANK, START_NS, STEP, TASK, THREAD, Kind
 
 COLUMNS = (RANK, STEP, TASK, NAME, LAYER, BLOCK, THREAD, START_NS, END_NS)
 
@@ -49,7 +49,7 @@ def task_graph(trace: Trace, window: Span | None = None, steps: tuple[int, ...] 
         keep &= df[STEP].isin(steps).to_numpy()
     elif window is not None:
         keep &= ((df[START_NS] < window.t1_ns) & (df[END_NS] > window.t0_ns)).to_numpy()
-    preds = part.column(PREDS) if PREDS in part.column_names else pa.nulls(part.num_rows, pa.list_(pa.int64()))
+    preds = part.column(PREDS) if PREDS in part.column_names else pa.nulls(part.num_rows, FIELDS[PREDS])
     preds = preds.filter(pa.array(keep)) if not keep.all() else preds
     df = df[keep].reset_index(drop=True)
     order = np.lexsort((df[END_NS].to_numpy(), df[START_NS].to_numpy(), df[STEP].to_numpy(), df[RANK].to_numpy()))

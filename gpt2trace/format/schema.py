@@ -39,7 +39,8 @@ FIELDS = {
     STATE: pa.int16(), NAME: _DICT_STR,
     STEP: pa.int32(), LAYER: pa.int16(), MICROSTEP: pa.int16(), BYTES: pa.int64(), PEER: pa.int32(),
     SEQ: pa.int64(), VALUE: pa.float64(), COMMUNICATOR: pa.int32(), TAG: pa.int32(),
-    TASK: pa.int64(), BLOCK: pa.int32(), PREDS: pa.list_(pa.int64()),
+    # the list's item named as Parquet names it ("element"), so a table read back has exactly these types
+    TASK: pa.int64(), BLOCK: pa.int32(), PREDS: pa.list_(pa.field("element", pa.int64())),
 }
 # The columns whose values are lists (NumPy-built tables and pandas conversions treat them apart).
 LIST_COLUMNS = (PREDS,)
