@@ -35,6 +35,7 @@ from analysis.records import records, threads
 from analysis.state_profile import state_profile
 from analysis.step_phases import step_phases
 from analysis.summary import summary
+from analysis.tasks import task_analysis
 from analysis.window import select
 from gpt2trace.format import grid as rank_grid
 from gpt2trace.format.reader import Trace, check_states
@@ -46,8 +47,9 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
     """Everything about one trace: summary, pop, counters, parallel (the layout), imbalance, waits (per call and
     group, per communicator, per communicator name), comm_dimensions (per parallel dimension), pipeline (None
     without pipeline parallelism), memory (resident memory per rank; None without samples), root_causes,
-    delay_costs, states, occupancy, step_phases, kernel_threads, critical_path, bursts, findings, warnings (problems
-    with the trace or with the replay's numbers).
+    delay_costs, states, occupancy, step_phases, kernel_threads, critical_path, bursts, tasks (a task-based run's
+    task graph: analysis.tasks; None for a fork-join trace), findings, warnings (problems with the trace or with the
+    replay's numbers).
 
     `steps` is '--steps A:B' (B excluded); `top` limits the findings and serial sections, not the tables.
     `explain=False` leaves out the costliest explanations, the critical path, the delay costs (root_causes empty)
@@ -90,6 +92,10 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
     mem = memory.memory(trace, window)                                          # resident memory per rank
     summ = summary(trace, window, peak_gflops, first_stage, grid)
     links = network_load.link_load(trace, calls, len(window.steps), summ.get("step_s_median"))
+    task_tables = task_analysis(trace, window)                                 # None: a fork-join trace
+    if task_tables and not task_tables["totals"]["edges_known"]:
+        warnings.append(f"{trace.name}: its task records have no predecessors (a .prv import keeps none), so the "
+                        "task graph's critical path, the ready tasks and the starvation are not known")
     result = {
         "trace": trace.name,
         "window": {"t0_s": window.t0_ns / 1e9, "t1_s": window.t1_ns / 1e9, "steps": list(window.steps)},
@@ -122,11 +128,18 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
         "critical_path": {k: (columns(v) if k == "segments" else rows(v) if isinstance(v, pd.DataFrame) else v)
                           for k, v in critical_path_tables(trace, window, calls, kern).items()} if explain else None,
         "bursts": {"edges_s": burst_hist["edges_s"], "cells": rows(burst_hist["cells"])},
+        "tasks": _tasks_json(task_tables) if task_tables else None,
         "warnings": warnings,
     }
     result = jsonable(result)
     result["findings"] = findings(result, top)
     return result
+
+
+def _tasks_json(tables: dict) -> dict:
+    """The task tables: the profile and histogram as columns (long tables of few columns), the others as rows."""
+    return {k: (columns(v) if k in ("profile", "histogram") else rows(v) if isinstance(v, pd.DataFrame) else v)
+            for k, v in tables.items()}
 
 
 def analyze_many(traces: list[Trace], steps: str | None = None, top: int = 10,

@@ -9,6 +9,7 @@ Warnings about the analysis itself come first; notes (lost_fraction None) last.
 from __future__ import annotations
 
 from analysis import delay
+from analysis.task_findings import task_findings
 from gpt2trace.format.communicators import TAIL, WORLD_NAME, describe
 from gpt2trace.format.grid import WORDS
 from gpt2trace.format.mpi_calls import COLL_POST, COMPLETIONS, classify
@@ -55,7 +56,8 @@ def findings(result: dict, top: int = 10) -> list[dict]:
     for key in losses:
         out.append(_finding(f"pop.lost.{key}", lost[key], _loss_text(key, lost[key], result)))
         out += details.get(key, [])
-    return warnings + out[:top] + _dimension_note(result, details) + _notes(result)
+    return (warnings + out[:top] + task_findings(result.get("tasks")) + _dimension_note(result, details)
+            + _notes(result))
 
 
 def _loss_text(key: str, share: float, result: dict) -> str:

@@ -168,7 +168,39 @@ def render(out: Console, res: dict, top: int) -> None:
                   style="dim", overflow="fold")
     if res.get("critical_path"):
         render_critical_path(out, res["critical_path"], top)
+    if res.get("tasks"):
+        render_tasks(out, res["tasks"], top)
     _findings(out, res["findings"][:top])
+
+
+def render_tasks(out: Console, tasks: dict, top: int) -> None:
+    """A task-based run (analysis.tasks): the graph's bound and parallelism, the runtime's shares, what is on the
+    critical paths, the task sizes (docs/tasks.md)."""
+    t = tasks["totals"]
+    _pairs(out, "Tasks (sums over the analyzed steps and ranks)", [
+        ("tasks, threads per rank", f"{_int(t['tasks'])}, {_int(t['threads'])}"),
+        ("task time", _num(t["task_s"], " s")),
+        ("runtime (first task start to last end)", _num(t["runtime_s"], " s")),
+        ("critical path of the task graph", _num(t["critical_path_s"], " s")),
+        ("speed-up bound (runtime / critical path)", _num(t["speedup_bound"], "x")),
+        ("average parallelism (task time / critical path)", _num(t["parallelism"])),
+        ("mean tasks ready / running", f"{_num(t['mean_ready'])} / {_num(t['mean_running'])}"),
+        ("runtime overhead (Scheduling share)", _pct(t["scheduling_share"])),
+        ("runtime cost per task, median task", f"{_us(t['per_task_runtime_s'])}, {_us(t['median_task_s'])}"),
+        ("idle share", _pct(t["idle_share"])),
+        ("starved share (idle, too few ready)", _pct(t["starved_share"]))])
+    if tasks["path_kernels"]:
+        print_table(out, "On the task graph's critical paths",
+                    [Col("kernel", label=True, bare=True), Col("layer", label=True), Col("tasks"), Col("seconds"),
+                     Col("share")],
+                    [(r["name"], _layer(r["layer"], "none"), _int(r["tasks"]), _num(r["seconds"]), _pct(r["share"]))
+                     for r in tasks["path_kernels"][:top]])
+    h = tasks["histogram"]
+    every = [i for i, k in enumerate(h["kernel"]) if k == h["kernel"][0] and h["count"][i]]
+    print_table(out, "Task sizes (all tasks, log bins)",
+                [Col("duration", label=True), Col("tasks"), Col("seconds"), Col("share")],
+                [(f"{_us(h['lo_s'][i])} - {_us(h['hi_s'][i])}", _int(h["count"][i]), _num(h["seconds"][i]),
+                  _pct(h["seconds"][i] / t["task_s"] if t["task_s"] else None)) for i in every])
 
 
 def render_dimensions(out: Console, dims: list[dict]) -> None:
@@ -337,6 +369,11 @@ def _factor(v, kind: str) -> str | None:
 
 def _whole(v: float | None) -> int | None:
     return None if v is None else round(v)
+
+
+def _us(seconds) -> str:
+    """Microseconds with 3 significant digits (a task's size)."""
+    return "n/a" if seconds is None else f"{1e6 * seconds:.3g} us"
 
 
 def _int(v) -> str:

@@ -241,6 +241,13 @@ def _check_values(where, table: pa.Table) -> None:
     is_state = pc.equal(table.column(KIND), Kind.STATE)
     if pc.sum(pc.and_(is_state, pc.is_null(table.column(STATE)))).as_py():
         raise TraceError(f"{where}: state records with a null 'state' id; each needs its Paraver state id")
+    is_task = pc.equal(table.column(KIND), Kind.TASK)
+    if pc.any(is_task).as_py():
+        ids = table.column(schema.TASK) if schema.TASK in table.column_names else pa.nulls(table.num_rows, pa.int64())
+        missing = pc.sum(pc.and_(is_task, pc.is_null(ids))).as_py()
+        if missing:
+            raise TraceError(f"{where}: {missing} task record(s) without a 'task' id; each task needs its id "
+                             "(unique on its rank), which its successors' 'preds' name")
     bad = pc.sum(pc.less(table.column(END_NS), table.column(START_NS))).as_py() or 0
     if bad:
         raise TraceError(f"{where}: {bad} record(s) end before they start (end_ns < start_ns)")

@@ -10,10 +10,11 @@ from enum import IntEnum
 import pyarrow as pa
 
 # 2 added the `communicator` column and META_COMMUNICATORS; 3 added the `tag` column (point-to-point MPI tags).
-# Older traces are still read: version 1's MPI calls all ran on the world communicator, and versions 1 and 2 read
-# with a null tag.
-SCHEMA_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+# 4 added the `task` kind and the `task`, `block` and `preds` columns (task-based runs: the task graph).
+# Older traces are still read: version 1's MPI calls all ran on the world communicator, versions 1 and 2 read
+# with a null tag, versions 1 to 3 have no tasks (every run before 4 was fork-join).
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 META_VERSION = b"gpt2trace.schema_version"
 META_RUN = b"gpt2trace.run"            # JSON: model, training, parallel layout, trace options
 META_MACHINE = b"gpt2trace.machine"    # JSON: CPU, cores, threading layer, BLAS + kernel, MPI, versions
@@ -27,9 +28,10 @@ META_COMMUNICATORS = b"gpt2trace.communicators"
 KIND, RANK, THREAD, START_NS, END_NS, STATE, NAME = "kind", "rank", "thread", "start_ns", "end_ns", "state", "name"
 STEP, LAYER, MICROSTEP, BYTES, PEER, SEQ, VALUE = "step", "layer", "microstep", "bytes", "peer", "seq", "value"
 COMMUNICATOR, TAG = "communicator", "tag"
+TASK, BLOCK, PREDS = "task", "block", "preds"
 
 REQUIRED = (KIND, RANK, THREAD, START_NS, END_NS, STATE, NAME)
-OPTIONAL = (STEP, LAYER, MICROSTEP, BYTES, PEER, SEQ, VALUE, COMMUNICATOR, TAG)
+OPTIONAL = (STEP, LAYER, MICROSTEP, BYTES, PEER, SEQ, VALUE, COMMUNICATOR, TAG, TASK, BLOCK, PREDS)
 
 _DICT_STR = pa.dictionary(pa.int32(), pa.string())
 FIELDS = {
@@ -37,7 +39,11 @@ FIELDS = {
     STATE: pa.int16(), NAME: _DICT_STR,
     STEP: pa.int32(), LAYER: pa.int16(), MICROSTEP: pa.int16(), BYTES: pa.int64(), PEER: pa.int32(),
     SEQ: pa.int64(), VALUE: pa.float64(), COMMUNICATOR: pa.int32(), TAG: pa.int32(),
+    # the list's item named as Parquet names it ("element"), so a table read back has exactly these types
+    TASK: pa.int64(), BLOCK: pa.int32(), PREDS: pa.list_(pa.field("element", pa.int64())),
 }
+# The columns whose values are lists (NumPy-built tables and pandas conversions treat them apart).
+LIST_COLUMNS = (PREDS,)
 
 
 class Kind:
@@ -46,8 +52,24 @@ class Kind:
     PHASE = "phase"       # a rank's phase of a step: forward, backward, grad_sync, optimizer, dataload, ...
     COMM = "comm"         # one MPI call on one thread
     COUNTER = "counter"   # a value at an instant (end_ns == start_ns): loss, lr, grad_norm, tokens
+    # one executed task of a task-based run on one thread: its body, `name` its kernel (or MPI call), `task` its id
+    # (unique on its rank), `block` the block of the kernel call it computed, `preds` the ids of the tasks of its
+    # rank it depended on
+    TASK = "task"
 
-    ALL = ("state", "kernel", "phase", "comm", "counter")
+    ALL = ("state", "kernel", "phase", "comm", "counter", "task")
+
+
+class Schedule:
+    """How a run executed its kernels: the run metadata's `parallel.schedule` (absent in older traces:
+    fork-join)."""
+    FORKJOIN, TASKS = "forkjoin", "tasks"
+    ALL = (FORKJOIN, TASKS)
+
+
+def schedule(run: dict | None) -> str:
+    """A run's schedule from its run metadata; fork-join where the trace does not say."""
+    return ((run or {}).get("parallel") or {}).get("schedule") or Schedule.FORKJOIN
 
 
 class State(IntEnum):

@@ -5,9 +5,11 @@ pid = rank, one process per rank. Each kind has its own tracks, so durations on 
   tid = 100000 + thread        kernels      X events (args: step, layer, microstep)
   tid = 200000 + thread        MPI calls    X events (args: bytes, peer, tag, seq, communicator, step, microstep)
   tid = 300000 + thread        phases       X events (args: step, microstep)
+  tid = 400000 + thread        tasks        X events (args: task, block, preds, step, layer, microstep)
 `M` events name the processes and tracks; `C` events carry the counters (loss, lr, ...); flow events (`s`, `f`)
 link a point-to-point send to its receive, and the last rank to enter a blocking collective to every other
-rank's call of it on that communicator (what they waited for); otherData lists the communicators. Times are
+rank's call of it on that communicator (what they waited for), and each task's predecessors to it (cat
+"dependency": from the predecessor's end to the task's start); otherData lists the communicators. Times are
 microseconds with three decimals (exact nanoseconds).
 Events stream out batch by batch (the format does not need them sorted), so memory stays bounded.
 
@@ -32,6 +34,7 @@ from gpt2trace.format import communicators, schema
 from gpt2trace.format.mpi_calls import COLL, classify
 from gpt2trace.format.outputs import atomic_output, check_output
 from gpt2trace.format.schema import (
+    BLOCK,
     BYTES,
     COMMUNICATOR,
     END_NS,
@@ -40,12 +43,14 @@ from gpt2trace.format.schema import (
     MICROSTEP,
     NAME,
     PEER,
+    PREDS,
     RANK,
     SEQ,
     START_NS,
     STATE,
     STEP,
     TAG,
+    TASK,
     THREAD,
     VALUE,
     Kind,
@@ -58,11 +63,13 @@ from gpt2trace.interop.source import input_files, open_source
 from gpt2trace.interop.textcols import as_text as _s
 from gpt2trace.interop.textcols import join as _join
 
-STATE_TID, KERNEL_TID, MPI_TID, PHASE_TID = 0, 100_000, 200_000, 300_000
+STATE_TID, KERNEL_TID, MPI_TID, PHASE_TID, TASK_TID = 0, 100_000, 200_000, 300_000, 400_000
 TRACKS = {Kind.STATE: (STATE_TID, "thread {t}"), Kind.KERNEL: (KERNEL_TID, "thread {t} kernels"),
-          Kind.COMM: (MPI_TID, "thread {t} MPI"), Kind.PHASE: (PHASE_TID, "thread {t} phases")}
+          Kind.COMM: (MPI_TID, "thread {t} MPI"), Kind.PHASE: (PHASE_TID, "thread {t} phases"),
+          Kind.TASK: (TASK_TID, "thread {t} tasks")}
 ARGS = {Kind.KERNEL: (STEP, LAYER, MICROSTEP), Kind.COMM: (BYTES, PEER, TAG, SEQ, COMMUNICATOR, STEP, MICROSTEP),
-        Kind.PHASE: (STEP, MICROSTEP)}
+        Kind.PHASE: (STEP, MICROSTEP), Kind.TASK: (TASK, BLOCK, PREDS, STEP, LAYER, MICROSTEP)}
+_TASK_EDGE_COLUMNS = (RANK, THREAD, START_NS, END_NS, TASK, PREDS)
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,7 @@ def export_chrome(source, name: str | Path, batch_rows: int = 1 << 19) -> Chrome
     lay = scan(src)
     opener = partial(gzip.open, compresslevel=6) if path.name.endswith(".gz") else open
     events = flows = dropped = 0
+    tasks = []                  # the task records' places and edges, for the dependency flows at the end
     with atomic_output(path) as tmp, opener(tmp, "wb") as fh:
         head = {"displayTimeUnit": "ns", "otherData": _other_data(src.meta, src.name, lay)}
         fh.write((json.dumps(head)[:-1] + ',"traceEvents":[\n').encode())
@@ -105,9 +113,11 @@ def export_chrome(source, name: str | Path, batch_rows: int = 1 << 19) -> Chrome
                     dropped += lost
                 else:
                     lines = _slices(kind, part)
+                if kind == Kind.TASK:
+                    tasks.append(part.select(list(_TASK_EDGE_COLUMNS)))
                 write_lines(fh, lines)
                 events += len(lines)
-        lines = _flows(lay)
+        lines = pa.concat_arrays([_flows(lay), _dependency_flows(tasks, lay.records)])
         write_lines(fh, lines)
         flows = len(lines) // 2
         events += len(lines)
@@ -148,7 +158,8 @@ def _slices(kind: str, part: pa.Table) -> pa.Array:
     if kind in ARGS:
         parts.append(',"args":{')
         for i, col in enumerate(ARGS[kind]):
-            parts += [("," if i else "") + f'"{col}":', pc.fill_null(_s(part.column(col)), "null")]
+            text = _list_text(part.column(col)) if col == PREDS else _s(part.column(col))
+            parts += [("," if i else "") + f'"{col}":', pc.fill_null(text, "null")]
         parts.append("}")
     parts.append("}")
     return _join(*parts)
@@ -208,7 +219,45 @@ def _flows(lay: Layout) -> pa.Array:
     return pa.concat_arrays(out)
 
 
+def _dependency_flows(tasks: list[pa.Table], first_id: int) -> pa.Array:
+    """Flow pairs (s, f) of the task graph's edges: from the predecessor's end (inside its slice) to the task's
+    start, both on the tasks' tracks; ids from `first_id` up (above the MPI flows' ids)."""
+    if not tasks:
+        return pa.array([], pa.string())
+    t = pa.concat_tables(tasks)
+    rank, thread = t.column(RANK).to_numpy(), t.column(THREAD).to_numpy()
+    start, end = t.column(START_NS).to_numpy(), t.column(END_NS).to_numpy()
+    ids = pc.fill_null(t.column(TASK), -1).to_numpy()
+    preds = t.column(PREDS).combine_chunks()
+    dst = pc.list_parent_indices(preds).to_numpy()
+    pid = pc.list_flatten(preds).to_numpy()
+    # one int key per (rank, task id), looked up among the tasks
+    key = (rank.astype(np.int64) << 40) + ids
+    order = np.argsort(key, kind="stable")
+    want = (rank[dst].astype(np.int64) << 40) + pid
+    at = np.clip(np.searchsorted(key[order], want), 0, max(len(key) - 1, 0))
+    found = key[order][at] == want
+    src, dst = order[at][found], dst[found]
+    if not len(src):
+        return pa.array([], pa.string())
+    flow_ids = np.arange(first_id + 1, first_id + len(src) + 1)
+    s_ts = np.maximum(start[src], end[src] - 1)
+    out = []
+    for ph, who, ts, extra in (("s", src, s_ts, ""), ("f", dst, start[dst], ',"bp":"e"')):
+        out.append(_join(',\n{"ph":"', ph, '","cat":"dependency","name":"dependency","id":', _s(flow_ids),
+                         ',"pid":', _s(rank[who]), ',"tid":', _s(thread[who].astype(np.int64) + TASK_TID),
+                         ',"ts":', _us(ts), extra, '}'))
+    return pa.concat_arrays(out)
+
+
 # --- helpers ------------------------------------------------------------------------------------------------
+
+def _list_text(col) -> pa.Array:
+    """A list<int> column as JSON arrays ('[3,4]', '[]'), null where the list is null."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    items = pc.list_flatten(col).cast(pa.string())
+    text = pa.ListArray.from_arrays(col.offsets, items, mask=col.is_null())
+    return _join("[", pc.binary_join(text, ","), "]")
 
 def _json_names(part: pa.Table) -> pa.Array:
     """Each record's name as a JSON string, long ones shortened (each distinct name converted once)."""

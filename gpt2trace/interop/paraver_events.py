@@ -20,13 +20,29 @@ from numba import njit
 
 from gpt2trace.format import communicators
 from gpt2trace.format.errors import TraceError
-from gpt2trace.format.schema import BYTES, COMMUNICATOR, FIELDS, LAYER, MICROSTEP, PEER, SEQ, STEP, TAG, VALUE, Kind
+from gpt2trace.format.schema import (
+    BLOCK,
+    BYTES,
+    COMMUNICATOR,
+    FIELDS,
+    LAYER,
+    MICROSTEP,
+    PEER,
+    SEQ,
+    STEP,
+    TAG,
+    TASK,
+    VALUE,
+    Kind,
+)
 from gpt2trace.interop import paraver_format as F
 from gpt2trace.interop.paraver_parse import Body, Header
 from gpt2trace.interop.paraver_pcf import Pcf
 from gpt2trace.interop.paraver_records import Lanes, kind_table, require, to_ns
 
 MPI_ATTRS = (F.MPI_SEND_SIZE, F.MPI_RECV_SIZE, F.MPI_ROOT, F.MPI_COMM)
+# Attribute-like types read from a record's opening line: ours, Extrae's MPI ones, the task id (ovni's)
+LINE_ATTRS = (*F.ATTRIBUTES, *MPI_ATTRS, F.TASK_ID)
 FUNCTIONS = tuple(F.FUNCTION_LABELS)
 
 
@@ -45,8 +61,8 @@ class Events:
     def records(self, pcf: Pcf, notes: list[str]) -> list[pa.Table]:
         t = self.type
         mpi = (t >= F.MPI_P2P) & (t <= F.MPI_IO)
-        ranged = mpi | np.isin(t, FUNCTIONS) | (t == F.PHASE)
-        attr = np.isin(t, list(F.ATTRIBUTES) + list(MPI_ATTRS))
+        ranged = mpi | np.isin(t, FUNCTIONS) | (t == F.PHASE) | (t == F.TASK_TYPE)
+        attr = np.isin(t, LINE_ATTRS)
         hwc = (t >= F.HWC_FIRST) & (t <= F.HWC_LAST) & ~np.isin(t, F.HWC_SET_IDS)
         wrapped = hwc & (self.value < 0)                   # unsigned 2**63 and more: no count
         if wrapped.any():
@@ -68,7 +84,8 @@ class Events:
         kind_of = self.type[opens]
         out = []
         for sel, build in (((kind_of >= F.MPI_P2P) & (kind_of <= F.MPI_IO), self._comms),
-                           (np.isin(kind_of, FUNCTIONS), self._kernels), (kind_of == F.PHASE, self._phases)):
+                           (np.isin(kind_of, FUNCTIONS), self._kernels), (kind_of == F.PHASE, self._phases),
+                           (kind_of == F.TASK_TYPE, self._tasks)):
             if sel.any():
                 out.append(build(opens[sel], ends[sel], {k: (v[sel], ok[sel]) for k, (v, ok) in a.items()},
                                  pcf, notes))
@@ -100,7 +117,7 @@ class Events:
         out = {}
         has_start = np.zeros(len(self.body.events), bool)
         has_start[rows] = True
-        for typ in list(F.ATTRIBUTES) + list(MPI_ATTRS):
+        for typ in LINE_ATTRS:
             sel = attr_idx[self.type[attr_idx] == typ]
             value, ok = np.zeros(len(starts), np.int64), np.zeros(len(starts), bool)
             if len(sel):
@@ -113,7 +130,7 @@ class Events:
             low, high = _ATTRIBUTE_RANGES[typ]
             outside = ok & ((value < low) | (value > high))
             if outside.any():
-                label = F.ATTRIBUTES.get(typ) or F.MPI_ATTR_LABELS[typ]
+                label = F.ATTRIBUTES.get(typ) or F.MPI_ATTR_LABELS.get(typ) or F.TASK_ID_LABEL
                 notes.append(f"{int(outside.sum())} value(s) of event type {typ} ({label}) outside {low}..{high} "
                              "were left out")
                 ok = ok & ~outside
@@ -144,6 +161,17 @@ class Events:
         names = self._names(opens, pcf, lambda typ, v: f"phase {_unsigned(v)}")
         cols = _columns(attrs, (STEP, LAYER, MICROSTEP))
         return kind_table(Kind.PHASE, self.lanes, self.lane[opens], self.time[opens], ends, cols, names)
+
+    def _tasks(self, opens, ends, attrs, pcf: Pcf, notes) -> pa.Table:
+        """Tasks from their type events, the id from the task ID event in the same line (value - 1); their
+        predecessors are not in a .prv: `preds` is null (unknown), and the analyses see no dependency edges."""
+        names = self._names(opens, pcf, lambda typ, v: f"task type {_unsigned(v)}")
+        cols = _columns(attrs, (STEP, LAYER, MICROSTEP, BLOCK))
+        value, ok = attrs[F.TASK_ID]
+        cols[TASK] = (value - 1, ok)
+        notes.append(f"{len(opens)} task(s) imported without their predecessors (a .prv holds no dependency "
+                     "edges): the task graph's critical path and ready tasks are not known")
+        return kind_table(Kind.TASK, self.lanes, self.lane[opens], self.time[opens], ends, cols, names)
 
     def _comms(self, opens, ends, attrs, pcf: Pcf, notes) -> pa.Table:
         names = self._names(opens, pcf, lambda typ, v: F.MPI_NAMES.get(v, f"MPI call {_unsigned(v)}"),
@@ -295,7 +323,7 @@ def _range(typ: pa.DataType) -> tuple[int, int]:
 # unsigned (2**63 and more arrive negative: absent), and its communicator ids must fit the seq arithmetic (id << 32).
 _ATTRIBUTE_RANGES = {**{typ: _range(FIELDS[col]) for typ, col in F.ATTRIBUTES.items()},
                      F.MPI_SEND_SIZE: (0, 2**63 - 1), F.MPI_RECV_SIZE: (0, 2**63 - 1), F.MPI_ROOT: (0, 2**63 - 1),
-                     F.MPI_COMM: (0, 2**31 - 1)}
+                     F.MPI_COMM: (0, 2**31 - 1), F.TASK_ID: (1, 2**63 - 1)}
 
 
 _TAGS = _range(FIELDS[TAG])      # a 3: record's tag beyond the column's range is left out (MPI's are far below)

@@ -10,10 +10,13 @@ Mapping (ids 1-based: appl 1, task = rank + 1, thread = thread + 1, one virtual 
            (the receive's when the send has none, else 0). The header lists every
            communicator of the trace as a `c:1:<id + 1>:<n>:<task>...` line (tasks = world rank + 1), as Extrae
            does; their names are in NAME.gpt2trace.json
+  task     2:...:start:36:<task type id>:35:<task id + 1>[:attributes]  and  2:...:end:36:0:35:0 (ovni's Nanos6
+           task type and task ID; the type ids name the kernels in the .pcf; the block is an attribute)
   counter  2:...:t:<type>:<value>[:attributes]: PAPI_TOT_INS/PAPI_TOT_CYC as Extrae's 42000050/42000059, others
            as 71001001.. with value x 1e9 (the .pcf label says so), raw for PAPI_* names
-Attributes (71000001.. layer, step, microstep, seq, peer, bytes, communicator, tag) carry the record's optional columns
-as they are, in the line that starts the record, so an import rebuilds the trace exactly.
+Attributes (71000001.. layer, step, microstep, seq, peer, bytes, communicator, tag, block) carry the record's optional
+columns as they are, in the line that starts the record, so an import rebuilds the trace exactly (but for the tasks'
+predecessors, which no event holds).
 
 Paraver wants the records sorted by time: lines are generated batch by batch and written through an external
 merge sort (`linesort`), so memory stays bounded whatever the trace's size. At one instant on one thread, ends
@@ -42,6 +45,7 @@ from gpt2trace.format.errors import TraceError
 from gpt2trace.format.mpi_calls import ROOTED
 from gpt2trace.format.outputs import atomic_outputs, check_output
 from gpt2trace.format.schema import (
+    BLOCK,
     BYTES,
     COMMUNICATOR,
     END_NS,
@@ -56,6 +60,7 @@ from gpt2trace.format.schema import (
     STATE,
     STEP,
     TAG,
+    TASK,
     THREAD,
     VALUE,
     Kind,
@@ -89,6 +94,7 @@ class _Encoding:
     """The event type and value each name of the trace gets."""
     kernel: dict[str, int]
     phase: dict[str, int]
+    task: dict[str, int]
     mpi: dict[str, tuple[int, int]]
     counter: dict[str, tuple[int, float]]
     prefix: pa.Array = field(repr=False)       # "cpu:1:task:thread:" of every global thread
@@ -118,7 +124,8 @@ class _Encoding:
         offsets = lay.offsets
         pre = [f"{offsets[r] + t + 1}:1:{r + 1}:{t + 1}:" for r in range(lay.ranks) for t in range(lay.threads[r])]
         return cls({n: i + 1 for i, n in enumerate(names[Kind.KERNEL])},
-                   {n: i + 1 for i, n in enumerate(names[Kind.PHASE])}, mpi, counter, pa.array(pre), offsets)
+                   {n: i + 1 for i, n in enumerate(names[Kind.PHASE])},
+                   {n: i + 1 for i, n in enumerate(names[Kind.TASK])}, mpi, counter, pa.array(pre), offsets)
 
     def event_types(self) -> list[EventType]:
         out = []
@@ -132,6 +139,9 @@ class _Encoding:
             out.append(EventType(F.KERNEL, F.FUNCTION_LABELS[F.KERNEL], {0: "End", **_by_id(self.kernel)}))
         if self.phase:
             out.append(EventType(F.PHASE, F.PHASE_LABEL, {0: "End", **_by_id(self.phase)}))
+        if self.task:
+            out += [EventType(F.TASK_TYPE, F.TASK_TYPE_LABEL, {0: "End", **_by_id(self.task)}),
+                    EventType(F.TASK_ID, F.TASK_ID_LABEL)]
         out += [EventType(t, F.ATTRIBUTE_LABELS[col]) for t, col in F.ATTRIBUTES.items()]
         for n, (t, scale) in self.counter.items():
             label = F.HWC_LABELS.get(t) or (F.COUNTER_LABEL.format(name=n) if scale != 1.0
@@ -234,6 +244,19 @@ def _comm_lines(sorter: LineSorter, part: pa.Table, enc: _Encoding) -> None:
     _intervals(sorter, part, enc, types, values, extrae + ours)
 
 
+def _task_lines(sorter: LineSorter, part: pa.Table, enc: _Encoding) -> None:
+    """The task's type and id + 1 opening it (its block, step, layer and microstep as attributes), both closed at
+    its end: sorted as `_intervals` sorts."""
+    start, end = part.column(START_NS).to_numpy(), part.column(END_NS).to_numpy()
+    pre = _prefix(part, enc)
+    task_id = pc.add(part.column(TASK), 1)
+    attrs = [_attr(F.TASK_ID, task_id), *_attrs(part, (BLOCK, STEP, LAYER, MICROSTEP))]
+    sorter.add(start, 2, -end, _join("2:", pre, _s(part.column(START_NS)), f":{F.TASK_TYPE}:",
+                                     _s(_codes(part, enc.task)), *attrs, "\n"))
+    sorter.add(end, np.where(start == end, 3, 1), -start,
+               _join("2:", pre, _s(part.column(END_NS)), f":{F.TASK_TYPE}:0:{F.TASK_ID}:0\n"))
+
+
 def _counter_lines(sorter: LineSorter, part: pa.Table, enc: _Encoding) -> int:
     types = _codes(part, {n: t for n, (t, _) in enc.counter.items()})
     scale = _codes(part, {n: s for n, (_, s) in enc.counter.items()}, dtype=np.float64)
@@ -249,7 +272,7 @@ def _counter_lines(sorter: LineSorter, part: pa.Table, enc: _Encoding) -> int:
 
 
 _LINES = {Kind.STATE: _state_lines, Kind.KERNEL: _kernel_lines, Kind.PHASE: _phase_lines, Kind.COMM: _comm_lines,
-          Kind.COUNTER: _counter_lines}
+          Kind.COUNTER: _counter_lines, Kind.TASK: _task_lines}
 
 
 def _intervals(sorter: LineSorter, part: pa.Table, enc: _Encoding, types: np.ndarray, values: np.ndarray,

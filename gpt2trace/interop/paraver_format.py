@@ -8,7 +8,20 @@ its end; the others are attributes of the record that starts in the same line, o
 from __future__ import annotations
 
 from gpt2trace.format import schema
-from gpt2trace.format.schema import BYTES, COMMUNICATOR, CYCLES, INSTRUCTIONS, LAYER, MICROSTEP, PEER, SEQ, STEP, TAG
+from gpt2trace.format.schema import (
+    BLOCK,
+    BYTES,
+    COMMUNICATOR,
+    CYCLES,
+    INSTRUCTIONS,
+    LAYER,
+    MICROSTEP,
+    PEER,
+    SEQ,
+    STEP,
+    TAG,
+    TASK,
+)
 
 # --- Extrae's MPI types: value = the call's id below, 0 when the call returns.
 MPI_P2P, MPI_COLLECTIVE, MPI_OTHER, MPI_RMA, MPI_IO = 50000001, 50000002, 50000003, 50000004, 50000005
@@ -86,12 +99,18 @@ KERNEL = USER_FUNCTION
 PHASE = 71000010                # value = phase id named in the .pcf, 0 at its end
 # Attributes, written in the line that starts the record they describe; the value is the column's, as is.
 ATTRIBUTES = {71000001: LAYER, 71000002: STEP, 71000003: MICROSTEP, 71000004: SEQ, 71000005: PEER,
-              71000006: BYTES, 71000007: COMMUNICATOR, 71000008: TAG}
+              71000006: BYTES, 71000007: COMMUNICATOR, 71000008: TAG, 71000009: BLOCK}
 ATTRIBUTE_TYPES = {col: typ for typ, col in ATTRIBUTES.items()}
 ATTRIBUTE_LABELS = {LAYER: "gpt2trace layer", STEP: "gpt2trace step", MICROSTEP: "gpt2trace microstep",
                     SEQ: "gpt2trace collective sequence number", PEER: "gpt2trace MPI peer or root rank",
                     BYTES: "gpt2trace MPI bytes", COMMUNICATOR: "gpt2trace communicator id",
-                    TAG: "gpt2trace MPI message tag"}
+                    TAG: "gpt2trace MPI message tag", BLOCK: "gpt2trace task block"}
+# Tasks, as ovni's Nanos6 model writes them (its thread channels, same type numbers, so its task views apply): the
+# task's type (our kernel, a value named in the .pcf) and its id + 1 (0 is no task) at its start, both 0 at its
+# end; its block as an attribute. Its predecessors have no event: a .prv import has tasks without `preds`.
+TASK_ID, TASK_TYPE = 35, 36
+TASK_ID_LABEL, TASK_TYPE_LABEL = "Task ID (ovni's Nanos6 task ID; value = gpt2trace task id + 1)", "Task type"
+TASK_COLUMN = TASK
 # Counters other than hardware ones: one type each, value = round(value x 1e9); the label says so.
 COUNTER_FIRST, COUNTER_LAST = 71001001, 71001999
 COUNTER_SCALE = 1e9

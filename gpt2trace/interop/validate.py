@@ -5,8 +5,8 @@ record (kind, name, rank, thread, times) and what is wrong.
   a time before 0                          our times count from the trace's start; Paraver's start at 0
   state records of a thread that overlap   a thread is in one state at a time (Paraver would draw one of them,
                                            and Chrome's state track would not nest)
-  kernel, phase or MPI call records of a   Paraver pairs a thread's opening and closing events of a type as a
-  thread that overlap without nesting      stack, so crossing records would come back paired wrongly; Chrome's
+  kernel, phase, MPI call or task          Paraver pairs a thread's opening and closing events of a type as a
+  records of a thread that overlap         stack, so crossing records would come back paired wrongly; Chrome's
                                            slices on one track must nest
 
 Streaming, batch by batch: each batch's records are sorted by (kind, rank, thread, start) and swept by one compiled
@@ -28,7 +28,7 @@ from gpt2trace.format.errors import TraceError
 from gpt2trace.format.schema import END_NS, KIND, NAME, RANK, START_NS, THREAD, Kind
 
 COLUMNS = (KIND, RANK, THREAD, START_NS, END_NS, NAME)
-INTERVALS = (Kind.STATE, Kind.KERNEL, Kind.PHASE, Kind.COMM)     # index = kind code in the sweep
+INTERVALS = (Kind.STATE, Kind.KERNEL, Kind.PHASE, Kind.COMM, Kind.TASK)     # index = kind code in the sweep
 _STATE = INTERVALS.index(Kind.STATE)
 _OK, _OVERLAP, _UNORDERED = 0, 1, 2
 

@@ -52,7 +52,7 @@ def build(trace: Trace, result: dict | None = None, steps: str | None = None,
             "fig-pipeline": figures.pipeline_bubble(result), "fig-comm-matrix": comm_heatmap(result),
             "fig-memory": memory_per_rank(result)}
     data = page_data(tl, blobs, analyzed, figs, [colors.rank_color(i) for i in range(len(colors.RANK_RGB))],
-                     (result.get("critical_path") or {}).get("segments"))
+                     (result.get("critical_path") or {}).get("segments"), result.get("tasks"))
     name = Path(trace.name).name
     header = _header(trace, result, name)
     sections = _sections(result, tl, figs, top, data["criticalPath"] is not None)

@@ -19,15 +19,16 @@ from typing import TypedDict
 
 import numpy as np
 
-from gpt2trace.format.schema import BYTES, END_NS, LAYER, MICROSTEP, PEER, SEQ, START_NS, STEP, State
+from gpt2trace.format.schema import BLOCK, BYTES, END_NS, LAYER, MICROSTEP, PEER, SEQ, START_NS, STEP, TASK, State
 from gpt2trace.report.colors import text_color
 from gpt2trace.report.lod import Level
 from gpt2trace.report.pack import Blobs
-from gpt2trace.report.timeline import Timeline, View, ViewKey
+from gpt2trace.report.timeline import NPREDS, Timeline, View, ViewKey
 
 # Hover columns of exact records and the type they travel in (-1 = null).
 _EXTRA = {STEP: np.int32, LAYER: np.int16, MICROSTEP: np.int16, BYTES: np.float64, SEQ: np.float64,
-          PEER: np.int32, "inst": np.int32, "partner": np.int32}
+          PEER: np.int32, "inst": np.int32, "partner": np.int32, TASK: np.float64, BLOCK: np.int32,
+          NPREDS: np.int32}
 OCCUPANCY_SCALE = 1000        # occupancy travels as uint16 thousandths of a thread
 
 # Arrays inside the blobs, by the object that refers to the blob.
@@ -35,6 +36,7 @@ LEVEL_ARRAYS = ("count", "gap", "len", "cat")
 EXACT_ARRAYS = ("lane", "ds", "dur", "cat") + tuple(_EXTRA)      # the extra ones where the view has them
 OCCUPANCY_ARRAYS = ("value",)
 CRITICAL_ARRAYS = ("lane", "ds", "dur")                          # the critical path's stretches, as exact records
+TASK_PROFILE_ARRAYS = ("rank", "ds", "dur", "ready", "running")  # the parallelism profile's intervals
 
 
 class BlobRef(TypedDict):
@@ -110,12 +112,19 @@ class CriticalPathData(BlobRef):   # CRITICAL_ARRAYS: stretches of the path on o
     view: str                      # the key of the view whose lanes `lane` indexes (the overlay's panel)
 
 
+class TaskProfileData(BlobRef):    # TASK_PROFILE_ARRAYS: intervals of constant ready/running counts, by rank and time
+    n: int
+    ranks: list[int]               # `rank` indexes this list
+    threads: list[int]             # threads of each of those ranks
+
+
 class PageData(TypedDict):
     timeline: TimelineData
     figures: dict                  # element id -> plotly figure dict (figures.py), or None
     rankColors: list[str]
     constants: ConstantsData
     criticalPath: CriticalPathData | None     # None: the analysis found no path (an empty window)
+    taskProfile: TaskProfileData | None       # None: not a task-based run (analysis.tasks)
 
 
 @dataclass(frozen=True)
@@ -137,13 +146,32 @@ PANELS = {
 
 
 def page_data(tl: Timeline, blobs: Blobs, analyzed: tuple[int, int], figures: dict,
-              rank_colors: list[str], critical_segments: dict | None = None) -> PageData:
-    """`critical_segments` are the `segments` of analyze's `critical_path`: columns rank, thread, start_s, end_s."""
+              rank_colors: list[str], critical_segments: dict | None = None, tasks: dict | None = None) -> PageData:
+    """`critical_segments` are the `segments` of analyze's `critical_path`: columns rank, thread, start_s, end_s;
+    `tasks` analyze's `tasks` (None for a fork-join trace)."""
     return {"timeline": timeline_data(tl, blobs, analyzed), "figures": figures, "rankColors": rank_colors,
             "constants": {"viewKeys": {name.lower(): key for name, key in vars(ViewKey).items()
                                        if isinstance(key, str) and name.isupper()},
                           "runningState": int(State.RUNNING)},
-            "criticalPath": critical_path_data(tl, critical_segments or {}, blobs)}
+            "criticalPath": critical_path_data(tl, critical_segments or {}, blobs),
+            "taskProfile": task_profile_data(tasks, blobs) if tasks else None}
+
+
+def task_profile_data(tasks: dict, blobs: Blobs) -> TaskProfileData:
+    """The parallelism profile (analysis.tasks.profile, columns) by rank in time order, as exact records travel."""
+    prof = tasks["profile"]
+    rank = np.asarray(prof["rank"], dtype=np.int64)
+    start = np.rint(np.asarray(prof["start_s"], dtype=np.float64) * 1e9).astype(np.int64)
+    end = np.rint(np.asarray(prof["end_s"], dtype=np.float64) * 1e9).astype(np.int64)
+    order = np.lexsort((start, rank))
+    ranks = np.unique(rank)
+    threads = {r["rank"]: r["threads"] for r in tasks["steps"]}
+    return {"n": int(len(order)), "ranks": ranks.tolist(), "threads": [int(threads.get(int(r), 1)) for r in ranks],
+            **blobs.add({"rank": np.searchsorted(ranks, rank[order]).astype(np.uint16),
+                         "ds": np.diff(start[order], prepend=0).astype(np.float64),
+                         "dur": (end - start)[order].astype(np.float64),
+                         "ready": np.asarray(prof["ready"], dtype=np.int32)[order],
+                         "running": np.asarray(prof["running"], dtype=np.int32)[order]})}
 
 
 def critical_path_data(tl: Timeline, segments: dict, blobs: Blobs) -> CriticalPathData | None:

@@ -5,7 +5,8 @@
 // constants it needs (view keys, state ids) come from that data, never written here. Payload objects go by
 // fixed names, which the contract test (tests/gpt2trace/report/test_payload.py) relies on to find the reads:
 // DATA the page data, TL its timeline, occ the occupancy, st the steps, v and sv a view, c a category, lv a
-// level, ex a view's exact records, ref any blob reference, CP the critical path; `a` holds the arrays of a blob.
+// level, ex a view's exact records, ref any blob reference, CP the critical path, TP a task run's parallelism
+// profile; `a` holds the arrays of a blob.
 // Strings from the trace reach the DOM only through textContent, and plotly (which renders a subset of HTML in
 // labels and hover text) only after `esc`.
 (function () {
@@ -16,6 +17,7 @@ const KEY = DATA.constants.viewKeys, RUNNING = DATA.constants.runningState;
 const LINE_LIMIT = 2000;          // collective and message lines drawn at once
 const OCC_EXACT_LIMIT = 200000;   // Running records for an exact occupancy curve
 const CP = DATA.criticalPath, CP_COLOR = '#e6007e';
+const TP = DATA.taskProfile, READY_COLOR = '#d95f02', TASKS_COLOR = '#1b6ca8';
 // Heatmap rows are SUB sub-rows per lane and one empty sub-row between ranks: all bricks the same size, so plotly
 // draws the heatmap as one small image scaled with crisp pixels instead of a rectangle per cell (many times faster).
 const SUB = 3, GAP = 1 / SUB;
@@ -25,7 +27,7 @@ const TITLE_PX = 24, OCC_PX = 100;
 const LONGEST = Math.max(0, ...TL.views.map(v => Math.max(0, ...v.ticks.map(l => l.length))));
 const MARGIN = {l: Math.max(70, Math.round(12 + 6.5 * LONGEST)), r: 16, t: 6, b: 46};
 const state = {range: null, drawn: null, renders: 0, pending: 0, modes: {}, bars: {}, level: {}, busy: false,
-               queued: null, critical: false, criticalPoints: 0};
+               queued: null, critical: false, criticalPoints: 0, profilePoints: 0};
 window.gpt2traceReport = state;
 
 // Plotly renders a few HTML tags in labels and decodes &amp; &lt; &gt; (not &quot;): with those three escaped no
@@ -144,11 +146,14 @@ const occ = TL.occupancy;
 // occupancy: one small area chart per rank, under the views
 const occPx = Math.max(30, Math.min(56, Math.round(OCC_PX * 2 / Math.max(occ.ranks.length, 1))));
 const occRanks = occ.levels.length ? occ.ranks : [];          // no state records: no occupancy to draw
+// a task run's parallelism profile: one chart per rank under the occupancy, on the same time axis
+const tpRanks = TP ? TP.ranks : [];
 const panels = views.map(v => ({px: v.px, view: v}))
-  .concat(occRanks.map((r, i) => ({px: occPx, view: null, occ: i})));
+  .concat(occRanks.map((r, i) => ({px: occPx, view: null, occ: i})))
+  .concat(tpRanks.map((r, i) => ({px: occPx, view: null, tp: i})));
 let plotH = 0;
-for (const p of panels) {                  // the occupancy charts share one title
-  p.top = plotH + (p.occ > 0 ? 6 : TITLE_PX);
+for (const p of panels) {                  // the occupancy charts share one title, the profile's too
+  p.top = plotH + (p.occ > 0 || p.tp > 0 ? 6 : TITLE_PX);
   plotH = p.top + p.px;
 }
 panels.forEach((p, i) => {
@@ -180,10 +185,11 @@ function baseLayout(range) {
         showgrid: false, zeroline: false, automargin: false, tickfont: {size: v.lanes.length > 24 ? 10 : 11},
         showline: true, linecolor: '#999', mirror: true};
     } else {
-      const top = occ.threads[p.occ];
-      layout[p.layoutKey] = {domain: dom, range: [0, top * 1.12], fixedrange: true, showgrid: false,
-        zeroline: false, tickvals: [top / 2], ticktext: ['rank ' + occ.ranks[p.occ]], ticks: '', showline: true,
-        linecolor: '#999', mirror: true};
+      const top = p.tp !== undefined ? TP.threads[p.tp] : occ.threads[p.occ];
+      const rank = p.tp !== undefined ? TP.ranks[p.tp] : occ.ranks[p.occ];
+      layout[p.layoutKey] = {domain: dom, range: [0, top * (p.tp !== undefined ? 2.2 : 1.12)], fixedrange: true,
+        showgrid: false, zeroline: false, tickvals: [top / 2], ticktext: ['rank ' + rank], ticks: '',
+        showline: true, linecolor: '#999', mirror: true};
       layout.shapes.push({type: 'line', xref: 'paper', yref: p.axis, x0: 0, x1: 1, y0: top, y1: top,
         line: {color: 'rgba(0,0,0,0.35)', width: 1, dash: 'dot'}});
     }
@@ -258,7 +264,10 @@ function hoverFor(v, rec, i) {
   if (v.key === KEY.states) return `<b>${name}</b><br>thread ${lane}<br>duration ${dur}<br>from ${at}`;
   if (v.key === KEY.kernels) {
     const layer = rec.layer && rec.layer[i] >= 0 ? `layer ${rec.layer[i]}` : 'no layer';
-    return `<b>${name}</b><br>${layer}${inStep}<br>duration ${dur}<br>thread ${lane}<br>from ${at}`;
+    const task = rec.task && rec.task[i] >= 0
+      ? `<br>task ${rec.task[i]} · block ${rec.block[i]} · ${rec.npreds[i] >= 0 ? rec.npreds[i] : 'unknown'} `
+        + `predecessor${rec.npreds[i] === 1 ? '' : 's'}` : '';
+    return `<b>${name}</b><br>${layer}${inStep}${task}<br>duration ${dur}<br>thread ${lane}<br>from ${at}`;
   }
   let s = `<b>${name}</b> · thread ${lane}<br>duration ${dur}`;
   if (rec.bytes && rec.bytes[i] >= 0) s += `<br>${fmtBytes(rec.bytes[i])}`;
@@ -427,6 +436,51 @@ function occLine(p, x, y, rank, ri, what) {
           hovertemplate: 'rank ' + rank + ': %{y:.2f} ' + what + '<extra></extra>', showlegend: false};
 }
 
+// ---------- a task run's parallelism profile: tasks ready and running (= threads running a task) ----------
+// Exact intervals (analysis.tasks.profile, the analyzed steps); the y range shows up to twice the threads, a
+// ready count beyond it is cut at the top (its hover still says it).
+async function loadProfile() {
+  const a = await blob(TP);
+  const n = TP.n, start = new Float64Array(n), end = new Float64Array(n);
+  let t = 0;
+  for (let i = 0; i < n; i++) { t += a.ds[i]; start[i] = t; end[i] = t + a.dur[i]; }
+  return Object.assign({}, a, {n, start, end});
+}
+function profileTraces(range, layout) {
+  const tpPanels = panels.filter(p => p.tp !== undefined);
+  if (!tpPanels.length) return [];
+  title(layout, tpPanels[0], '<b>Task parallelism, one chart per rank</b> <span style="color:#666">· tasks '
+    + 'running (filled) and ready but not started (line), analyzed steps; dotted line: all threads</span>');
+  const d = need(TP, loadProfile);
+  if (!d) return [];
+  const out = [];
+  tpPanels.forEach(p => {
+    const top = TP.threads[p.tp];
+    layout.shapes.push({type: 'line', xref: 'paper', yref: p.axis, x0: 0, x1: 1, y0: top, y1: top,
+      line: {color: 'rgba(0,0,0,0.35)', width: 1, dash: 'dot'}});
+    const x = [], run = [], ready = [];
+    let last = null;
+    for (let i = 0; i < d.n; i++) {
+      if (d.rank[i] !== p.tp || d.end[i] <= range[0] || d.start[i] >= range[1]) continue;
+      if (last !== null && d.start[i] !== last) { x.push(null); run.push(null); ready.push(null); }
+      x.push(Math.max(d.start[i], range[0]) / 1e9, Math.min(d.end[i], range[1]) / 1e9);   // clipped to the view
+      run.push(d.running[i], d.running[i]);
+      const r = d.ready[i] >= 0 ? d.ready[i] : null;       // -1: not known (a trace without the edges)
+      ready.push(r, r);
+      last = d.end[i];
+    }
+    const rank = 'rank ' + TP.ranks[p.tp];
+    out.push({type: 'scatter', mode: 'lines', xaxis: 'x', yaxis: p.axis, x: x, y: run, fill: 'tozeroy',
+              fillcolor: TASKS_COLOR + '55', line: {width: 1.2, color: TASKS_COLOR}, connectgaps: false,
+              hovertemplate: rank + ': %{y} tasks running<extra></extra>', showlegend: false});
+    out.push({type: 'scatter', mode: 'lines', xaxis: 'x', yaxis: p.axis, x: x, y: ready,
+              line: {width: 1.5, color: READY_COLOR}, connectgaps: false,
+              hovertemplate: rank + ': %{y} tasks ready<extra></extra>', showlegend: false});
+  });
+  state.profilePoints = out.reduce((s, t) => s + t.x.filter(v => v !== null).length, 0);
+  return out;
+}
+
 // ---------- the critical path: one line over the rows it runs through, hidden until its button is pressed ----------
 // Stretches shorter than a pixel column after one already drawn in that column are left out: the line joins the
 // ones drawn, so it stays one connected line at any zoom.
@@ -487,6 +541,7 @@ async function render(range) {
     const px = plotWidth(), layout = baseLayout(range), traces = [];
     for (const p of panels) if (p.view) traces.push(...viewTraces(p.view, p, range, px, layout));
     traces.push(...occupancyTraces(range, px, layout));
+    traces.push(...profileTraces(range, layout));
     traces.push(...criticalTraces(range, px));
     marks(layout, range);
     await Plotly.react(gd, traces, layout, CONFIG);
@@ -568,6 +623,10 @@ function legends() {
     legend('Critical path', [['the path through ranks and threads, over the kernel rows (button above the timeline)',
                               CP_COLOR, true]]);
   }
+  if (tpRanks.length) {
+    legend('Task parallelism', [['tasks running', TASKS_COLOR, false], ['tasks ready, not started', READY_COLOR,
+                                 true]]);
+  }
   if (occRanks.length) {
     legend('Occupancy', occ.ranks.map((r, i) => ['rank ' + r, DATA.rankColors[i % DATA.rankColors.length], false])
       .concat([['all threads of the rank (dotted line)', 'rgba(0,0,0,0.45)', true]]));
@@ -584,6 +643,7 @@ async function preload(range) {
     if (v.exact.n && inside(range, v.exactSpan)) load(v.exact, loadExact);
   }
   if (occ.levels.length) load(occ.levels[pickLevel(occ.levels, range[1] - range[0], px)], lv => blob(lv));
+  if (TP) load(TP, loadProfile);
   await Promise.all(jobs);
 }
 function button(id, range) {

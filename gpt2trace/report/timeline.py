@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 
 from analysis import mpi, pipeline
 from analysis.records import records, threads
@@ -23,17 +24,20 @@ from gpt2trace.format import grid as rank_grid
 from gpt2trace.format.lanes import key_width, lane_key, lane_order
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import (
+    BLOCK,
     BYTES,
     END_NS,
     LAYER,
     MICROSTEP,
     NAME,
     PEER,
+    PREDS,
     RANK,
     SEQ,
     START_NS,
     STATE,
     STEP,
+    TASK,
     THREAD,
     Kind,
     Phase,
@@ -47,6 +51,7 @@ ALWAYS_EXACT = 200_000        # views with at most this many records are exact o
 RUN_BUDGET = 3_000_000        # runs per view over all its levels (build.py drops levels if the page gets too big)
 OCCUPANCY_MAX_BINS = 32_768   # finest binned occupancy (beyond it: exact from the state records, in the page)
 MICRO_BATCH_PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.DATALOAD)
+NPREDS = "npreds"             # a task's number of predecessors, beside its id and block in the kernels' hover
 
 
 class ViewKey:
@@ -256,9 +261,26 @@ def _kernels_view(trace, lane_of, labels, lane_rank, t0, t1, detail, run_budget)
     s, e = rec[START_NS], rec[END_NS]
     cat, cats = _compact(rec[NAME], e - s, rec.names, colors.kernel_color)
     cols = {"lane": lane_of[rec[RANK], rec[THREAD]], START_NS: s, END_NS: e, "cat": cat, STEP: rec[STEP],
-            LAYER: rec[LAYER]}
+            LAYER: rec[LAYER], **_task_columns(trace, rec)}
     return _view(ViewKey.KERNELS, labels, lane_rank, cats, _sorted(cols), t0, t1, detail, run_budget,
                  everywhere=detail == (t0, t1))
+
+
+def _task_columns(trace: Trace, kern) -> dict[str, np.ndarray]:
+    """For a task trace, each kernel record's task (the task record of the same thread and times): its id, block
+    and number of predecessors, -1 for a kernel record that is no task's body; nothing for a fork-join trace."""
+    part = trace.records(Kind.TASK)
+    if not part.num_rows or TASK not in part.column_names:
+        return {}
+    t = records(trace, Kind.TASK, (RANK, THREAD, TASK, BLOCK))
+    npreds = (pc.fill_null(pc.list_value_length(part.column(PREDS)), -1).to_numpy() if PREDS in part.column_names
+              else np.full(len(t), -1))
+    tasks = pd.DataFrame({RANK: t[RANK], THREAD: t[THREAD], START_NS: t[START_NS], END_NS: t[END_NS],
+                          TASK: t[TASK], BLOCK: t[BLOCK], NPREDS: npreds}).drop_duplicates([RANK, THREAD, START_NS,
+                                                                                            END_NS])
+    bodies = pd.DataFrame({RANK: kern[RANK], THREAD: kern[THREAD], START_NS: kern[START_NS], END_NS: kern[END_NS]})
+    joined = bodies.merge(tasks, how="left", on=[RANK, THREAD, START_NS, END_NS])
+    return {c: joined[c].fillna(-1).to_numpy().astype(np.int64) for c in (TASK, BLOCK, NPREDS)}
 
 
 def _mpi_view(trace, lane_of, labels, t0, t1, detail, run_budget) -> View | None:

@@ -42,8 +42,8 @@ def check_columns(path: Path, version: int = S.SCHEMA_VERSION) -> None:
     schema = pq.read_schema(path)
     assert int(schema.metadata[S.META_VERSION]) == version, schema.metadata[S.META_VERSION]
     # version 1 had every column but `communicator` (its MPI calls all ran on the world) and `tag`, version 2 all
-    # but `tag`
-    added = {S.COMMUNICATOR: 2, S.TAG: 3}
+    # but `tag`, version 3 all but the task columns
+    added = {S.COMMUNICATOR: 2, S.TAG: 3, S.TASK: 4, S.BLOCK: 4, S.PREDS: 4}
     fields = {n: t for n, t in S.FIELDS.items() if version >= added.get(n, 1)}
     assert schema.names == list(fields), schema.names
     for name, typ in fields.items():
@@ -227,6 +227,72 @@ def check_messages(trace: Trace) -> None:
     assert not problems, f"{len(problems)} point-to-point problem(s), first: " + "; ".join(problems[:3])
 
 
+def check_tasks(trace: Trace) -> None:
+    """A task trace (schema version 4): task ids unique on their rank; predecessors are tasks of the same rank that
+    end before the task starts; each task body is a kernel (or, for a communication task, comm) record of the same
+    thread and times; each thread's states partition the rank's span (Running, Scheduling and Fork/Join, Idle, and
+    MPI states on the main thread), every task inside Running; per rank and step the critical path through the
+    predecessors (computed here on its own, not by analysis/tasks.py) no longer than the runtime, first task start
+    to last task end. No-op on a trace without tasks."""
+    t = records(trace, S.Kind.TASK)
+    if t.empty:
+        return
+    assert t[S.TASK].notna().all() and t[S.NAME].notna().all(), "a task record without id or name"
+    assert not t.duplicated([S.RANK, S.TASK]).any(), \
+        f"duplicate task ids: {t[t.duplicated([S.RANK, S.TASK])][[S.RANK, S.TASK]].head(3).values.tolist()}"
+    for rank, g in t.groupby(S.RANK):
+        ids = g[S.TASK].astype(int).to_numpy()
+        ends = dict(zip(ids, g[S.END_NS].astype(int)))
+        for tid, preds, s in zip(ids, g[S.PREDS], g[S.START_NS].astype(int)):
+            assert preds is not None, f"rank {rank} task {tid}: null preds (a task with none has an empty list)"
+            for p in preds:
+                assert p in ends, f"rank {rank} task {tid}: predecessor {p} is no task of the rank"
+                assert ends[p] <= s, f"rank {rank} task {tid} starts at {s} ns, before its predecessor {p} ends " \
+                                     f"({ends[p]} ns)"
+    bodies = pd.concat([records(trace, S.Kind.KERNEL), records(trace, S.Kind.COMM)])
+    key = [S.RANK, S.THREAD, S.START_NS, S.END_NS, S.NAME]
+    found = t[key].astype({S.NAME: str}).merge(bodies[key].astype({S.NAME: str}).drop_duplicates(), how="left",
+                                               indicator=True)
+    assert (found["_merge"] == "both").all(), f"{(found['_merge'] != 'both').sum()} task(s) without their kernel " \
+                                             "or comm record"
+    ranks = sorted(records(trace, S.Kind.STATE)[S.RANK].unique())
+    for rank in ranks:
+        mine = replace(trace, parts={k: p.filter(pc.equal(p.column(S.RANK), rank)) for k, p in trace.parts.items()})
+        _check_task_lanes(mine, t[t[S.RANK] == rank])
+    for (rank, step), g in t.groupby([S.RANK, S.STEP]):
+        length = _longest_path(g)
+        runtime = int(g[S.END_NS].max() - g[S.START_NS].min())
+        assert length <= runtime, f"rank {rank} step {step}: critical path {length} ns > runtime {runtime} ns"
+
+
+def _check_task_lanes(trace: Trace, tasks: pd.DataFrame) -> None:
+    st = records(trace, S.Kind.STATE)
+    span0 = min(int(trace.records(k).column(S.START_NS).to_numpy().min()) for k in trace.parts)
+    span1 = max(int(trace.records(k).column(S.END_NS).to_numpy().max()) for k in trace.parts)
+    for thread, g in st.groupby(S.THREAD):
+        g = g.sort_values(S.START_NS)
+        s, e = g[S.START_NS].to_numpy(), g[S.END_NS].to_numpy()
+        assert s[0] == span0 and e[-1] == span1 and (s[1:] == e[:-1]).all(), \
+            f"rank.thread {g[S.RANK].iloc[0]}.{thread}: states do not partition [{span0}, {span1})"
+        allowed = {State.RUNNING, State.SCHEDULING_FORK_JOIN, State.IDLE, State.SYNCHRONIZATION}
+        allowed |= set(S.MPI_STATES) | {State.IO} if thread == 0 else set()
+        assert set(g[S.STATE].unique()) <= allowed, (thread, set(g[S.STATE].unique()))
+        running = _running_before(st, thread)
+        mine = tasks[tasks[S.THREAD] == thread]
+        covered = running(mine[S.END_NS].to_numpy()) - running(mine[S.START_NS].to_numpy())
+        assert (covered == (mine[S.END_NS] - mine[S.START_NS]).to_numpy()).all(), \
+            f"thread {thread}: a task body is not inside Running time"
+
+
+def _longest_path(tasks: pd.DataFrame) -> int:
+    """The longest chain of a step's tasks through their predecessors (of the same step), weighted by duration."""
+    order = tasks.sort_values([S.START_NS, S.END_NS])
+    finish: dict[int, int] = {}
+    for tid, preds, s, e in zip(order[S.TASK].astype(int), order[S.PREDS], order[S.START_NS], order[S.END_NS]):
+        finish[tid] = int(e - s) + max((finish[p] for p in preds if p in finish), default=0)
+    return max(finish.values())
+
+
 def check_trace(path: Path, *, threads: int, steps: int, grad_accum: int = 1, n_layer: int = 2,
                 tokens: int | None = None, lr: float = 1e-3, closed: bool = True,
                 version: int = S.SCHEMA_VERSION, rss: bool = True) -> Trace:
@@ -235,9 +301,12 @@ def check_trace(path: Path, *, threads: int, steps: int, grad_accum: int = 1, n_
     check_columns(path, version)
     trace = load(path)
     check_metadata(trace, threads, trace.run["train"]["steps"])
-    check_partition(trace, threads)
-    check_kernels(trace, threads, n_layer, grad_accum)
-    check_running_per_step(trace)
+    if trace.records(S.Kind.TASK).num_rows:
+        check_tasks(trace)                     # states and kernels of a task run: see check_tasks
+    else:
+        check_partition(trace, threads)
+        check_kernels(trace, threads, n_layer, grad_accum)
+        check_running_per_step(trace)
     check_messages(trace)
     if tokens is not None:
         check_steps(trace, steps, grad_accum, tokens, lr, closed, rss)

@@ -135,3 +135,31 @@ def test_degrees_and_communication_per_dimension_fit_80_columns(app, tmp_path):
     assert [d["dimension"] for d in out["comm_dimensions"]] == ["tp", "dp", "dp x tp"]
     assert out["comm_dimensions"][2]["bytes_per_call"] is None       # the barrier moves no bytes
     assert out["summary"]["degrees"] == "dp 2 x tp 2 x pp 1 x sp 1"
+
+
+def test_task_section_fits_80_columns(app, tmp_path):
+    # gpt2trace/testing/synthetic_tasks.hand_built: numbers worked out in tests/analysis/test_tasks.py (one step:
+    # 5 tasks, 75 us of task time, critical path 45 us of a 48 us runtime, scheduling 10 of 140 us of thread time)
+    from gpt2trace.testing import synthetic_tasks as tk
+    path = tmp_path / "tasks.parquet"
+    syn.write(tk.task_table(*tk.hand_built()), path)
+    r = CliRunner(env={"COLUMNS": "80"}).invoke(app, ["analyze", str(path)])
+    assert r.exit_code == 0, r.output
+    text = r.stdout
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= 80 and "…" not in text
+    section = text[text.index("Tasks (sums over"):text.index("Findings")]
+    for row in ("tasks, threads per rank", "5, 2", "4.5e-05 s", "4.8e-05 s", "1.067x", "1.667", "7.1%",
+                "2 us, 10 us", "25.0%", "16.7%"):
+        assert row in section, row
+    assert section.index("On the task graph's critical paths") < section.index("Task sizes")
+    paths = section[section.index("On the task graph's critical paths"):section.index("Task sizes")]
+    assert paths.index("matmul_forward") < paths.index("gelu_forward") < paths.index("residual_forward")
+    assert "66.7%" in paths                                  # matmul_forward: 30 of the path's 45 us
+    assert "Tasks are too fine" in text and "Tasks are too coarse" in text
+    out = json.loads(CliRunner().invoke(app, ["analyze", str(path), "--json", "-"]).stdout)
+    assert out["tasks"]["totals"]["critical_path_s"] == pytest.approx(45e-6)
+
+
+def test_fork_join_output_has_no_task_section(app, trace_file):
+    r = _run(app, trace_file)
+    assert r.exit_code == 0 and "Tasks (sums over" not in r.stdout

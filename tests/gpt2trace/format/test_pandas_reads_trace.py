@@ -29,6 +29,7 @@ def test_pandas_reads_the_trace_without_gpt2trace(real_trace, tmp_path):
                          cwd=tmp_path, check=True)
     got = json.loads(out.stdout)
     assert got["columns"] == ["kind", "rank", "thread", "start_ns", "end_ns", "state", "name", "step", "layer",
-                              "microstep", "bytes", "peer", "seq", "value", "communicator", "tag"]
+                              "microstep", "bytes", "peer", "seq", "value", "communicator", "tag", "task", "block",
+                              "preds"]
     assert got["kinds"] == ["counter", "kernel", "phase", "state"] and got["threads"] == [0, 1]
     assert got["loss_steps"] == [0, 1, 2] and got["running_s"] > 0 and not got["in_gpt2trace"]

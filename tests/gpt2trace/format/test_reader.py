@@ -54,13 +54,15 @@ BAD = [
      "missing required column(s) thread, start_ns, end_ns, state, name"),
     ("unknown version", lambda p: pq.write_table(_hand_made().replace_schema_metadata(
         {schema.META_VERSION: b"99"}), p), "trace schema version 99 is not supported (this gpt2trace reads "
-                                          "versions 1, 2, 3)"),
+                                          "versions 1, 2, 3, 4)"),
     ("empty", lambda p: pq.write_table(_hand_made().slice(0, 0), p), "the trace is empty"),
     ("bad type", lambda p: pq.write_table(_hand_made(**{RANK: ["a", "b", "c"]}), p),
      "column 'rank' has type string, which does not cast to int32"),
     ("unknown kind", lambda p: pq.write_table(_hand_made(**{KIND: ["state", "state", "event"]}), p),
      "unknown record kind(s) event"),
     ("end before start", lambda p: pq.write_table(_hand_made(**{END_NS: [5, 4, 5]}), p), "end before they start"),
+    ("task without id", lambda p: pq.write_table(_hand_made(**{KIND: ["state", "state", "task"]}), p),
+     "1 task record(s) without a 'task' id"),
     ("bad metadata", lambda p: pq.write_table(_hand_made().replace_schema_metadata({schema.META_RUN: b"{"}), p),
      "metadata gpt2trace.run is not valid JSON"),
 ]
@@ -98,3 +100,19 @@ def test_metadata_json(tmp_path):
     meta = {schema.META_CLOCK: json.dumps({"source": "CLOCK_MONOTONIC"}).encode()}
     trace = Trace.from_table(syn.from_records([syn.state(0, 0, 0, 1, State.RUNNING)], meta))
     assert trace.clock == {"source": "CLOCK_MONOTONIC"} and trace.run is None
+
+
+def test_task_columns_round_trip(tmp_path):
+    """A task trace's list column survives Parquet, the split by kind, the full table and pandas."""
+    from gpt2trace.testing import synthetic_tasks as tk
+    path = tmp_path / "tasks.parquet"
+    syn.write(tk.task_table(*tk.hand_built()), path)
+    trace = load(path)
+    tasks = trace.records(schema.Kind.TASK)
+    assert tasks.schema.field(schema.PREDS).equals(schema.arrow_schema().field(schema.PREDS), check_metadata=True)
+    assert tasks.column(schema.PREDS).to_pylist() == [[], [0], [], [1], [2, 3]]    # by thread, then time
+    assert schema.PREDS not in trace.records(schema.Kind.KERNEL).column_names      # null for the whole kind
+    df = trace.to_pandas()
+    assert df[df[KIND] == "task"][schema.BLOCK].tolist() == [0, 0, 1, 1, 0]
+    assert df[df[KIND] == "kernel"][schema.PREDS].isna().all()
+    assert schema.schedule(trace.run) == schema.Schedule.TASKS and schema.schedule(None) == schema.Schedule.FORKJOIN

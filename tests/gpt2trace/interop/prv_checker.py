@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 
 HEADER = re.compile(r"^#Paraver \((\d\d)/(\d\d)/(\d{4}) at (\d\d):(\d\d)\):(\d+)_ns:(\d+)\(([\d,]+)\):(\d+):(.*)$")
-RANGED = set(range(50000001, 50000006)) | {60000018, 60000019, 60000020, 60000023, 71000010}
+RANGED = set(range(50000001, 50000006)) | {60000018, 60000019, 60000020, 60000023, 71000010, 36}   # 36: task type
 INT32 = 2**31 - 1
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")      # tabs are reported apart, in the .pcf
 

@@ -16,6 +16,7 @@ from gpt2trace.format import schema
 from gpt2trace.format.schema import State
 from gpt2trace.testing import synthetic as syn
 from gpt2trace.testing import synthetic_pipeline as sp
+from gpt2trace.testing import synthetic_tasks as tk
 
 SCREENSHOTS = pytest.StashKey[Path]()
 REPO = Path(__file__).resolve().parents[3]
@@ -45,6 +46,18 @@ def pipeline_trace(tmp_path_factory) -> Path:
     """4 pipeline stages, 1F1B, 4 micro-batches, 3 steps; stage 1 twice as slow as the others."""
     path = tmp_path_factory.mktemp("pipeline") / "pipeline.parquet"
     syn.write(sp.generate(sp.PipelineConfig(stages=4, micro_batches=4, slow_stage=(1, 2.0))), path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def task_trace(tmp_path_factory) -> Path:
+    """A task run: 2 ranks x 3 threads, 3 steps, each a random graph of 30 tasks (seeded)."""
+    import numpy as np
+    rng = np.random.default_rng(7)
+    cfg = tk.TaskTraceConfig(threads=3, ranks=2)
+    tasks = [t for rank in (0, 1) for t in tk.run_steps([tk.random_dag(rng, 30) for _ in range(3)], cfg, rank)]
+    path = tmp_path_factory.mktemp("tasks") / "tasks.parquet"
+    syn.write(tk.task_table(tasks, cfg), path)
     return path
 
 

@@ -312,3 +312,30 @@ def test_critical_path_overlay_toggles(open_report, screenshots, tmp_path):
     rep.wait(f"Number(document.body.dataset.renders) > {renders} && document.body.dataset.idle === '1'")
     assert rep.js(line) is None and button.get_attribute("aria-pressed") == "false"
     assert rep.errors == [] and rep.dialogs == []
+
+
+def test_task_trace_profile_and_hover(open_report, task_trace, screenshots, tmp_path):
+    """A task run: the parallelism profile is drawn under the timeline, one chart per rank on the same time axis,
+    and a kernel bar's hover names its task, block and predecessors."""
+    rep = open_report(task_trace, tmp_path / "tasks.html")
+    assert rep.errors == [] and rep.dialogs == []
+    assert "Task parallelism" in rep.titles() and "Task parallelism" in rep.page.locator("#legends").inner_text()
+    drawn = rep.js("document.getElementById('timeline').data.filter(d => (d.hovertemplate || '').includes('tasks'))"
+                   ".map(d => [d.yaxis, d.hovertemplate, d.x.filter(v => v !== null).length])")
+    # two lines (running, ready) per rank, each rank on its own axis below the views and the occupancy
+    assert len(drawn) == 4 and len({axis for axis, _, _ in drawn}) == 2 and all(n > 0 for _, _, n in drawn)
+    assert {t.split(":")[0] for _, t, _ in drawn} == {"rank 0", "rank 1"}
+    assert rep.js("window.gpt2traceReport.profilePoints") > 0
+    # zoom into the second step of rank 0: exact kernel bars whose hover names the task
+    steps = steps_table(load(task_trace))
+    a, b = float(steps[START_NS].iloc[1]) / 1e9, float(steps[END_NS].iloc[1]) / 1e9
+    rep.zoom(a, b)
+    kernels = rep.trace_of("kernels")
+    assert kernels and kernels["n"] > 0 and rep.state["modes"]["kernels"] == "exact"
+    assert all("task " in h and " · block " in h and "predecessor" in h for h in kernels["hover"])
+    # the profile shares the zoom: drawn only inside the range
+    xs = rep.js("document.getElementById('timeline').data.filter(d => (d.hovertemplate || '').includes('tasks'))"
+                ".flatMap(d => d.x.filter(v => v !== null))")
+    assert xs and min(xs) >= a and max(xs) <= b         # clipped to the view, as the bars are
+    rep.shot(screenshots, "task_profile")
+    assert rep.errors == []

@@ -23,9 +23,10 @@ from gpt2trace.report.timeline import ViewKey
 VARIABLES = {"DATA": (payload.PageData,), "TL": (payload.TimelineData,), "occ": (payload.OccupancyData,),
              "st": (payload.StepsData,), "v": (payload.ViewData,), "sv": (payload.ViewData,),
              "c": (payload.CategoryData,), "lv": (payload.LevelData, payload.OccupancyLevelData),
-             "ex": (payload.ExactData,), "ref": (payload.BlobRef,), "CP": (payload.CriticalPathData,)}
+             "ex": (payload.ExactData,), "ref": (payload.BlobRef,), "CP": (payload.CriticalPathData,),
+             "TP": (payload.TaskProfileData,)}
 ARRAYS = (set(payload.LEVEL_ARRAYS) | set(payload.EXACT_ARRAYS) | set(payload.OCCUPANCY_ARRAYS)
-          | set(payload.CRITICAL_ARRAYS))
+          | set(payload.CRITICAL_ARRAYS) | set(payload.TASK_PROFILE_ARRAYS))
 
 
 def page_data(html: str) -> dict:
@@ -56,9 +57,10 @@ def check(obj: dict, typed_dict, where: str, blob_arrays: dict[str, set[str]]) -
 
 
 @pytest.fixture(scope="module")
-def pages(sample_trace, two_rank_trace) -> list[dict]:
-    """The data of a real 2-thread trace's page and of a 2-rank one with MPI calls: every view kind."""
-    return [page_data(build(load(path)).html) for path in (sample_trace, two_rank_trace)]
+def pages(sample_trace, two_rank_trace, task_trace) -> list[dict]:
+    """The data of a real 2-thread trace's page, of a 2-rank one with MPI calls (every view kind) and of a task
+    trace (the task columns and the parallelism profile)."""
+    return [page_data(build(load(path)).html) for path in (sample_trace, two_rank_trace, task_trace)]
 
 
 def test_the_page_data_has_exactly_the_declared_keys(pages):
@@ -73,6 +75,9 @@ def test_the_page_data_has_exactly_the_declared_keys(pages):
     for data in pages:                                                  # declared `| None`: checked here
         check(data["criticalPath"], payload.CriticalPathData, "data.criticalPath", blob_arrays)
     assert blob_arrays["CriticalPathData"] == set(payload.CRITICAL_ARRAYS)
+    assert pages[0]["taskProfile"] is None and pages[1]["taskProfile"] is None    # fork-join traces
+    check(pages[2]["taskProfile"], payload.TaskProfileData, "data.taskProfile", blob_arrays)
+    assert blob_arrays["TaskProfileData"] == set(payload.TASK_PROFILE_ARRAYS)
 
 
 def test_the_script_reads_only_declared_keys():
@@ -88,7 +93,8 @@ def test_every_declared_key_and_array_is_read():
     declared = set()
     for typed_dict in (payload.PageData, payload.TimelineData, payload.OccupancyData, payload.OccupancyLevelData,
                        payload.StepsData, payload.ViewData, payload.CategoryData, payload.LevelData,
-                       payload.ExactData, payload.BlobRef, payload.ConstantsData, payload.CriticalPathData):
+                       payload.ExactData, payload.BlobRef, payload.ConstantsData, payload.CriticalPathData,
+                       payload.TaskProfileData):
         declared |= keys(typed_dict)
     read = set(re.findall(r"\.([A-Za-z]\w*)", SCRIPT))
     assert declared | ARRAYS <= read, f"never read by report.js: {(declared | ARRAYS) - read}"
