@@ -25,11 +25,11 @@ from gpt2trace.format import schema as S
 from gpt2trace.format.parts import (
     BLOCKS,
     KERNEL_CALL,
-    TASK_GRAPH,
-    TASK_IDLE,
     KIND_CODES,
     NULL,
     PART_KINDS,
+    TASK_GRAPH,
+    TASK_IDLE,
     PartWindow,
     part_layout,
     records_table,
