@@ -1,12 +1,12 @@
-"""What a trace part holds while the run goes, and how the merge completes it into trace records.
+"""The raw events of a part, and how the merge completes them into trace records.
 
-A part holds the raw events of one window of time on one rank, as Extrae's buffers do (its mpi2prv builds the
-Paraver states when it merges them): one row per kernel call, phases, counters and MPI calls. The kernel records
-(one per block) and the thread states (four of five records of a trace) are built by the merge, part by part,
-with gpt2trace.format.thread_states. So the tracer's writer thread, which shares the cores with the kernels'
-threads, handles ~110 rows a step of the `small` model instead of ~1,030 records.
+The raw events of one window of time on one rank (what gpt2trace.format.raw_window decodes a part the tracer wrote
+into; parts of the previous version held them as they are): one row per kernel call, phases, counters and MPI
+calls, and in a task-based run the tasks and the runtime's waits. The kernel records (one per block, one per task)
+and the thread states (four of five records of a trace) are built by the merge, part by part, with
+gpt2trace.format.thread_states and gpt2trace.format.task_states, as Extrae's mpi2prv builds the Paraver states.
 
-Beyond the trace's columns (gpt2trace.format.schema), a part has
+Beyond the trace's columns (gpt2trace.format.schema), the raw events have
 - records of kind `kernel_call` (KERNEL_CALL): one per kernel call, in call order, on the main thread: `start_ns`
   and `end_ns` are its parallel region (fork to join), `name`, `step`, `layer`, `microstep` those of its kernel
   records;
@@ -14,6 +14,9 @@ Beyond the trace's columns (gpt2trace.format.schema), a part has
   thread that ran it read them, and that thread's index, at 3k, 3k + 1, 3k + 2; -1 (all three) for a block that was
   not run, and for every block of the other records;
 - on `comm` records, `state`: the main thread's state during the call (a trace holds it as a state record);
+- records of kind `task_idle` (TASK_IDLE: a runtime thread waiting with no ready task) and `task_graph`
+  (TASK_GRAPH: the span of one run of a task graph, thread 0), from which the task window's states are painted;
+  `task` records are the trace's own;
 - in its schema's metadata (PartWindow): the rank, the window [start_ns, end_ns) the states must partition and the
   number of threads they are built for.
 A part without that metadata comes from an earlier version, which wrote the states itself: it is merged as it is.
