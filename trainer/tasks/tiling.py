@@ -1,0 +1,212 @@
+"""How each kernel call is cut into block tasks: the blocks, the function each runs, the regions it declares.
+
+The model's calls are unchanged (`run(kernel, layer, *args)`); a tiling turns one call into tasks over blocks of its
+output, each declaring what it reads (IN), writes (OUT) or accumulates into (INOUT):
+
+    rows      (BT, ...) row blocks of `rows` rows: the kernel's serial twin (`k.block`, no GIL) on the block's views
+              (layernorm, matmul forward, residual, GELU, cross-entropy, encoder forward, zeroing). Forward of layer
+              l+1 on a row block waits only for that block of layer l (and for the kernels' weights).
+    sequences attention (forward and backward): one task per sequence b, its rows and its (NH, T, T) planes
+    features  weight gradients, the reduction over all BT rows: matmul's dweight/dbias by blocks of output features
+              (matmul_backward_weight), layernorm's dweight/dbias by blocks of channels (layernorm_backward_params),
+              as many blocks as the call has row blocks; they read all rows, so they wait for every row block of
+              their inputs. matmul's and layernorm's input gradients are row blocks (matmul_backward_input,
+              layernorm_backward_input).
+    elements  1-D buffers (the flat gradients, AdamW, the norm): blocks of ELEMENTS elements
+    whole     encoder backward is one task: rows sharing a token add into the same dwte row
+
+Each element of every output is computed by the same arithmetic, in the same order, as in the forkjoin kernel,
+except where BLAS is given a differently shaped block (its results can differ in the last bits) and the gradient
+norm's partial sums (per element block here, per thread there).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from trainer.kernels import adamw, attention, crossentropy, encoder, gelu, layernorm, matmul, residual, zero
+from trainer.kernels.launch import NO_TRACE
+from trainer.tasks.regions import IN, INOUT, OUT
+
+ELEMENTS = 1 << 18      # elements per task of a 1-D buffer: 1 MiB of float32, ~0.1-0.3 ms of AdamW
+
+
+def row_blocks(n: int, rows: int) -> list[tuple[int, int]]:
+    return [(r, min(r + rows, n)) for r in range(0, n, rows)] or [(0, 0)]
+
+
+def even_blocks(n: int, count: int) -> list[tuple[int, int]]:
+    """n split into `count` near-equal contiguous blocks (none empty unless n < count)."""
+    count = max(1, min(count, n))
+    return [(n * b // count, n * (b + 1) // count) for b in range(count)]
+
+
+def _serial(k):
+    """The block body of a kernel run serially on views: its GIL-free twin with tracing off, one thread."""
+    body = k.block
+
+    def run(*args):
+        body(*args, NO_TRACE, 1)
+    run.__name__ = k.name
+    return run
+
+
+# Each tiling: (kernel's serial body, args, rows) -> [(fn, args, accesses, block)]
+
+def _rows(spec: str):
+    """A tiling for a kernel whose arguments are split by rows: `spec` has one letter per argument, r/w/u for a
+    row-blocked input/output/accumulated (INOUT) array, R for a whole input array, '.' for a scalar or a constant
+    array that no task writes."""
+    modes = {"r": IN, "w": OUT, "u": INOUT}
+
+    def tile(body, args, rows):
+        n = args[spec.index(next(c for c in spec if c in modes))].shape[0]
+        whole = [(a, IN) for a, c in zip(args, spec) if c == "R"]
+        out = []
+        for b, (r0, r1) in enumerate(row_blocks(n, rows)):
+            bargs = tuple(a[r0:r1] if c in modes else a for a, c in zip(args, spec))
+            acc = [(ba, modes[c]) for ba, c in zip(bargs, spec) if c in modes] + whole
+            out.append((body, bargs, acc, b))
+        return out
+    return tile
+
+
+def _elements(spec: str):
+    """As _rows, over the elements of 1-D buffers (or of any C-contiguous buffer, flattened)."""
+    modes = {"r": IN, "w": OUT, "u": INOUT}
+
+    def tile(body, args, rows):
+        flat = tuple(a.reshape(-1) if c in modes else a for a, c in zip(args, spec))
+        n = flat[spec.index(next(c for c in spec if c in modes))].shape[0]
+        out = []
+        for b, (i0, i1) in enumerate(row_blocks(n, ELEMENTS)):
+            bargs = tuple(a[i0:i1] if c in modes else a for a, c in zip(flat, spec))
+            out.append((body, bargs, [(ba, modes[c]) for ba, c in zip(bargs, spec) if c in modes], b))
+        return out
+    return tile
+
+
+def _zero(body, args, rows):
+    buf, = args
+    return (_rows("w") if buf.ndim > 1 else _elements("w"))(body, args, rows)
+
+
+def _encoder_forward(body, args, rows):
+    out, tokens, wte, wpe, pos, v0, add_pos = args
+    Tl = pos.shape[0]
+    tasks = []
+    for b, (r0, r1) in enumerate(row_blocks(out.shape[0], rows)):
+        bpos = np.roll(pos, -(r0 % Tl))      # row i of the block is row r0 + i of the call
+        tasks.append((body, (out[r0:r1], tokens[r0:r1], wte, wpe, bpos, v0, add_pos),
+                      [(out[r0:r1], OUT), (tokens[r0:r1], IN), (wte, IN), (wpe, IN)], b))
+    return tasks
+
+
+def _encoder_backward(body, args, rows):
+    dwte, dwpe, dout, tokens, pos, v0 = args
+    return [(body, args, [(dwte, INOUT), (dwpe, INOUT), (dout, IN), (tokens, IN)], 0)]
+
+
+def _per_sequence(a, b, B):
+    """Sequence b's rows of a (B*T, ...) buffer."""
+    n = a.shape[0] // B
+    return a[b * n:(b + 1) * n]
+
+
+def _attention_forward(body, args, rows):
+    out, preatt, att, q, kv, qpos, kpos, B, NH = args
+    if q.shape[0] != kv.shape[0] or kpos.shape[0] != 1:
+        raise ValueError("tasks: attention is cut by sequence, which needs whole sequences on the rank")
+    tasks = []
+    for b in range(B):
+        o, qb = _per_sequence(out, b, B), _per_sequence(q, b, B)
+        pre, a = preatt[b:b + 1], att[b:b + 1]
+        tasks.append((body, (o, pre, a, qb, qb, qpos, kpos, 1, NH),
+                      [(o, OUT), (pre, OUT), (a, OUT), (qb, IN)], b))
+    return tasks
+
+
+def _attention_backward(body, args, rows):
+    dq, dkv, dpreatt, datt, dout, q, kv, att, qpos, kpos, B, NH, dkoff = args
+    if dq is not dkv or q.shape[0] != kv.shape[0] or kpos.shape[0] != 1:
+        raise ValueError("tasks: attention is cut by sequence, which needs whole sequences on the rank")
+    tasks = []
+    for b in range(B):
+        d, qb, do = _per_sequence(dq, b, B), _per_sequence(q, b, B), _per_sequence(dout, b, B)
+        dpre, da, a = dpreatt[b:b + 1], datt[b:b + 1], att[b:b + 1]
+        tasks.append((body, (d, d, dpre, da, do, qb, qb, a, qpos, kpos, 1, NH, dkoff),
+                      [(d, INOUT), (dpre, OUT), (da, OUT), (do, IN), (qb, IN), (a, IN)], b))
+    return tasks
+
+
+def _matmul_backward(body, args, rows):
+    dinp, dweight, dbias, dout, inp, weight, has_bias = args
+    BT, OC = dout.shape
+    blocks = row_blocks(BT, rows)
+    tasks = []
+    for b, (r0, r1) in enumerate(blocks):
+        tasks.append((matmul.matmul_backward_input, (dinp[r0:r1], dout[r0:r1], weight),
+                      [(dinp[r0:r1], INOUT), (dout[r0:r1], IN), (weight, IN)], b))
+    for b, (o0, o1) in enumerate(even_blocks(OC, len(blocks))):
+        acc = [(dweight[o0:o1], INOUT), (dout, IN), (inp, IN)] + ([(dbias[o0:o1], INOUT)] if has_bias else [])
+        tasks.append((matmul.matmul_backward_weight, (dweight, dbias, dout, inp, o0, o1, has_bias), acc, b))
+    return tasks
+
+
+def _layernorm_backward(body, args, rows):
+    dinp, dweight, dbias, dout, inp, weight, mean, rstd = args
+    BT, C = inp.shape
+    blocks = row_blocks(BT, rows)
+    tasks = []
+    for b, (r0, r1) in enumerate(blocks):
+        bargs = (dinp[r0:r1], dout[r0:r1], inp[r0:r1], weight, mean[r0:r1], rstd[r0:r1])
+        tasks.append((layernorm.layernorm_backward_input, bargs,
+                      [(bargs[0], INOUT), (bargs[1], IN), (bargs[2], IN), (weight, IN), (bargs[4], IN),
+                       (bargs[5], IN)], b))
+    for b, (c0, c1) in enumerate(even_blocks(C, len(blocks))):
+        tasks.append((layernorm.layernorm_backward_params, (dweight, dbias, dout, inp, mean, rstd, c0, c1),
+                      [(dweight[c0:c1], INOUT), (dbias[c0:c1], INOUT), (dout, IN), (inp, IN), (mean, IN),
+                       (rstd, IN)], b))
+    return tasks
+
+
+def _grad_norm(body, args, rows):
+    partials, grads = args
+    # one partial per block of the caller's partials (trainer.tasks.sync sizes them with norm_blocks)
+    tasks = []
+    for b, (i0, i1) in enumerate(even_blocks(grads.shape[0], partials.shape[0])):
+        tasks.append((body, (partials[b:b + 1], grads[i0:i1]), [(partials[b:b + 1], OUT), (grads[i0:i1], IN)], b))
+    return tasks
+
+
+def norm_blocks(n: int) -> int:
+    """Partial sums the gradient norm of n elements is cut into (one per task)."""
+    return max(1, -(-n // ELEMENTS))
+
+
+TILINGS = {
+    encoder.encoder_forward: _encoder_forward,
+    encoder.encoder_backward: _encoder_backward,
+    layernorm.layernorm_forward: _rows("wwwrRR"),
+    layernorm.layernorm_backward: _layernorm_backward,
+    matmul.matmul_forward: _rows("wrRR."),
+    matmul.matmul_backward: _matmul_backward,
+    attention.attention_forward: _attention_forward,
+    attention.attention_backward: _attention_backward,
+    residual.residual_forward: _rows("wrr"),
+    residual.residual_backward: _rows("uur"),
+    gelu.gelu_forward: _rows("wr"),
+    gelu.gelu_backward: _rows("urr"),
+    crossentropy.crossentropy_forward: _rows("wwrr."),
+    crossentropy.crossentropy_backward: _rows("wrr..."),
+    zero.zero_fill: _zero,
+    adamw.adamw_update: _elements("uuuu......"),
+    adamw.grad_norm_squared: _grad_norm,
+}
+
+
+def tasks_of(k, args: tuple, rows: int) -> list[tuple]:
+    """The block tasks of the call `k(*args)`: (fn, args, accesses, block) each."""
+    tile = TILINGS.get(k)
+    if tile is None:
+        raise ValueError(f"tasks: no tiling for kernel {k.name}; run it with --schedule forkjoin")
+    return tile(_serial(k), args, rows)
