@@ -276,16 +276,17 @@ def uses_grad_bucket(name: DPSync | str | None, comm=None) -> bool:
 def make_strategy(name: DPSync | str | None, model: GPT2, tcfg: TrainConfig, run: Launcher, comm=None):
     """The strategy for a run: Local without a communicator (or with one rank), else the named one."""
     from trainer.tasks.launcher import TaskLauncher
+    several = comm is not None and comm.Get_size() > 1
+    if several and not hasattr(comm, "Waitall"):
+        comm = PlainComm(comm)
     if isinstance(run, TaskLauncher):     # --schedule tasks: reductions and AdamW are tasks (allreduce's sum)
         from trainer.tasks.sync import TaskSync
-        if comm is not None and comm.Get_size() > 1 and DPSync(name) != DPSync.allreduce:
+        if several and DPSync(name) != DPSync.allreduce:
             raise ValueError(f"--schedule tasks reduces gradients as --dp-sync allreduce does, not {DPSync(name).value}")
-        return TaskSync(model, tcfg, run, comm if comm is not None and comm.Get_size() > 1 else None)
+        return TaskSync(model, tcfg, run, comm if several else None)
     cls = _strategy_class(name, comm)
     if cls is Local:
         return Local(model, tcfg, run)
-    if not hasattr(comm, "Waitall"):
-        comm = PlainComm(comm)
     return cls(model, tcfg, run, comm)
 
 

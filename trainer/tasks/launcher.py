@@ -2,6 +2,7 @@
 call's block tasks (trainer.tasks.tiling) and returns at once; `taskwait` runs them."""
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from trainer.config import DEFAULT_TASK_BLOCK
@@ -23,9 +24,11 @@ class TaskLauncher(Launcher):
         self.observe: Callable[[TaskLog], None] | None = None
 
     def __call__(self, k, layer: int, *args) -> None:
+        t0 = time.monotonic_ns()
         submit = self.runtime.submit
         for fn, targs, accesses, block in tasks_of(k, args, self.task_block):
             submit(fn, targs, accesses, k.name, layer, block)
+        self.runtime.log.submit_cost_ns += time.monotonic_ns() - t0
 
     def taskwait(self) -> None:
         try:

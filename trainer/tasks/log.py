@@ -33,6 +33,8 @@ class TaskLog:
     names        the kernel names, as forkjoin traces name the kernels; communication tasks by their MPI call
                         (MPI_Iallreduce). Indices are stable over a run: later logs only append names.
     polls        int: MPI_Test calls that found a request still in flight (only successful ones are in the trace)
+    submit_cost_ns int: main-thread time spent submitting these tasks: cutting the kernel calls into blocks and
+                        finding each block's predecessors (trainer.tasks.launcher)
     """
     task: np.ndarray
     kernel: np.ndarray
@@ -49,6 +51,7 @@ class TaskLog:
     idle: np.ndarray
     names: tuple[str, ...]
     polls: int = 0
+    submit_cost_ns: int = 0
 
     def __len__(self) -> int:
         return len(self.task)
@@ -75,6 +78,7 @@ class LogBuilder:
         self.preds: list[int] = []
         self.idle: list[tuple[int, int, int]] = []
         self.polls = 0
+        self.submit_cost_ns = 0
 
     def name_index(self, name: str) -> int:
         i = self._index.get(name)
@@ -90,6 +94,6 @@ class LogBuilder:
         np.cumsum(self.pred_counts, out=offsets[1:])
         log = TaskLog(**cols, pred_offsets=offsets, preds=np.array(self.preds, dtype=np.int64),
                       idle=np.array(self.idle, dtype=np.int64).reshape(-1, 3), names=tuple(self.names),
-                      polls=self.polls)
+                      polls=self.polls, submit_cost_ns=self.submit_cost_ns)
         self._reset()
         return log

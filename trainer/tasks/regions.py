@@ -1,8 +1,8 @@
 """Data dependencies between tasks from the memory they declare, with OmpSs-2's rules.
 
-A task declares accesses: a NumPy array (any view) and a mode, IN (reads), OUT (writes) or INOUT. A region is the
-byte range the view spans in memory (its bounding range: exact for the contiguous row blocks the tilings use; a
-strided view is widened to its bounds, which can add edges but never miss one). In submission order:
+A task declares accesses: a region of memory and a mode, IN (reads), OUT (writes) or INOUT. A region is the byte
+range a NumPy view spans (its bounding range: exact for the contiguous row blocks the tilings use; a strided view
+is widened to its bounds, which can add edges but never miss one). In submission order:
 
     RAW  a reader depends on the last task that wrote an overlapping byte
     WAW  a writer depends on the last writer of every byte it overlaps ...
@@ -64,8 +64,29 @@ class DependencyMap:
             return
         los, his, ws, rs = self.lo, self.hi, self.writer, self.readers
         first = bisect_right(his, lo)           # the first segment ending after lo
-        last = first
         n = len(los)
+        # fast paths, most accesses: exactly one segment's bytes (a block a previous task read or wrote), or new bytes
+        if first < n and los[first] == lo and his[first] == hi:
+            w, r = ws[first], rs[first]
+            if mode & _WRITES:
+                if r:
+                    preds.update(r)
+                elif w is not None:
+                    preds.add(w)
+                ws[first], rs[first] = task, []
+            else:
+                if w is not None:
+                    preds.add(w)
+                r.append(task)          # every segment owns its readers list (splits copy it)
+            return
+        if first == n or los[first] >= hi:
+            los.insert(first, lo), his.insert(first, hi)
+            if mode & _WRITES:
+                ws.insert(first, task), rs.insert(first, [])
+            else:
+                ws.insert(first, None), rs.insert(first, [task])
+            return
+        last = first
         while last < n and los[last] < hi:
             last += 1
         writes = mode & _WRITES
@@ -105,8 +126,26 @@ class DependencyMap:
         los[first:last], his[first:last], ws[first:last], rs[first:last] = new_lo, new_hi, new_w, new_r
 
     def add(self, task, accesses, preds: set) -> None:
-        """All of one task's accesses: (array, mode) pairs. A task never depends on itself."""
-        for a, mode in accesses:
-            lo, hi = byte_range(a)
+        """All of one task's accesses, (lo, hi, mode) byte ranges (see `Region`). A task never depends on itself."""
+        for lo, hi, mode in accesses:
             self.access(task, lo, hi, mode, preds)
         preds.discard(task)
+
+
+class Region:
+    """An array's byte range, read once (reading a view's address costs ~3 us in NumPy, more than the rest of a
+    task's submission), and the byte ranges of its row blocks derived from it by arithmetic."""
+    __slots__ = ("lo", "hi", "row")
+
+    def __init__(self, a: np.ndarray):
+        self.lo, self.hi = byte_range(a)
+        # bytes per row of a C-contiguous array, whose row blocks are contiguous; 0 otherwise (blocks: the whole)
+        self.row = a.strides[0] if a.ndim and a.flags.c_contiguous and a.shape[0] else 0
+
+    def whole(self, mode: int) -> tuple[int, int, int]:
+        return self.lo, self.hi, mode
+
+    def rows(self, r0: int, r1: int, mode: int) -> tuple[int, int, int]:
+        if not self.row:
+            return self.lo, self.hi, mode
+        return self.lo + r0 * self.row, self.lo + r1 * self.row, mode

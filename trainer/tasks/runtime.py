@@ -49,7 +49,8 @@ class Runtime:
         self.nthreads = nthreads
         self.deps = DependencyMap()
         self.log = LogBuilder()
-        self._cond = threading.Condition(threading.Lock())
+        self._cond = threading.Condition(threading.RLock())   # RLock: Condition's ownership check is cheap
+        self._sleeping = 0          # workers waiting for a ready task: only then is a notify needed
         self._ready: deque[Task] = deque()
         self._main_ready: list[tuple[int, Task]] = []      # communication tasks by comm_seq
         self._comm_submitted = 0
@@ -94,7 +95,8 @@ class Runtime:
             self._unfinished += 1
             if n == 0:
                 self._make_ready(task)
-                self._cond.notify()
+                if self._sleeping:
+                    self._cond.notify()
         return task
 
     def _make_ready(self, task: Task) -> None:   # under the lock
@@ -145,8 +147,10 @@ class Runtime:
             with cond:
                 if not ready:
                     t0 = time.monotonic_ns()
+                    self._sleeping += 1
                     while not ready and not self._stop:
                         cond.wait()
+                    self._sleeping -= 1
                     if self._stop:
                         return
                     idle.append((tid, t0, time.monotonic_ns()))

@@ -25,7 +25,7 @@ import numpy as np
 
 from trainer.kernels import adamw, attention, crossentropy, encoder, gelu, layernorm, matmul, residual, zero
 from trainer.kernels.launch import NO_TRACE
-from trainer.tasks.regions import IN, INOUT, OUT
+from trainer.tasks.regions import IN, INOUT, OUT, Region
 
 ELEMENTS = 1 << 18      # elements per task of a 1-D buffer: 1 MiB of float32, ~0.1-0.3 ms of AdamW
 
@@ -50,21 +50,26 @@ def _serial(k):
     return run
 
 
-# Each tiling: (kernel's serial body, args, rows) -> [(fn, args, accesses, block)]
+# Each tiling: (kernel's serial body, args, rows) -> [(fn, args, accesses, block)], accesses as (lo, hi, mode) byte
+# ranges (trainer.tasks.regions.Region: each array's address is read once per call, its blocks' by arithmetic)
+
+_MODES = {"r": IN, "w": OUT, "u": INOUT}
+
 
 def _rows(spec: str):
     """A tiling for a kernel whose arguments are split by rows: `spec` has one letter per argument, r/w/u for a
     row-blocked input/output/accumulated (INOUT) array, R for a whole input array, '.' for a scalar or a constant
     array that no task writes."""
-    modes = {"r": IN, "w": OUT, "u": INOUT}
+    blocked = [i for i, c in enumerate(spec) if c in _MODES]
 
     def tile(body, args, rows):
-        n = args[spec.index(next(c for c in spec if c in modes))].shape[0]
-        whole = [(a, IN) for a, c in zip(args, spec) if c == "R"]
+        n = args[blocked[0]].shape[0]
+        regions = {i: Region(args[i]) for i in blocked}
+        whole = [Region(a).whole(IN) for a, c in zip(args, spec) if c == "R"]
         out = []
         for b, (r0, r1) in enumerate(row_blocks(n, rows)):
-            bargs = tuple(a[r0:r1] if c in modes else a for a, c in zip(args, spec))
-            acc = [(ba, modes[c]) for ba, c in zip(bargs, spec) if c in modes] + whole
+            bargs = tuple(a[r0:r1] if c in _MODES else a for a, c in zip(args, spec))
+            acc = [regions[i].rows(r0, r1, _MODES[spec[i]]) for i in blocked] + whole
             out.append((body, bargs, acc, b))
         return out
     return tile
@@ -72,16 +77,11 @@ def _rows(spec: str):
 
 def _elements(spec: str):
     """As _rows, over the elements of 1-D buffers (or of any C-contiguous buffer, flattened)."""
-    modes = {"r": IN, "w": OUT, "u": INOUT}
+    rows_tiling = _rows(spec)
 
     def tile(body, args, rows):
-        flat = tuple(a.reshape(-1) if c in modes else a for a, c in zip(args, spec))
-        n = flat[spec.index(next(c for c in spec if c in modes))].shape[0]
-        out = []
-        for b, (i0, i1) in enumerate(row_blocks(n, ELEMENTS)):
-            bargs = tuple(a[i0:i1] if c in modes else a for a, c in zip(flat, spec))
-            out.append((body, bargs, [(ba, modes[c]) for ba, c in zip(bargs, spec) if c in modes], b))
-        return out
+        flat = tuple(a.reshape(-1) if c in _MODES else a for a, c in zip(args, spec))
+        return rows_tiling(body, flat, ELEMENTS)
     return tile
 
 
@@ -93,48 +93,55 @@ def _zero(body, args, rows):
 def _encoder_forward(body, args, rows):
     out, tokens, wte, wpe, pos, v0, add_pos = args
     Tl = pos.shape[0]
+    ro, rt, weights = Region(out), Region(tokens), [Region(wte).whole(IN), Region(wpe).whole(IN)]
     tasks = []
     for b, (r0, r1) in enumerate(row_blocks(out.shape[0], rows)):
         bpos = np.roll(pos, -(r0 % Tl))      # row i of the block is row r0 + i of the call
         tasks.append((body, (out[r0:r1], tokens[r0:r1], wte, wpe, bpos, v0, add_pos),
-                      [(out[r0:r1], OUT), (tokens[r0:r1], IN), (wte, IN), (wpe, IN)], b))
+                      [ro.rows(r0, r1, OUT), rt.rows(r0, r1, IN)] + weights, b))
     return tasks
 
 
 def _encoder_backward(body, args, rows):
     dwte, dwpe, dout, tokens, pos, v0 = args
-    return [(body, args, [(dwte, INOUT), (dwpe, INOUT), (dout, IN), (tokens, IN)], 0)]
+    return [(body, args, [Region(dwte).whole(INOUT), Region(dwpe).whole(INOUT), Region(dout).whole(IN),
+                          Region(tokens).whole(IN)], 0)]
 
 
-def _per_sequence(a, b, B):
-    """Sequence b's rows of a (B*T, ...) buffer."""
-    n = a.shape[0] // B
-    return a[b * n:(b + 1) * n]
+def _check_whole_sequences(q, kv, kpos) -> None:
+    if q.shape[0] != kv.shape[0] or kpos.shape[0] != 1:
+        raise ValueError("tasks: attention is cut by sequence, which needs whole sequences on the rank")
 
 
 def _attention_forward(body, args, rows):
     out, preatt, att, q, kv, qpos, kpos, B, NH = args
-    if q.shape[0] != kv.shape[0] or kpos.shape[0] != 1:
-        raise ValueError("tasks: attention is cut by sequence, which needs whole sequences on the rank")
+    _check_whole_sequences(q, kv, kpos)
+    T = q.shape[0] // B
+    ro, rp, ra, rq = Region(out), Region(preatt), Region(att), Region(q)
     tasks = []
     for b in range(B):
-        o, qb = _per_sequence(out, b, B), _per_sequence(q, b, B)
-        pre, a = preatt[b:b + 1], att[b:b + 1]
-        tasks.append((body, (o, pre, a, qb, qb, qpos, kpos, 1, NH),
-                      [(o, OUT), (pre, OUT), (a, OUT), (qb, IN)], b))
+        r0, r1 = b * T, (b + 1) * T
+        qb = q[r0:r1]
+        tasks.append((body, (out[r0:r1], preatt[b:b + 1], att[b:b + 1], qb, qb, qpos, kpos, 1, NH),
+                      [ro.rows(r0, r1, OUT), rp.rows(b, b + 1, OUT), ra.rows(b, b + 1, OUT), rq.rows(r0, r1, IN)], b))
     return tasks
 
 
 def _attention_backward(body, args, rows):
     dq, dkv, dpreatt, datt, dout, q, kv, att, qpos, kpos, B, NH, dkoff = args
-    if dq is not dkv or q.shape[0] != kv.shape[0] or kpos.shape[0] != 1:
-        raise ValueError("tasks: attention is cut by sequence, which needs whole sequences on the rank")
+    _check_whole_sequences(q, kv, kpos)
+    if dq is not dkv:
+        raise ValueError("tasks: attention backward is cut by sequence, which needs dq and dkv in one buffer")
+    T = q.shape[0] // B
+    rd, rdp, rda, rdo, rq, ra = (Region(a) for a in (dq, dpreatt, datt, dout, q, att))
     tasks = []
     for b in range(B):
-        d, qb, do = _per_sequence(dq, b, B), _per_sequence(q, b, B), _per_sequence(dout, b, B)
-        dpre, da, a = dpreatt[b:b + 1], datt[b:b + 1], att[b:b + 1]
-        tasks.append((body, (d, d, dpre, da, do, qb, qb, a, qpos, kpos, 1, NH, dkoff),
-                      [(d, INOUT), (dpre, OUT), (da, OUT), (do, IN), (qb, IN), (a, IN)], b))
+        r0, r1 = b * T, (b + 1) * T
+        d, qb = dq[r0:r1], q[r0:r1]
+        tasks.append((body, (d, d, dpreatt[b:b + 1], datt[b:b + 1], dout[r0:r1], qb, qb, att[b:b + 1], qpos, kpos,
+                             1, NH, dkoff),
+                      [rd.rows(r0, r1, INOUT), rdp.rows(b, b + 1, OUT), rda.rows(b, b + 1, OUT),
+                       rdo.rows(r0, r1, IN), rq.rows(r0, r1, IN), ra.rows(b, b + 1, IN)], b))
     return tasks
 
 
@@ -142,12 +149,14 @@ def _matmul_backward(body, args, rows):
     dinp, dweight, dbias, dout, inp, weight, has_bias = args
     BT, OC = dout.shape
     blocks = row_blocks(BT, rows)
+    rdi, rdw, rdb, rdo = Region(dinp), Region(dweight), Region(dbias), Region(dout)
+    w, whole_dout, whole_inp = Region(weight).whole(IN), rdo.whole(IN), Region(inp).whole(IN)
     tasks = []
     for b, (r0, r1) in enumerate(blocks):
         tasks.append((matmul.matmul_backward_input, (dinp[r0:r1], dout[r0:r1], weight),
-                      [(dinp[r0:r1], INOUT), (dout[r0:r1], IN), (weight, IN)], b))
+                      [rdi.rows(r0, r1, INOUT), rdo.rows(r0, r1, IN), w], b))
     for b, (o0, o1) in enumerate(even_blocks(OC, len(blocks))):
-        acc = [(dweight[o0:o1], INOUT), (dout, IN), (inp, IN)] + ([(dbias[o0:o1], INOUT)] if has_bias else [])
+        acc = [rdw.rows(o0, o1, INOUT), whole_dout, whole_inp] + ([rdb.rows(o0, o1, INOUT)] if has_bias else [])
         tasks.append((matmul.matmul_backward_weight, (dweight, dbias, dout, inp, o0, o1, has_bias), acc, b))
     return tasks
 
@@ -156,25 +165,28 @@ def _layernorm_backward(body, args, rows):
     dinp, dweight, dbias, dout, inp, weight, mean, rstd = args
     BT, C = inp.shape
     blocks = row_blocks(BT, rows)
+    rdi, rdo, ri, rm, rs = (Region(a) for a in (dinp, dout, inp, mean, rstd))
+    rdw, rdb, w = Region(dweight), Region(dbias), Region(weight).whole(IN)
     tasks = []
     for b, (r0, r1) in enumerate(blocks):
         bargs = (dinp[r0:r1], dout[r0:r1], inp[r0:r1], weight, mean[r0:r1], rstd[r0:r1])
         tasks.append((layernorm.layernorm_backward_input, bargs,
-                      [(bargs[0], INOUT), (bargs[1], IN), (bargs[2], IN), (weight, IN), (bargs[4], IN),
-                       (bargs[5], IN)], b))
+                      [rdi.rows(r0, r1, INOUT), rdo.rows(r0, r1, IN), ri.rows(r0, r1, IN), w, rm.rows(r0, r1, IN),
+                       rs.rows(r0, r1, IN)], b))
+    reads = [rdo.whole(IN), ri.whole(IN), rm.whole(IN), rs.whole(IN)]
     for b, (c0, c1) in enumerate(even_blocks(C, len(blocks))):
         tasks.append((layernorm.layernorm_backward_params, (dweight, dbias, dout, inp, mean, rstd, c0, c1),
-                      [(dweight[c0:c1], INOUT), (dbias[c0:c1], INOUT), (dout, IN), (inp, IN), (mean, IN),
-                       (rstd, IN)], b))
+                      [rdw.rows(c0, c1, INOUT), rdb.rows(c0, c1, INOUT)] + reads, b))
     return tasks
 
 
 def _grad_norm(body, args, rows):
     partials, grads = args
     # one partial per block of the caller's partials (trainer.tasks.sync sizes them with norm_blocks)
+    rp, rg = Region(partials), Region(grads)
     tasks = []
     for b, (i0, i1) in enumerate(even_blocks(grads.shape[0], partials.shape[0])):
-        tasks.append((body, (partials[b:b + 1], grads[i0:i1]), [(partials[b:b + 1], OUT), (grads[i0:i1], IN)], b))
+        tasks.append((body, (partials[b:b + 1], grads[i0:i1]), [rp.rows(b, b + 1, OUT), rg.rows(i0, i1, IN)], b))
     return tasks
 
 
@@ -199,7 +211,7 @@ TILINGS = {
     crossentropy.crossentropy_forward: _rows("wwrr."),
     crossentropy.crossentropy_backward: _rows("wrr..."),
     zero.zero_fill: _zero,
-    adamw.adamw_update: _elements("uuuu......"),
+    adamw.adamw_update: _elements("uruu......"),
     adamw.grad_norm_squared: _grad_norm,
 }
 
