@@ -67,7 +67,8 @@ class Runtime:
 
     # -- submission (main thread) -----------------------------------------------------------------------------
     def submit(self, fn, args: tuple, accesses, kernel: str, layer: int, block: int) -> Task:
-        """A task running fn(*args) once its predecessors are done; `accesses`: (array, IN/OUT/INOUT) pairs."""
+        """A task running fn(*args) once its predecessors are done; `accesses`: (lo, hi, IN/OUT/INOUT)
+        byte ranges (trainer.tasks.regions.Region)."""
         return self._submit(Task(self._next_id, fn, args, self.log.name_index(kernel), layer, block), accesses)
 
     def submit_comm(self, start, test, accesses, name: str, layer: int) -> Task:

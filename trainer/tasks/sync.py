@@ -28,7 +28,7 @@ from trainer.kernels.adamw import adamw_update, grad_norm_squared
 from trainer.model import GPT2, NO_LAYER
 from trainer.optim import AdamW
 from trainer.tasks.launcher import TaskLauncher
-from trainer.tasks.regions import INOUT
+from trainer.tasks.regions import INOUT, Region
 from trainer.tasks.tiling import norm_blocks
 
 
@@ -56,7 +56,7 @@ class TaskSync:
         if self.comm is not None:
             comm, MPI = self.comm, self.MPI
             self.run.runtime.submit_comm(lambda: comm.Iallreduce(MPI.IN_PLACE, grads, op=MPI.SUM), comm.Test,
-                                         [(grads, INOUT)], "MPI_Iallreduce", layer)
+                                         [Region(grads).whole(INOUT)], "MPI_Iallreduce", layer)
         partials = np.zeros(norm_blocks(hi - lo), dtype=np.float64)
         self._partials.append((lo, partials))
         self.run(grad_norm_squared, layer, partials, grads)
