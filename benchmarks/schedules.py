@@ -15,7 +15,8 @@ the tasks steps' task logs (trainer.tasks.log.TaskLog), per step then the median
                     by thread time (threads x step time); comm tasks' end..done is their flight, not overhead
     occupancy       time inside task bodies / thread time
     critical path   the longest chain of the task graph weighted by task durations (a comm task: posting to
-                    completion): the step time with infinite threads and a free runtime; step / critical path
+                    completion), summed over the step's taskwaits (after the forward, at the step's end): the
+                    step time with infinite threads and a free runtime; step / critical path
     per-task cost   overhead per task, ns
     hidden comm     (ranks > 1) seconds per step of the Iallreduces' flight (posting .. successful MPI_Test) during
                     which some thread was running a task
@@ -53,6 +54,20 @@ def _overlap(a0: int, a1: int, merged) -> int:
     return sum(max(0, min(a1, e) - max(a0, s)) for s, e in merged)
 
 
+def critical_path_ns(log, names) -> int:
+    """The longest chain of one taskwait's tasks, weighted by their bodies (a comm task: posting to completion).
+    Ids increase in submission order and every predecessor was submitted earlier; predecessors in an earlier log
+    were done before this log's first task was submitted (a taskwait)."""
+    comm = [names[k].startswith("MPI_") for k in log.kernel.tolist()]
+    weight = [int(d - s) if c else int(e - s)
+              for c, s, e, d in zip(comm, log.start_ns.tolist(), log.end_ns.tolist(), log.done_ns.tolist())]
+    finish: dict[int, int] = {}
+    for i in sorted(range(len(log)), key=lambda i: int(log.task[i])):
+        before = max((finish[p] for p in log.predecessors(i).tolist() if p in finish), default=0)
+        finish[int(log.task[i])] = before + weight[i]
+    return max(finish.values(), default=0)
+
+
 def step_stats(logs, step_ns: int, nthreads: int) -> dict:
     """Overhead, occupancy, critical path and hidden communication of the tasks of one step (its TaskLogs)."""
     import numpy as np
@@ -60,20 +75,12 @@ def step_stats(logs, step_ns: int, nthreads: int) -> dict:
     names = logs[-1].names
     cat = {f: np.concatenate([getattr(g, f) for g in logs]) for f in
            ("task", "kernel", "start_ns", "end_ns", "pick_ns", "done_ns")}
-    preds = [g.predecessors(i) for g in logs for i in range(len(g))]
     comm = np.array([names[k].startswith("MPI_") for k in cat["kernel"]], dtype=bool)
     body = cat["end_ns"] - cat["start_ns"]
     submit = sum(g.submit_cost_ns for g in logs)
     overhead = int((cat["start_ns"] - cat["pick_ns"]).sum() + (cat["done_ns"] - cat["end_ns"])[~comm].sum()) + submit
     thread_ns = step_ns * nthreads
-    # critical path: ids increase in submission order and every predecessor was submitted earlier
-    weight = np.where(comm, cat["done_ns"] - cat["start_ns"], body)
-    order = np.argsort(cat["task"])
-    finish: dict[int, int] = {}
-    for i in order:
-        before = max((finish[p] for p in preds[i] if p in finish), default=0)
-        finish[int(cat["task"][i])] = before + int(weight[i])
-    critical = max(finish.values(), default=0)
+    critical = sum(critical_path_ns(g, names) for g in logs)   # a taskwait between logs: chains add up
     running = _merge(zip(cat["start_ns"][~comm].tolist(), cat["end_ns"][~comm].tolist()))
     hidden = sum(_overlap(s, e, running) for s, e in zip(cat["end_ns"][comm].tolist(), cat["done_ns"][comm].tolist()))
     flight = int((cat["done_ns"] - cat["end_ns"])[comm].sum())

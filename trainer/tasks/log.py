@@ -12,6 +12,8 @@ NO_LAYER = -1
 class TaskLog:
     """One row per task executed since the previous taskwait, in completion order; NumPy arrays of n rows unless
     said otherwise. Times are time.monotonic_ns() (the clock of the kernels' trace slots and of the tracer).
+    A taskwait is a barrier the predecessor lists do not show: every task of a log was submitted after every task
+    of the earlier logs was done (a critical path adds up the logs' own).
 
     task         int64  id, unique on the rank over the whole run, increasing in submission order
     kernel       int32  index into `names`
@@ -61,8 +63,8 @@ class TaskLog:
 
 
 class LogBuilder:
-    """Per-field lists the runtime appends to as tasks finish (a few appends per task); `take` turns them into a
-    TaskLog and starts over."""
+    """What the runtime appends as tasks finish (a row tuple, the predecessors: a few appends per task); `take`
+    turns it into a TaskLog and starts over."""
 
     FIELDS = ("task", "kernel", "layer", "block", "tid", "submit_ns", "pick_ns", "start_ns", "end_ns", "done_ns")
     INT32 = ("kernel", "layer", "block")
@@ -73,7 +75,7 @@ class LogBuilder:
         self._reset()
 
     def _reset(self) -> None:
-        self.rows = {f: [] for f in self.FIELDS}
+        self.rows: list[tuple] = []          # one tuple of FIELDS per finished task
         self.pred_counts: list[int] = []
         self.preds: list[int] = []
         self.idle: list[tuple[int, int, int]] = []
@@ -88,8 +90,9 @@ class LogBuilder:
         return i
 
     def take(self) -> TaskLog:
-        r = self.rows
-        cols = {f: np.array(r[f], dtype=np.int32 if f in self.INT32 else np.int64) for f in self.FIELDS}
+        table = np.array(self.rows, dtype=np.int64).reshape(-1, len(self.FIELDS))
+        cols = {f: table[:, i].astype(np.int32) if f in self.INT32 else table[:, i].copy()
+                for i, f in enumerate(self.FIELDS)}
         offsets = np.zeros(len(self.pred_counts) + 1, dtype=np.int64)
         np.cumsum(self.pred_counts, out=offsets[1:])
         log = TaskLog(**cols, pred_offsets=offsets, preds=np.array(self.preds, dtype=np.int64),

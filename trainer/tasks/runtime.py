@@ -118,12 +118,8 @@ class Runtime:
         task.succ = None
         self._unfinished -= 1
         done = time.monotonic_ns()
-        rows = self.log.rows
-        for field, value in (("task", task.id), ("kernel", task.kernel), ("layer", task.layer),
-                             ("block", task.block), ("tid", tid), ("submit_ns", task.submit_ns),
-                             ("pick_ns", task.pick_ns), ("start_ns", task.start_ns), ("end_ns", task.end_ns),
-                             ("done_ns", done)):
-            rows[field].append(value)
+        self.log.rows.append((task.id, task.kernel, task.layer, task.block, tid, task.submit_ns, task.pick_ns,
+                              task.start_ns, task.end_ns, done))
         self.log.pred_counts.append(len(task.preds))
         self.log.preds.extend(task.preds)
         task.fn = task.args = None      # the views it held
