@@ -105,9 +105,11 @@ def layernorm_backward_ref(dout, inp, weight):
 # -- block kernels of the task runtime (trainer/tasks): layernorm_backward's two reductions as separate tasks -----
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def layernorm_backward_input(dinp, dout, inp, weight, mean, rstd):
-    # dinp (R, C) += for a block of rows; dout, inp (R, C), mean, rstd (R,) the same rows; weight (C,)
+def layernorm_backward_input(dinp, dout, inp, weight, mean, rstd, tr):
+    # dinp (R, C) += for a block of rows; dout, inp (R, C), mean, rstd (R,) the same rows; weight (C,); tr: as every
+    # kernel's (launch.py)
     R, C = inp.shape
+    region_begin(tr)
     for i in range(R):
         m = mean[i]
         s = rstd[i]
@@ -122,16 +124,19 @@ def layernorm_backward_input(dinp, dout, inp, weight, mean, rstd):
         for c in range(C):
             norm = (inp[i, c] - m) * s
             dinp[i, c] += (weight[c] * dout[i, c] - dnorm_mean - norm * dnorm_norm_mean) * s
+    region_end(tr)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def layernorm_backward_params(dweight, dbias, dout, inp, mean, rstd, c0, c1):
+def layernorm_backward_params(dweight, dbias, dout, inp, mean, rstd, c0, c1, tr):
     # dweight, dbias (C,) += on columns c0:c1 over all BT rows, in layernorm_backward's order (bitwise equal);
     # dout, inp (BT, C), mean, rstd (BT,)
     BT = inp.shape[0]
+    region_begin(tr)
     for i in range(BT):
         m = mean[i]
         s = rstd[i]
         for c in range(c0, c1):
             dbias[c] += dout[i, c]
             dweight[c] += (inp[i, c] - m) * s * dout[i, c]
+    region_end(tr)

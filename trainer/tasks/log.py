@@ -23,8 +23,9 @@ class TaskLog:
     tid          int64  threading.get_ident() of the thread that ran it (the main thread is one of the workers)
     submit_ns    int64  created (by the main thread, in program order)
     pick_ns      int64  taken from the ready queue by that thread
-    start_ns, end_ns  int64  its body: the kernel's block, or for a communication task the posting of its
-                        nonblocking MPI call
+    start_ns, end_ns  int64  its body: the kernel's block as its trace slot read it inside the kernel, without
+                        the GIL (so pick..start and end..done hold the runtime's own cost, the GIL's release and
+                        retaking included), or for a communication task the posting of its nonblocking MPI call
     done_ns      int64  finished and its successors released; for a communication task, when MPI_Test found
                         its request complete (end_ns..done_ns: the request in flight)
     pred_offsets int64 (n + 1,) and preds int64: CSR of the ids of each task's predecessors (task i's are

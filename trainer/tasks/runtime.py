@@ -3,7 +3,9 @@
 the main thread in the spirit of TAMPI.
 
 The main thread submits tasks in program order (the model's kernel calls, cut into blocks by trainer.tasks.tiling);
-each task's predecessors come from the regions it declares (trainer.tasks.regions). A task whose predecessors are
+each task's predecessors come from the regions it declares (trainer.tasks.regions). A task body may return the
+(start, end) times of its work as read inside it (the kernels' trace slots, without the GIL); otherwise its Python
+call is timed. A task whose predecessors are
 all done is ready; any worker takes the oldest ready task (FIFO) and runs its body, a Numba kernel that releases
 the GIL, so workers compute at once. Helper threads work from the first submission; the main thread joins them at
 a taskwait, which returns when every submitted task is done.
@@ -127,13 +129,16 @@ class Runtime:
             self._cond.notify_all()
 
     def _run(self, task: Task, tid: int) -> None:
-        task.start_ns = time.monotonic_ns()
+        start = time.monotonic_ns()
+        inside = None
         try:
-            task.fn(*task.args)
+            inside = task.fn(*task.args)
         except BaseException as e:      # raised again by the taskwait; the graph still drains
             if self._error is None:
                 self._error = e
-        task.end_ns = time.monotonic_ns()
+        # a kernel task returns its (entry, exit) read inside the kernel without the GIL: releasing and retaking
+        # the GIL around it is the runtime's time, not the task's
+        task.start_ns, task.end_ns = inside if inside is not None else (start, time.monotonic_ns())
         with self._cond:
             self._finish(task, tid)
 
