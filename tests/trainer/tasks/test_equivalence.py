@@ -145,3 +145,21 @@ def test_the_model_s_task_log_keeps_every_dependency(ref):
     assert len(top) and all(layer_of[p] == 1 for i in top for p in last.predecessors(i).tolist())
     ids = np.concatenate([g.task for g in obs.logs])
     assert len(np.unique(ids)) == len(ids)      # unique over the run
+
+
+def test_gradient_accumulation_matches_forkjoin(ref):
+    """--grad-accum 2: the update's tasks are submitted in the last micro-batch's backward only, after the first
+    one's gradients were accumulated (a taskwait ends each forward)."""
+    state, cfg, flat = ref
+    out = []
+    for run in (TaskLauncher(2, 8), Launcher(2)):
+        m = GPT2(cfg, flat.copy(), int(state["B"]), int(state["T"]), run)
+        tcfg = TrainConfig(batch_size=int(state["B"]), seq_len=int(state["T"]), steps=3, lr=1e-3, grad_accum=2)
+        try:
+            history = train(m, _Fixed(state["x"], state["y"]), tcfg, make_strategy("allreduce", m, tcfg, run, None))
+        finally:
+            run.close()
+        out.append((np.array([h.loss for h in history]), m.params))
+    (tl, tp), (fl, fp) = out
+    np.testing.assert_allclose(tl, fl, rtol=LOSS_RTOL, atol=0)
+    np.testing.assert_allclose(tp, fp, rtol=0, atol=PARAMS_ATOL)
