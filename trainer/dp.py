@@ -282,7 +282,8 @@ def make_strategy(name: DPSync | str | None, model: GPT2, tcfg: TrainConfig, run
     if isinstance(run, TaskLauncher):     # --schedule tasks: reductions and AdamW are tasks (allreduce's sum)
         from trainer.tasks.sync import TaskSync
         if several and DPSync(name) != DPSync.allreduce:
-            raise ValueError(f"--schedule tasks reduces gradients as --dp-sync allreduce does, not {DPSync(name).value}")
+            raise ValueError(f"--schedule tasks reduces gradients as --dp-sync allreduce does, not "
+                             f"{DPSync(name).value}")
         return TaskSync(model, tcfg, run, comm if several else None)
     cls = _strategy_class(name, comm)
     if cls is Local:

@@ -207,7 +207,7 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
     traced = (TracedComm(comm, tracer, network=cfg.network) if comm is not None and tracer is not None
               else comm)
     if cfg.parallel.schedule == Schedule.tasks:
-        from trainer.tasks.launcher import TaskLauncher   # its log reaches the tracer through train's observer
+        from trainer.tasks.launcher import TaskLauncher  # its log reaches the tracer through train's observer
         launcher = TaskLauncher(threads, cfg.parallel.task_block)
     else:
         launcher = Launcher(threads, recorder=tracer.recorder if tracer else None)

@@ -19,7 +19,7 @@ import pytest
 
 from trainer.checkpoint import read_checkpoint
 from trainer.config import TrainConfig
-from trainer.dp import Local, make_strategy
+from trainer.dp import make_strategy
 from trainer.launcher import Launcher
 from trainer.model import GPT2
 from trainer.params import PARAM_NAMES

@@ -24,7 +24,8 @@ def _cases():
     x, w, bias = r.standard_normal((BT, C), np.float32), r.standard_normal((OC, C), np.float32), \
         r.standard_normal(OC, np.float32)
     dout = r.standard_normal((BT, OC), np.float32)
-    lw, lb, ld = r.standard_normal(C, np.float32), r.standard_normal(C, np.float32), r.standard_normal((BT, C), np.float32)
+    lw, lb = r.standard_normal(C, np.float32), r.standard_normal(C, np.float32)
+    ld = r.standard_normal((BT, C), np.float32)
     _, mean, rstd = layernorm.layernorm_forward_ref(x, lw, lb)
     mean, rstd = mean.astype(np.float32), rstd.astype(np.float32)
     qkv = r.standard_normal((BT, 3 * C), np.float32)
@@ -108,7 +109,7 @@ def test_a_read_of_a_block_follows_only_the_block_that_wrote_it():
     ln = tasks_of(layernorm.layernorm_forward, (out, np.zeros(BT, np.float32), np.zeros(BT, np.float32), x,
                                                 np.ones(C, np.float32), np.zeros(C, np.float32)), 5)
     ge = tasks_of(gelu.gelu_forward, (np.zeros((BT, C), np.float32), out), 5)
-    for t, (_, _, accesses, b) in enumerate(ln + ge):
+    for t, (_, _, accesses, _) in enumerate(ln + ge):
         preds = set()
         deps.add(t, accesses, preds)
         ids[t] = preds
