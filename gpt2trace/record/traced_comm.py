@@ -191,7 +191,7 @@ class TracedComm:
         if done:
             self._hold_posted()
             seq = self._request_seq.pop(id(request), None)
-            self.sink.comm("MPI_Test", t0, time.monotonic_ns(), None, None, seq, State.TEST_PROBE, self.info.id)
+            self.sink.comm(mpi_calls.TEST, t0, time.monotonic_ns(), None, None, seq, State.TEST_PROBE, self.info.id)
         return done
 
     def Waitall(self, requests) -> None:

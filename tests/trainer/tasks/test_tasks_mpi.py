@@ -16,6 +16,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from gpt2trace.format import mpi_calls
+
 SCRIPT = Path(__file__).parent.parent / "mpi" / "tasks_equivalence.py"
 RTOL, PARAM_ATOL = 1e-5, 5e-5
 
@@ -48,7 +50,7 @@ def test_the_trace_records_each_reduction_and_its_completing_test(tmp_path):
     for rank in (0, 1):
         mine = comm[(comm["rank"] == rank) & (comm["step"] == 1)]
         posts = mine[mine["name"] == "MPI_Iallreduce"]
-        tests = mine[mine["name"] == "MPI_Test"]
+        tests = mine[mine["name"] == mpi_calls.TEST]
         # tiny: 2 layers of 12,704 parameters x 4 bytes (qkvw 3,072 + fcw 4,096 + fcprojw 4,096 + attprojw 1,024
         # + biases and LayerNorms 416), and wte/wpe/lnf: 256 x 32 + 32 x 32 + 64 = 9,280 parameters
         assert sorted(posts["bytes"].tolist()) == [37_120, 50_816, 50_816]
