@@ -32,7 +32,7 @@ POLL_S = 20e-6
 
 class Task:
     __slots__ = ("id", "fn", "args", "kernel", "layer", "block", "comm", "pending", "succ", "done", "preds",
-                 "submit_ns", "pick_ns", "start_ns", "end_ns", "request", "comm_seq")
+                 "submit_ns", "pick_ns", "start_ns", "end_ns", "test", "request", "comm_seq")
 
     def __init__(self, tid: int, fn, args: tuple, kernel: int, layer: int, block: int, comm: bool = False):
         self.id, self.fn, self.args = tid, fn, args
@@ -40,7 +40,7 @@ class Task:
         self.pending, self.succ, self.done = 0, [], False
         self.preds: tuple[int, ...] = ()
         self.submit_ns = self.pick_ns = self.start_ns = self.end_ns = 0
-        self.request = None
+        self.test = self.request = None     # a communication task's test and its request in flight
         self.comm_seq = -1
 
 
@@ -77,7 +77,7 @@ class Runtime:
         """A communication task: `start()` posts a nonblocking MPI call and returns its request, `test(request)`
         says whether it completed. Both are called on the main thread only."""
         t = Task(self._next_id, start, (), self.log.name_index(name), layer, 0, comm=True)
-        t.request = test
+        t.test = test
         t.comm_seq = self._comm_submitted
         self._comm_submitted += 1
         return self._submit(t, accesses)
@@ -124,7 +124,7 @@ class Runtime:
                               task.start_ns, task.end_ns, done))
         self.log.pred_counts.append(len(task.preds))
         self.log.preds.extend(task.preds)
-        task.fn = task.args = None      # the views it held
+        task.fn = task.args = task.test = task.request = None      # the views and requests it held
         if released or self._unfinished == 0:
             self._cond.notify_all()
 
@@ -144,7 +144,7 @@ class Runtime:
 
     def _work(self) -> None:
         tid = threading.get_ident()
-        cond, ready, idle = self._cond, self._ready, self.log.idle
+        cond, ready = self._cond, self._ready
         while True:
             with cond:
                 if not ready:
@@ -155,25 +155,22 @@ class Runtime:
                     self._sleeping -= 1
                     if self._stop:
                         return
-                    idle.append((tid, t0, time.monotonic_ns()))
+                    self.log.idle.append((tid, t0, time.monotonic_ns()))   # this taskwait's log
                 task = ready.popleft()
                 task.pick_ns = time.monotonic_ns()
             self._run(task, tid)
 
     def _start_comm(self, task: Task) -> None:
-        test = task.request
         task.start_ns = time.monotonic_ns()
-        request = task.fn()
+        task.request = task.fn()
         task.end_ns = time.monotonic_ns()
-        task.request = (request, test)
         self._in_flight.append(task)
 
     def _poll(self, tid: int) -> None:
         """MPI_Test every request in flight (main thread, outside the lock); finish the completed tasks."""
         still = []
         for task in self._in_flight:
-            request, test = task.request
-            if test(request):
+            if task.test(task.request):
                 with self._cond:
                     self._finish(task, tid)
             else:

@@ -76,6 +76,25 @@ def test_workers_run_tasks_at_once():
     assert wall < 0.1
 
 
+def test_each_log_gets_the_idle_intervals_of_its_own_taskwait():
+    # a worker waits before the first task of each taskwait's graph (the main thread is still submitting)
+    rt = Runtime(2)
+    try:
+        logs = []
+        for _ in range(2):
+            time.sleep(0.01)                       # the worker sleeps on an empty queue meanwhile
+            rt.submit(time.sleep, (0.005,), [(0, 8, OUT)], "a", 0, 0)
+            rt.submit(time.sleep, (0.005,), [(8, 16, OUT)], "a", 0, 1)
+            rt.taskwait()
+            logs.append(rt.log.take())
+    finally:
+        rt.close()
+    main = threading.get_ident()
+    for log in logs:
+        workers = log.idle[log.idle[:, 0] != main]
+        assert len(workers) >= 1 and (workers[:, 2] - workers[:, 1]).max() >= 5_000_000     # >= 5 of the 10 ms
+
+
 def test_the_log_numbers_tasks_over_the_whole_run_and_keeps_names_stable():
     rt = Runtime(2)
     try:
