@@ -147,15 +147,16 @@ class Runtime:
         cond, ready = self._cond, self._ready
         while True:
             with cond:
-                if not ready:
+                if not ready and not self._stop:
                     t0 = time.monotonic_ns()
                     self._sleeping += 1
                     while not ready and not self._stop:
                         cond.wait()
                     self._sleeping -= 1
-                    if self._stop:
-                        return
-                    self.log.idle.append((tid, t0, time.monotonic_ns()))   # this taskwait's log
+                    if not self._stop:
+                        self.log.idle.append((tid, t0, time.monotonic_ns()))   # this taskwait's log
+                if self._stop:      # closing (the run ended, or stopped inside a step): leave the rest
+                    return
                 task = ready.popleft()
                 task.pick_ns = time.monotonic_ns()
             self._run(task, tid)
@@ -218,6 +219,7 @@ class Runtime:
             raise error
 
     def close(self) -> None:
+        """Stop the workers once their current task is done; tasks not started are dropped."""
         with self._cond:
             self._stop = True
             self._cond.notify_all()

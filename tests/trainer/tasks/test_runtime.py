@@ -169,3 +169,14 @@ def test_communication_tasks_start_in_submission_order_on_the_main_thread_and_ho
     assert log.polls == 2           # c0 needed 3 tests (2 failed), c1 one
     assert log.names[log.kernel[row[c1.id]]] == "MPI_Iallreduce"
     _check_order(log)
+
+
+def test_closing_drops_the_tasks_not_started():
+    # a run stopped inside a step: close() returns after the running task, not after the rest of the graph
+    rt = Runtime(2)
+    for b in range(20):
+        rt.submit(time.sleep, (0.02,), [(0, 8, INOUT)], "chain", -1, b)       # a chain: one at a time
+    time.sleep(0.03)
+    t0 = time.monotonic()
+    rt.close()
+    assert time.monotonic() - t0 < 0.1          # the whole chain would take 0.4 s
