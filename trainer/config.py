@@ -137,6 +137,16 @@ class PPSchedule(str, Enum):
     onef1b = "1f1b"     # warm-up forwards, one forward / one backward, cool-down (PipeDream-Flush): at most P held
 
 
+class Schedule(str, Enum):
+    """How a rank's kernels run on its threads (docs/parallel.md)."""
+    forkjoin = "forkjoin"   # each kernel a parallel loop over its threads, a barrier after it (Numba prange)
+    tasks = "tasks"         # kernels cut into block tasks with data dependencies, no barrier (trainer.tasks)
+
+
+# Rows per task of --schedule tasks (trainer.tasks.tiling), measured (docs/parallel.md, "Task-based dataflow").
+DEFAULT_TASK_BLOCK = 64
+
+
 @dataclass(frozen=True)
 class ParallelConfig:
     threads: int = 1             # Numba threads per rank (our only intra-rank parallelism; BLAS runs on 1)
@@ -152,6 +162,8 @@ class ParallelConfig:
     pp_layers: tuple[int, ...] | None = None   # layers per stage; None: balanced by compute (trainer.parallel.stages)
     recompute: bool = False      # activation checkpointing: keep each layer's input, recompute it in backward
     tp: int = 1                  # ranks per tensor-parallel group (Megatron's split of every block); 1: whole blocks
+    schedule: Schedule = Schedule.forkjoin
+    task_block: int = DEFAULT_TASK_BLOCK    # rows per task under schedule tasks
 
     def __post_init__(self) -> None:
         _check_int("threads", self.threads, 1)
@@ -182,6 +194,16 @@ class ParallelConfig:
             raise ConfigError("data_loading", self.data_loading.value,
                               "scatter is not supported with pipeline parallelism; use local (each pipeline's "
                               "first and last stage read their data-parallel shard)")
+        _check_int("task_block", self.task_block, 1)
+        if self.schedule == Schedule.tasks:
+            others = [f"--{name} {n}" for name, n in (("tp", self.tp), ("sp", self.sp), ("pp", self.pp)) if n > 1]
+            if others or self.recompute:
+                raise ConfigError("schedule", self.schedule.value, "runs data parallelism only (--ranks); drop "
+                                  + (" ".join(others) or "--recompute") + " or use --schedule forkjoin")
+            if self.ranks > 1 and self.dp_sync != DPSync.allreduce:
+                raise ConfigError("schedule", self.schedule.value, "reduces gradients layer by layer with "
+                                  f"MPI_Iallreduce tasks: use --dp-sync allreduce (not {self.dp_sync.value}) or "
+                                  "--schedule forkjoin")
         if self.tp > 1 and self.data_loading == DataLoading.scatter:
             raise ConfigError("data_loading", self.data_loading.value,
                               "scatter is not supported with tensor parallelism; use local (the ranks of a "

@@ -240,7 +240,7 @@ class Zero2(Zero1):
 
 
 class PlainComm:
-    """An mpi4py communicator plus `Waitall` and `Wait`: the interface strategies and pipeline stages call
+    """An mpi4py communicator plus `Waitall`, `Wait` and `Test`: the interface strategies and pipeline stages call
     (gpt2trace's traced one matches)."""
 
     def __init__(self, comm):
@@ -255,6 +255,9 @@ class PlainComm:
 
     def Wait(self, request, status=None) -> None:
         request.Wait(status)
+
+    def Test(self, request) -> bool:
+        return request.Test()
 
 
 STRATEGIES = {DPSync.allreduce: Allreduce, DPSync.reduce_bcast: ReduceBcast, DPSync.overlap: Overlap,
@@ -272,11 +275,19 @@ def uses_grad_bucket(name: DPSync | str | None, comm=None) -> bool:
 
 def make_strategy(name: DPSync | str | None, model: GPT2, tcfg: TrainConfig, run: Launcher, comm=None):
     """The strategy for a run: Local without a communicator (or with one rank), else the named one."""
+    from trainer.tasks.launcher import TaskLauncher
+    several = comm is not None and comm.Get_size() > 1
+    if several and not hasattr(comm, "Waitall"):
+        comm = PlainComm(comm)
+    if isinstance(run, TaskLauncher):     # --schedule tasks: reductions and AdamW are tasks (allreduce's sum)
+        from trainer.tasks.sync import TaskSync
+        if several and DPSync(name) != DPSync.allreduce:
+            raise ValueError(f"--schedule tasks reduces gradients as --dp-sync allreduce does, not "
+                             f"{DPSync(name).value}")
+        return TaskSync(model, tcfg, run, comm if several else None)
     cls = _strategy_class(name, comm)
     if cls is Local:
         return Local(model, tcfg, run)
-    if not hasattr(comm, "Waitall"):
-        comm = PlainComm(comm)
     return cls(model, tcfg, run, comm)
 
 

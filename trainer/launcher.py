@@ -59,3 +59,9 @@ class Launcher:
                 if (isinstance(a, np.ndarray) and a.dtype == np.float32 and not np.isfinite(a).all()
                         and not any(np.shares_memory(a, b) for b in self.may_hold_inf)):
                     raise NonFiniteOutput(k.name, layer)
+
+    def taskwait(self) -> None:
+        """Forkjoin kernels are done when their call returns: nothing to wait for (trainer.tasks waits here)."""
+
+    def close(self) -> None:
+        """Forkjoin keeps no threads of its own (Numba's pool is the process's)."""

@@ -211,6 +211,7 @@ class GPT2:
             run(crossentropy_exps, NO_LAYER, h["ce_stats"], h["probs"], h["logits"], h["ce_max"], targets, self.v0, V)
             self.tp.allreduce(h["ce_stats"])
             run(crossentropy_finish, NO_LAYER, h["losses"], h["probs"], h["ce_stats"], targets, V)
+        run.taskwait()      # the loss is read here: under --schedule tasks, the forward's tasks must be done
         return float(h["losses"].mean(dtype=np.float64))
 
     def zero_grad(self) -> None:

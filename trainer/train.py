@@ -29,6 +29,8 @@ class Observer(Protocol):
     def phase(self, name: str, nbytes: int | None = None) -> contextlib.AbstractContextManager: ...
     def counter(self, name: str, value: float) -> None: ...
     def end_step(self, step: int) -> None: ...
+    # --schedule tasks: the tasks run by a taskwait (trainer.tasks.log.TaskLog), after it
+    def tasks(self, log) -> None: ...
 
 
 class NullObserver:
@@ -38,6 +40,7 @@ class NullObserver:
         return contextlib.nullcontext()
     def counter(self, name: str, value: float) -> None: pass
     def end_step(self, step: int) -> None: pass
+    def tasks(self, log) -> None: pass
 
 
 class DataParallel(Protocol):
@@ -161,6 +164,8 @@ def train(model: GPT2, data: Batches, tcfg: TrainConfig, dp: DataParallel, *, ob
     (trainer.parallel.pipeline.Pipeline): this rank is one stage of a pipeline, whose schedule replaces the plain
     loop over micro-batches."""
     obs = observer or NullObserver()
+    if hasattr(model.run, "observe"):     # a task launcher: its log goes to the observer after each taskwait
+        model.run.observe = getattr(obs, "tasks", None)
     # the `tokens` counter: the tokens this rank trained on (every stage of a pipeline sees its pipeline's tokens;
     # analyses count one stage per pipeline)
     rank_tokens = model.B * model.T * tcfg.grad_accum
@@ -191,6 +196,10 @@ def train(model: GPT2, data: Batches, tcfg: TrainConfig, dp: DataParallel, *, ob
                 gnorm = dp.grad_norm(model)
             if not math.isfinite(local_loss) or (gnorm is not None and not math.isfinite(gnorm)):
                 what = "the loss" if not math.isfinite(local_loss) else "the gradient norm"
+                if getattr(dp, "updates_in_backward", False):
+                    raise NonFiniteError(f"step {step}: {what} is not finite (--schedule tasks has already updated "
+                                         "the parameters); lower --lr, or rerun with --schedule forkjoin to name the "
+                                         "kernel where NaN/inf appears")
                 if pipeline is not None or model.tp.comm is not None:   # the checked re-run needs the whole model
                     raise NonFiniteError(f"step {step}: {what} is not finite (pipeline stage {model.stage.index}, "
                                          f"tensor-parallel rank {model.tp.shard.index}); lower --lr, or rerun with "

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from gpt2trace.cli.common import console, err_console, fail, plain
 from gpt2trace.run.runner import DEFAULT_TRACE
-from trainer.config import DataLoading, DPSync, PPSchedule, SPReduce, SPSplit
+from trainer.config import DEFAULT_TASK_BLOCK, DataLoading, DPSync, PPSchedule, Schedule, SPReduce, SPSplit
 
 _MODEL_HELP = "GPT-2 config by name: d12 (124M), d24, d36, d48, small (the default, the demo), tiny (tests)."
 DEFAULT_MODEL = "small"
@@ -32,7 +32,8 @@ OPTIONS = {
     "ranks": "--ranks", "n_layer": "--n-layer", "n_head": "--n-head", "n_embd": "--n-embd",
     "vocab_size": "--vocab-size", "max_seq_len": "--max-seq-len", "flush_every_s": "--flush-every", "sp": "--sp",
     "tp": "--tp", "pp": "--pp", "pp_layers": "--pp-layers", "data_loading": "--data-loading",
-    "emulate_network": "--emulate-network", "save_every": "--save-every",
+    "emulate_network": "--emulate-network", "save_every": "--save-every", "schedule": "--schedule",
+    "task_block": "--task-block",
 }
 # A resumed run's settings that differ from the saved run's (trainer.state_file.Fingerprint), as the user set them.
 _RESUME_LABELS = {**OPTIONS, "global_batch": "the global batch (-B x --ranks/--sp x --grad-accum sequences)",
@@ -100,6 +101,14 @@ def run(
     recompute: Annotated[bool, typer.Option(
         "--recompute", help="Activation checkpointing: keep each layer's input in forward, recompute the layer "
                             "in backward.")] = False,
+    schedule: Annotated[Schedule, typer.Option(
+        "--schedule", help="How kernels run on a rank's threads: forkjoin (a parallel loop per kernel, a barrier "
+                           "after each); tasks (OmpSs-2 style: kernels cut into block tasks with data dependencies, "
+                           "no barrier; gradient reductions are MPI_Iallreduce tasks; data parallelism only).")
+    ] = Schedule.forkjoin,
+    task_block: Annotated[int, typer.Option(
+        "--task-block", help="--schedule tasks: rows (tokens) per task of the row-split kernels; weight-gradient "
+                             "kernels get as many feature blocks.")] = DEFAULT_TASK_BLOCK,
     seed: Annotated[int, typer.Option(help="Seed for initialization and the synthetic corpus (>= 0).")] = 1337,
     save: Annotated[Path | None, typer.Option(
         help="Write an llm.c checkpoint at the end, and the AdamW state beside it (PATH.state) for --resume.")
@@ -148,7 +157,8 @@ def run(
         cfg = _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay, grad_accum, threads,
                       ranks, rank, dp_sync, data_loading, (sp, sp_split, sp_reduce),
                       (pp, pp_schedule, pp_layers, recompute), seed, (save, save_every, resume),
-                      metrics_json, None if no_trace else trace, flush_every, sizes, emulate_network, tp)
+                      metrics_json, None if no_trace else trace, flush_every, sizes, emulate_network, tp,
+                      (schedule, task_block))
         check_run(cfg, processes_here=ranks if inside is None else 1, first_rank=rank == 0)
     except (TrainerError, OutputError) as exc:
         if rank != 0:           # every rank finds the same; rank 0 says it once
@@ -171,10 +181,10 @@ def run(
 
 def _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay, grad_accum, threads, ranks, rank,
             dp_sync, data_loading, sequence, pipeline, seed, saving, metrics_json, trace, flush_every, sizes,
-            network=None, tp=1):
+            network=None, tp=1, tasks=(Schedule.forkjoin, DEFAULT_TASK_BLOCK)):
     """The RunConfig the options describe (trainer.errors.ConfigError for a value out of range). `sequence` is
     (--sp, --sp-split, --sp-reduce), `pipeline` (--pp, --pp-schedule, --pp-layers, --recompute), `saving` (--save,
-    --save-every, --resume)."""
+    --save-every, --resume), `tasks` (--schedule, --task-block)."""
     from gpt2trace.run.runner import RunConfig, TraceConfig
     from trainer.config import ModelConfig, ParallelConfig, TrainConfig, model_config
     from trainer.errors import TrainerError
@@ -207,7 +217,8 @@ def _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay
     pp, pp_schedule, pp_layers, recompute = pipeline
     par = ParallelConfig(threads=threads, ranks=ranks, rank=rank, dp_sync=dp_sync, data_loading=data_loading,
                          sp=sp, sp_split=sp_split, sp_reduce=sp_reduce, pp=pp, pp_schedule=pp_schedule,
-                         pp_layers=_layers(pp_layers), recompute=recompute, tp=tp)
+                         pp_layers=_layers(pp_layers), recompute=recompute, tp=tp, schedule=tasks[0],
+                         task_block=tasks[1])
     SequenceSplit(T, par.sp, par.sp_split)        # -T must be a multiple of --sp
     from gpt2trace.record.network import parse
     return RunConfig(mcfg, tcfg, par, TraceConfig(trace, flush_every), data, init_from, save, metrics_json,
@@ -260,7 +271,9 @@ def _train(cfg, rank: int) -> None:
                          "positions per rank" if par.sp > 1 else "")
                       + (f" pp={par.pp} ({par.pp_schedule.value}, {t.grad_accum} micro-batches)" if par.pp > 1
                          else "")
-                      + (" recompute" if par.recompute else ""), markup=False)
+                      + (" recompute" if par.recompute else "")
+                      + (f" schedule=tasks (block {par.task_block})" if par.schedule == Schedule.tasks else ""),
+                      markup=False)
         if info["resumed_from"] is not None:
             console.print(plain(_resumed_line(cfg, info["start_step"], info["resumed_from"])), markup=False,
                           highlight=False, soft_wrap=True)

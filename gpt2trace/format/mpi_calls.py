@@ -25,6 +25,10 @@ COLLECTIVES: dict[str, int] = {
     **dict.fromkeys(("MPI_Reduce", "MPI_Gather", "MPI_Gatherv"), ALL_TO_ONE),
 }
 COMPLETIONS = ("MPI_Wait", "MPI_Waitall", "MPI_Waitany", "MPI_Waitsome")
+# MPI_Test is a local call (it never waits for another rank; Paraver files it under MPI Other), but a successful one
+# completes a request: traces record only those (the task runtime's failed polls are counted, not recorded), with
+# the seq of the nonblocking collective completed, so a posting's flight ends at the Test of the same seq.
+TEST = "MPI_Test"
 # Point-to-point calls and completions -> operation type.
 POINT_TO_POINT: dict[str, int] = {
     **dict.fromkeys(("MPI_Send", "MPI_Ssend", "MPI_Rsend", "MPI_Bsend"), SEND),

@@ -69,6 +69,7 @@ class TracedComm:
         self._posted: list[tuple[int, float]] = []   # nonblocking collectives: (posting time, network cost)
         self.info = _info or comms.world(range(comm.Get_size()))
         self.seq = 0   # collectives posted on this communicator, in order: identical on every rank of it
+        self._request_seq: dict[int, int] = {}   # id of a pending Iallreduce's request -> its seq (for MPI_Test)
         sink.communicator(self.info)
 
     def __getattr__(self, name):
@@ -176,13 +177,28 @@ class TracedComm:
         return self._collective("MPI_Barrier", 0, None, self.comm.Barrier)
 
     def Iallreduce(self, sendbuf, recvbuf, op=None):
-        # the posting: short, but it carries the seq that the matching Waitall completes
-        return self._collective("MPI_Iallreduce", self._data(sendbuf, recvbuf), None,
-                                lambda: self.comm.Iallreduce(sendbuf, recvbuf, op=op or self.MPI.SUM))
+        # the posting: short, but it carries the seq that the matching Waitall (or successful Test) completes
+        request = self._collective("MPI_Iallreduce", self._data(sendbuf, recvbuf), None,
+                                   lambda: self.comm.Iallreduce(sendbuf, recvbuf, op=op or self.MPI.SUM))
+        self._request_seq[id(request)] = self.seq - 1
+        return request
+
+    def Test(self, request) -> bool:
+        """MPI_Test of a nonblocking collective's request: recorded (Test/Probe state, the posting's seq) only when
+        it completes the request; a poll that finds it in flight is not recorded (the task runtime counts them)."""
+        t0 = time.monotonic_ns()
+        done = request.Test()
+        if done:
+            self._hold_posted()
+            seq = self._request_seq.pop(id(request), None)
+            self.sink.comm(mpi_calls.TEST, t0, time.monotonic_ns(), None, None, seq, State.TEST_PROBE, self.info.id)
+        return done
 
     def Waitall(self, requests) -> None:
         t0 = time.monotonic_ns()
         self.MPI.Request.Waitall(requests)
+        for r in requests:
+            self._request_seq.pop(id(r), None)
         self._hold_posted()
         self.sink.comm("MPI_Waitall", t0, time.monotonic_ns(), None, None, None, State.WAIT_WAITALL, self.info.id)
 

@@ -33,6 +33,7 @@ from trainer.config import (
     ModelConfig,
     ParallelConfig,
     PPSchedule,
+    Schedule,
     SPReduce,
     SPSplit,
     TrainConfig,
@@ -108,7 +109,8 @@ SETTINGS: dict[str, tuple[str, str, Callable, str]] = {
     **{name: ("model", name, *_INT) for name in ("n_layer", "n_head", "n_embd", "vocab_size", "max_seq_len")},
     **{name: ("train", name, *_INT) for name in ("batch_size", "seq_len", "steps", "grad_accum", "seed")},
     **{name: ("train", name, *_NUMBER) for name in ("lr", "weight_decay")},
-    **{name: ("parallel", name, *_INT) for name in ("threads", "ranks", "tp", "sp", "pp")},
+    **{name: ("parallel", name, *_INT) for name in ("threads", "ranks", "tp", "sp", "pp", "task_block")},
+    "schedule": ("parallel", "schedule", _enum(Schedule), "one of " + ", ".join(e.value for e in Schedule)),
     "model": ("model", "", str, "a model name (" + ", ".join(MODELS) + ")"),
     "dp_sync": ("parallel", "dp_sync", _enum(DPSync), "one of " + ", ".join(e.value for e in DPSync)),
     "data_loading": ("parallel", "data_loading", _enum(DataLoading),
@@ -137,7 +139,7 @@ def rerun_config(run: dict, changes: Mapping[str, str], trace: Path | None) -> R
     if parallel.get("pp_layers") is not None:
         parallel["pp_layers"] = tuple(parallel["pp_layers"])
     for name, kind in (("dp_sync", DPSync), ("data_loading", DataLoading), ("sp_split", SPSplit),
-                       ("sp_reduce", SPReduce), ("pp_schedule", PPSchedule)):
+                       ("sp_reduce", SPReduce), ("pp_schedule", PPSchedule), ("schedule", Schedule)):
         if name in parallel:
             parallel[name] = kind(parallel[name])
     flush = {"flush_every_s": run.get("trace", {}).get("flush_every_s", TraceConfig.flush_every_s)}

@@ -178,6 +178,7 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
     from gpt2trace.run.session import TraceSession
     from gpt2trace.run.signals import Interrupted, StopAtStepBoundary, StopSignals
     from trainer.checkpoint import read_checkpoint
+    from trainer.config import Schedule
     from trainer.dp import make_strategy
     from trainer.launcher import Launcher
     from trainer.parallel.grid import RankGrid
@@ -205,7 +206,11 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
     tracer = session.tracer if session is not None else None
     traced = (TracedComm(comm, tracer, network=cfg.network) if comm is not None and tracer is not None
               else comm)
-    launcher = Launcher(threads, recorder=tracer.recorder if tracer else None)
+    if cfg.parallel.schedule == Schedule.tasks:
+        from trainer.tasks.launcher import TaskLauncher  # its log reaches the tracer through train's observer
+        launcher = TaskLauncher(threads, cfg.parallel.task_block)
+    else:
+        launcher = Launcher(threads, recorder=tracer.recorder if tracer else None)
     par, B, T = cfg.parallel, cfg.train.batch_size, cfg.train.seq_len
     grid = RankGrid.build(par, traced)
     split = SequenceSplit(T, par.sp, par.sp_split)
@@ -235,30 +240,33 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
 
     # With MPI a second signal is only a request too: a rank that left inside a step would leave the others
     # waiting in its collectives (mpiexec's own second Ctrl-C aborts the whole job).
-    with StopSignals(second_stops_at_once=comm is None) as signals:
-        observer = StopAtStepBoundary(_FaultInjector(tracer if tracer is not None else NullObserver(), rank),
-                                      signals, comm)
-        trained, saved, interrupted = False, False, None
-        try:
-            train(model, loader, cfg.train, dp, observer=observer, on_step=step_done, start_step=start_step,
-                  checkpoint=saver, pipeline=pipeline)
-            trained = True
-            if saver is not None and start_step >= cfg.train.steps:   # no step ran: save what was loaded
-                with observer.phase(names.CHECKPOINT, nbytes=saver.nbytes):
-                    saver.save(start_step)
-            saved = saver is not None and saver.saved_steps == cfg.train.steps
-        except Interrupted as stop:
-            if not (trained or stop.at_step_boundary):
-                _end(session, metrics, False, on_trace)
+    try:
+        with StopSignals(second_stops_at_once=comm is None) as signals:
+            observer = StopAtStepBoundary(_FaultInjector(tracer if tracer is not None else NullObserver(), rank),
+                                          signals, comm)
+            trained, saved, interrupted = False, False, None
+            try:
+                train(model, loader, cfg.train, dp, observer=observer, on_step=step_done, start_step=start_step,
+                      checkpoint=saver, pipeline=pipeline)
+                trained = True
+                if saver is not None and start_step >= cfg.train.steps:   # no step ran: save what was loaded
+                    with observer.phase(names.CHECKPOINT, nbytes=saver.nbytes):
+                        saver.save(start_step)
+                saved = saver is not None and saver.saved_steps == cfg.train.steps
+            except Interrupted as stop:
+                if not (trained or stop.at_step_boundary):
+                    _end(session, metrics, False, on_trace)
+                    raise
+                interrupted = stop.signum
+            except BaseException:
+                _end(session, metrics, trained, on_trace)
                 raise
-            interrupted = stop.signum
-        except BaseException:
-            _end(session, metrics, trained, on_trace)
-            raise
-        try:
-            kept = _end(session, metrics, True, on_trace)
-        except Interrupted as stop:   # a second signal while merging: the parts stay (on_trace heard so)
-            raise Interrupted(stop.signum, at_step_boundary=True, after_training=True) from None
+            try:
+                kept = _end(session, metrics, True, on_trace)
+            except Interrupted as stop:   # a second signal while merging: the parts stay (on_trace heard so)
+                raise Interrupted(stop.signum, at_step_boundary=True, after_training=True) from None
+    finally:
+        launcher.close()     # the task runtime's worker threads (forkjoin has none)
     return RunResult(history, kept if rank == 0 else None, params.size, interrupted, saved,
                      saver.saved_steps if saver is not None else None)
 

@@ -92,7 +92,8 @@ def block_end(tr, t, start_ns):
 
 
 class Kernel:
-    """A kernel's parallel launcher and serial twin; `k(nthreads, *args)` picks one."""
+    """A kernel's parallel launcher and serial twin; `k(nthreads, *args)` picks one. `k.block(*args, tr, 1)` is
+    the serial twin without the GIL, for the task runtime's block tasks."""
 
     def __init__(self, fn, **options):
         # error_model="numpy": x / 0 gives inf like NumPy instead of raising, which is what lets LLVM vectorize
@@ -107,6 +108,13 @@ class Kernel:
         twin.__qualname__ = fn.__qualname__ + "_serial"
         twin.__module__ = fn.__module__
         self.serial = njit(cache=True, **options)(twin)
+        # A third copy for task bodies (trainer.tasks): the serial code on a block's views, releasing the GIL so
+        # worker threads run blocks at once. Compiled on first use only, so forkjoin runs never pay for it.
+        block = pytypes.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_block",
+                                     fn.__defaults__, fn.__closure__)
+        block.__qualname__ = fn.__qualname__ + "_block"
+        block.__module__ = fn.__module__
+        self.block = njit(cache=True, nogil=True, **options)(block)
 
     def __call__(self, nthreads, *args):
         if nthreads == 1:

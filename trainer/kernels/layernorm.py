@@ -11,7 +11,7 @@ element is written by two threads and no per-thread scratch buffer is needed.
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
+from numba import njit, prange
 
 from trainer.kernels.launch import block_begin, block_end, chunk, kernel, region_begin, region_end
 
@@ -100,3 +100,43 @@ def layernorm_backward_ref(dout, inp, weight):
     dinp = (dnorm - dnorm.mean(axis=1, keepdims=True)
             - norm * (dnorm * norm).mean(axis=1, keepdims=True)) * rstd[:, None]
     return dinp, (d * norm).sum(axis=0), d.sum(axis=0)
+
+
+# -- block kernels of the task runtime (trainer/tasks): layernorm_backward's two reductions as separate tasks -----
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def layernorm_backward_input(dinp, dout, inp, weight, mean, rstd, tr):
+    # dinp (R, C) += for a block of rows; dout, inp (R, C), mean, rstd (R,) the same rows; weight (C,); tr: as every
+    # kernel's (launch.py)
+    R, C = inp.shape
+    region_begin(tr)
+    for i in range(R):
+        m = mean[i]
+        s = rstd[i]
+        dnorm_mean = 0.0
+        dnorm_norm_mean = 0.0
+        for c in range(C):
+            dnorm = weight[c] * dout[i, c]
+            dnorm_mean += dnorm
+            dnorm_norm_mean += dnorm * ((inp[i, c] - m) * s)
+        dnorm_mean /= C
+        dnorm_norm_mean /= C
+        for c in range(C):
+            norm = (inp[i, c] - m) * s
+            dinp[i, c] += (weight[c] * dout[i, c] - dnorm_mean - norm * dnorm_norm_mean) * s
+    region_end(tr)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def layernorm_backward_params(dweight, dbias, dout, inp, mean, rstd, c0, c1, tr):
+    # dweight, dbias (C,) += on columns c0:c1 over all BT rows, in layernorm_backward's order (bitwise equal);
+    # dout, inp (BT, C), mean, rstd (BT,)
+    BT = inp.shape[0]
+    region_begin(tr)
+    for i in range(BT):
+        m = mean[i]
+        s = rstd[i]
+        for c in range(c0, c1):
+            dbias[c] += dout[i, c]
+            dweight[c] += (inp[i, c] - m) * s * dout[i, c]
+    region_end(tr)

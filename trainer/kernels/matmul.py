@@ -7,7 +7,7 @@ each thread then streams only its share of the weight from memory. Each block is
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
+from numba import njit, prange
 
 from trainer.blas import NO_TRANS, ROW_MAJOR, TRANS, cblas_sgemm
 from trainer.kernels.launch import block_begin, block_end, chunk, kernel, region_begin, region_end
@@ -82,3 +82,42 @@ def matmul_forward_ref(inp, weight, bias):
 def matmul_backward_ref(dout, inp, weight, has_bias=True):
     d, x, w = (a.astype(np.float64) for a in (dout, inp, weight))
     return d @ w, d.T @ x, (d.sum(axis=0) if has_bias else None)
+
+
+# -- block kernels of the task runtime (trainer/tasks): one task computes one block, without the GIL ------------
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def matmul_backward_input(dinp, dout, weight, tr):
+    # dinp (R, C) +=, a block of rows; dout (R, OC) the same rows; weight (OC, C); tr: as every kernel's (launch.py)
+    R, C = dinp.shape
+    OC = weight.shape[0]
+    region_begin(tr)
+    if R > 0:
+        cblas_sgemm(np.int32(ROW_MAJOR), np.int32(NO_TRANS), np.int32(NO_TRANS),
+                    np.int32(R), np.int32(C), np.int32(OC), np.float32(1.0),
+                    dout.ctypes.data, np.int32(OC),
+                    weight.ctypes.data, np.int32(C),
+                    np.float32(1.0), dinp.ctypes.data, np.int32(C))
+    region_end(tr)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def matmul_backward_weight(dweight, dbias, dout, inp, o0, o1, has_bias, tr):
+    # dweight (OC, C) += and dbias (OC,) += on output features o0:o1 only, over all BT rows: the same sgemm and
+    # row-order bias sum as matmul_backward's block of those features; dout (BT, OC), inp (BT, C)
+    BT, C = inp.shape
+    OC = dout.shape[1]
+    region_begin(tr)
+    if o1 > o0:
+        cblas_sgemm(np.int32(ROW_MAJOR), np.int32(TRANS), np.int32(NO_TRANS),
+                    np.int32(o1 - o0), np.int32(C), np.int32(BT), np.float32(1.0),
+                    dout[:, o0:].ctypes.data, np.int32(OC),
+                    inp.ctypes.data, np.int32(C),
+                    np.float32(1.0), dweight[o0:].ctypes.data, np.int32(C))
+        if has_bias:
+            db = dbias[o0:o1]
+            for i in range(BT):
+                dob = dout[i, o0:o1]
+                for j in range(o1 - o0):
+                    db[j] += dob[j]
+    region_end(tr)
