@@ -52,12 +52,19 @@ def findings(result: dict, top: int = 10) -> list[dict]:
     losses = sorted((k for k in lost if k != "total" and lost[k] is not None and lost[k] > _SHOWN),
                     key=lambda k: -lost[k])
     details = _details(result, [k for k in losses if k in _MPI_LOSSES])
+    # a task run's findings say what its thread-level loss is made of: right after it, so a short list keeps them
+    tasks = task_findings(result.get("tasks"))
+    for f in tasks:
+        f["part_of"] = "pop.lost.region_scheduling"
+    if "region_scheduling" in losses:
+        details.setdefault("region_scheduling", []).extend(tasks)
     out: list[dict] = []
     for key in losses:
         out.append(_finding(f"pop.lost.{key}", lost[key], _loss_text(key, lost[key], result)))
         out += details.get(key, [])
-    return (warnings + out[:top] + task_findings(result.get("tasks")) + _dimension_note(result, details)
-            + _notes(result))
+    if "region_scheduling" not in losses:
+        out = tasks + out
+    return warnings + out[:top] + _dimension_note(result, details) + _notes(result)
 
 
 def _loss_text(key: str, share: float, result: dict) -> str:
@@ -78,18 +85,30 @@ def _loss_text(key: str, share: float, result: dict) -> str:
     if key == "transfer":
         return (f"Data transfer costs {share:.1%}: {T - p['ideal_runtime_s']:.4g} s of the {T:.4g} s runtime "
                 f"go to moving data (transfer efficiency {_fmt(m['transfer_efficiency'])}).")
+    tasks = result.get("tasks") is not None       # a task-based run: the regions are its task graphs' runs
     if key == "serial_regions":
         longest = (result["occupancy"].get("serial_sections") or [None])[0]
         where = (f"; the longest serial section lasts {longest['seconds']:.4g} s, at {longest['start_s']:.4g} s "
                  f"on rank {longest[RANK]}" if longest else "")
-        return (f"Serial code between parallel regions costs {share:.1%} of thread time: the main thread computes "
+        between = "between the task graphs" if tasks else "between parallel regions"
+        return (f"Serial code {between} costs {share:.1%} of thread time: the main thread computes "
                 f"alone for {omp['serial_useful_s']:.4g} s while the other "
                 f"{'threads of its rank wait' if s['threads_per_rank'] > 2 else 'thread waits'} (serial region "
                 f"efficiency {_fmt(omp['serial_region_efficiency'])}{where}).")
+    if key == "region_load_balance" and tasks:
+        return (f"Unequal task work across threads inside the task graphs costs {share:.1%} of thread time: threads "
+                f"run less task work than the busiest thread of the same graph run (region load balance "
+                f"{_fmt(omp['region_load_balance'])}, over {omp['regions']} stretches of task graphs).")
     if key == "region_load_balance":
         return (f"Load imbalance inside parallel regions costs {share:.1%} of thread time: threads compute less "
                 f"than the busiest thread of the same region (region load balance "
                 f"{_fmt(omp['region_load_balance'])}, over {omp['regions']} region executions).")
+    if tasks:
+        t = result["tasks"]["totals"]
+        return (f"Inside the task graphs, time beyond the busiest thread's task work costs {share:.1%} of thread "
+                f"time (region scheduling efficiency {_fmt(omp['region_scheduling_efficiency'])}): the runtime's "
+                f"Scheduling takes {t['scheduling_share']:.1%} of thread time and threads wait idle "
+                f"{t['idle_share']:.1%} (the task findings say why).")
     return (f"Fork/join, scheduling and waiting inside parallel regions beyond the busiest thread's work cost "
             f"{share:.1%} of thread time (region scheduling efficiency {_fmt(omp['region_scheduling_efficiency'])}).")
 
@@ -98,14 +117,18 @@ def _details(result: dict, mpi_losses: list[str]) -> dict[str, list[dict]]:
     """Details per loss key: imbalanced kernels, the kernels that made ranks wait, kernels ending in waits."""
     out: dict[str, list[dict]] = {}
     threads = (result["summary"].get("threads_per_rank") or 1) > 1
-    for i, row in enumerate(result["imbalance"][:3]):
+    tasks = result.get("tasks") is not None
+    # A task run has no barrier after a kernel: how its tasks fall on the threads is not a loss by itself
+    rows = [r for r in result["imbalance"] if not (tasks and r["scope"] != "ranks")]
+    for row in rows[:3]:
         key = "mpi_load_balance" if row["scope"] == "ranks" else "region_load_balance"
         where = f"layer {row[LAYER]}" if row[LAYER] is not None else "all layers"
         across = "ranks" if row["scope"] == "ranks" else f"the threads of rank {row[RANK]}"
         slowest = (f"rank {row['slowest']}" if row["scope"] == "ranks"
                    else "rank {} thread {}".format(*str(row["slowest"]).split(".")))
         out.setdefault(key, []).append(_finding(
-            f"imbalance[{i}]", None, f"Part of the loss above: {row['kernel']} ({where}) is imbalanced across "
+            f"imbalance[{result['imbalance'].index(row)}]", None,
+            f"Part of the loss above: {row['kernel']} ({where}) is imbalanced across "
             f"{across}{_ratio(row)}: max/mean {row['imbalance']:.2f}, {row['lost_s']:.4g} s lost, slowest {slowest}.",
             f"pop.lost.{key}"))
     if mpi_losses:
@@ -140,7 +163,7 @@ def _details(result: dict, mpi_losses: list[str]) -> dict[str, list[dict]]:
                 f"root_causes[{i}]", None, f"Behind the MPI-level losses: {row['text']} "
                 f"({row['share']:.0%} of all MPI wait time).", f"pop.lost.{key}"))
     per_kernel = result["occupancy"]["per_kernel"]
-    if threads and per_kernel and per_kernel[0]["sync_s"] > 0:
+    if threads and not tasks and per_kernel and per_kernel[0]["sync_s"] > 0:
         k = per_kernel[0]
         where = f" (layer {k[LAYER]})" if k[LAYER] is not None else ""
         out.setdefault("region_load_balance", []).append(_finding(

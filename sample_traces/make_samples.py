@@ -55,6 +55,15 @@ TP_SAMPLES = {
                                 "--pp", "2", "--grad-accum", "4", "--dp-sync", "zero1", "--threads", "1"],
 }
 
+# task-based samples (--schedule tasks): the demo model on 2 threads; 2 ranks x 2 threads with the gradient
+# reductions as MPI_Iallreduce tasks
+TASK_SAMPLES = {
+    "small_2threads_tasks.parquet": ["--model", "small", "-B", "4", "-T", "64", "--steps", "8", "--threads", "2",
+                                     "--schedule", "tasks"],
+    "tiny_2ranks_tasks.parquet": ["--model", "tiny", "-B", "4", "-T", "32", "--steps", "6", "--ranks", "2",
+                                  "--threads", "2", "--dp-sync", "allreduce", "--schedule", "tasks"],
+}
+
 
 def make(name: str, model: str, threads: int, steps: int, batch_size: int, seq_len: int, grad_accum: int) -> int:
     from gpt2trace.run.runner import RunConfig, TraceConfig, prepare_process, run
@@ -80,7 +89,8 @@ def make_mpi(name: str, options: list[str]) -> None:
 
 def main(names: list[str]) -> None:
     os.chdir(HERE)   # relative paths: the run metadata records "tiny_1thread.parquet", not this machine's path
-    mpi = {**{n: MPI_COMMON + o for n, o in MPI_SAMPLES.items()}, **SP_SAMPLES, **PP_SAMPLES, **TP_SAMPLES}
+    mpi = {**{n: MPI_COMMON + o for n, o in MPI_SAMPLES.items()}, **SP_SAMPLES, **PP_SAMPLES, **TP_SAMPLES,
+           **TASK_SAMPLES}
     unknown = set(names) - set(SAMPLES) - set(mpi)
     if unknown:
         raise SystemExit(f"no sample named {', '.join(sorted(unknown))}; the samples are "

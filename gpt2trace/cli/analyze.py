@@ -116,7 +116,9 @@ def render(out: Console, res: dict, top: int) -> None:
                 [r for r in pop_rows if any(r[1:])])    # serialization and transfer exist only with MPI to replay
     if p.get("openmp"):
         omp = p["openmp"]
-        _pairs(out, f"POP's OpenMP model ({omp['regions']} parallel region executions)",
+        regions = (f"task graphs as {omp['regions']} regions" if res.get("tasks")
+                   else f"{omp['regions']} parallel region executions")
+        _pairs(out, f"POP's OpenMP model ({regions})",
                [(label, _pct(omp.get(key))) for key, label in _OPENMP_ROWS])
     # the ideal-network times need MPI to replay: said rather than left out, so their absence is not a mystery
     times = [(label, _num(p[key], " s") if p.get(key) is not None else "no MPI to replay")

@@ -53,6 +53,11 @@ ROOTED = frozenset(n for n, c in COLLECTIVES.items() if c != NXN) | frozenset(
     p for p, n in NONBLOCKING_COLLECTIVES.items() if COLLECTIVES[n] != NXN)
 
 
+def is_mpi(name: str) -> bool:
+    """Whether a name (a call, or a task named by the call it makes) is an MPI call."""
+    return name.startswith(PREFIX)
+
+
 def classify(name: str) -> tuple[int, int, str]:
     """(operation type, collective class or NO_CLASS, the blocking collective's name) of an MPI call name."""
     if name in POINT_TO_POINT:

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from gpt2trace.format import schema as S
+from gpt2trace.format.mpi_calls import is_mpi
 
 KERNEL_CALL = "kernel_call"
 TASK_IDLE = "task_idle"      # a thread of the task runtime waiting with no ready task: Idle in the trace
@@ -187,7 +188,8 @@ def complete(part: pa.Table) -> pa.Table:
 def _task_window(part: pa.Table, codes: np.ndarray, schema: pa.Schema, states: dict[str, np.ndarray],
                  window: PartWindow) -> tuple[pa.Table, pa.Table]:
     """A task-based window: its states repainted inside the task graphs' spans (gpt2trace.format.task_states),
-    and a kernel record for each task's body (so kernel analyses see task traces as they see fork-join ones)."""
+    and a kernel record for each computing task's body (so kernel analyses see task traces as they see fork-join
+    ones)."""
     from gpt2trace.format.task_states import Intervals, paint_graphs
 
     def rows(kind: str) -> dict[str, np.ndarray]:
@@ -209,7 +211,10 @@ def _task_window(part: pa.Table, codes: np.ndarray, schema: pa.Schema, states: d
                                    S.RANK: np.full(n, window.rank, np.int32), S.THREAD: painted["thread"],
                                    S.START_NS: painted["start"], S.END_NS: painted["end"],
                                    S.STATE: painted["state"]}, part.column(S.NAME).combine_chunks().dictionary, schema)
-    bodies = part.take(pa.array(task["at"])).select([S.RANK, S.THREAD, S.START_NS, S.END_NS, S.NAME, S.STEP,
+    # a communication task's body is its MPI call, a `comm` record already; the others' are kernel records
+    names = part.column(S.NAME).take(pa.array(task["at"])).cast(pa.string()).to_pylist()
+    compute = task["at"][[not is_mpi(n or "") for n in names]]
+    bodies = part.take(pa.array(compute, pa.int64())).select([S.RANK, S.THREAD, S.START_NS, S.END_NS, S.NAME, S.STEP,
                                                      S.LAYER, S.MICROSTEP])
     kernel = pa.table({f.name: bodies.column(f.name) if f.name in bodies.column_names else
                        pa.nulls(bodies.num_rows, f.type) for f in schema}, schema=schema.remove_metadata())

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from gpt2trace.format import communicators as comms
 from gpt2trace.format import schema as S
 from gpt2trace.format.matching import match_messages
-from gpt2trace.format.mpi_calls import IRECV, ISEND, RECV, SEND, SENDRECV, operation
+from gpt2trace.format.mpi_calls import IRECV, ISEND, RECV, SEND, SENDRECV, is_mpi, operation
 from gpt2trace.format.reader import Trace, check_states, load
 from gpt2trace.format.schema import State
 
@@ -249,12 +249,21 @@ def check_tasks(trace: Trace) -> None:
                 assert p in ends, f"rank {rank} task {tid}: predecessor {p} is no task of the rank"
                 assert ends[p] <= s, f"rank {rank} task {tid} starts at {s} ns, before its predecessor {p} ends " \
                                      f"({ends[p]} ns)"
-    bodies = pd.concat([records(trace, S.Kind.KERNEL), records(trace, S.Kind.COMM)])
+    # a computing task's body is a kernel record of the same thread and times; a communication task's (named by
+    # its MPI call) holds that call's comm record, which the MPI layer timed inside the task
     key = [S.RANK, S.THREAD, S.START_NS, S.END_NS, S.NAME]
-    found = t[key].astype({S.NAME: str}).merge(bodies[key].astype({S.NAME: str}).drop_duplicates(), how="left",
-                                               indicator=True)
+    is_comm = t[S.NAME].astype(str).map(is_mpi)
+    found = t.loc[~is_comm, key].astype({S.NAME: str}).merge(
+        records(trace, S.Kind.KERNEL)[key].astype({S.NAME: str}).drop_duplicates(), how="left", indicator=True)
     assert (found["_merge"] == "both").all(), f"{(found['_merge'] != 'both').sum()} task(s) without their kernel " \
-                                             "or comm record"
+                                             "record"
+    comm = records(trace, S.Kind.COMM)
+    for row in t[is_comm].itertuples(index=False):
+        r = row._asdict()
+        inside = comm[(comm[S.RANK] == r[S.RANK]) & (comm[S.THREAD] == r[S.THREAD]) & (comm[S.NAME] == r[S.NAME])
+                      & (comm[S.START_NS] >= r[S.START_NS]) & (comm[S.END_NS] <= r[S.END_NS])]
+        assert len(inside) == 1, f"rank {r[S.RANK]} task {r[S.TASK]} ({r[S.NAME]}): {len(inside)} comm records " \
+                                 "inside its body, not 1"
     ranks = sorted(records(trace, S.Kind.STATE)[S.RANK].unique())
     for rank in ranks:
         mine = replace(trace, parts={k: p.filter(pc.equal(p.column(S.RANK), rank)) for k, p in trace.parts.items()})
@@ -278,7 +287,8 @@ def _check_task_lanes(trace: Trace, tasks: pd.DataFrame) -> None:
         allowed |= set(S.MPI_STATES) | {State.IO} if thread == 0 else set()
         assert set(g[S.STATE].unique()) <= allowed, (thread, set(g[S.STATE].unique()))
         running = _running_before(st, thread)
-        mine = tasks[tasks[S.THREAD] == thread]
+        # a communication task's body is in its MPI call's state around the call, Running around it
+        mine = tasks[(tasks[S.THREAD] == thread) & ~tasks[S.NAME].astype(str).map(is_mpi)]
         covered = running(mine[S.END_NS].to_numpy()) - running(mine[S.START_NS].to_numpy())
         assert (covered == (mine[S.END_NS] - mine[S.START_NS]).to_numpy()).all(), \
             f"thread {thread}: a task body is not inside Running time"

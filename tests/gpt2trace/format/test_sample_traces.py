@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 
 from gpt2trace.format import schema as S
+from gpt2trace.format.mpi_calls import COMPLETIONS, TEST
 from gpt2trace.format.reader import load
-from gpt2trace.testing.invariants import check_messages, check_trace
+from gpt2trace.testing.invariants import check_messages, check_tasks, check_trace
 
 SAMPLES = Path(__file__).resolve().parents[3] / "sample_traces"
 FILES = sorted(SAMPLES.glob("*.parquet"))
@@ -34,7 +35,7 @@ def test_sample_trace(path):
     check_trace(path, threads=par["threads"], steps=train["steps"], grad_accum=train["grad_accum"],
                 n_layer=run["model"]["n_layer"], tokens=train["batch_size"] * train["seq_len"] * train["grad_accum"],
                 lr=train["lr"], version=1 if path.name in VERSION_1 else S.SCHEMA_VERSION,
-                rss=False)                  # recorded before the tracer sampled resident memory
+                rss=path.name not in VERSION_1)       # those were recorded before the tracer sampled memory
 
 
 @pytest.mark.parametrize("path", MPI, ids=[f.name for f in MPI])
@@ -54,12 +55,14 @@ def test_mpi_sample_trace(path):
     comm = trace.records(S.Kind.COMM).to_pandas()
     if S.COMMUNICATOR not in comm:                   # version 1: every call on the world
         comm[S.COMMUNICATOR] = 0
-    coll = comm[comm[S.SEQ].notna()]
+    # collectives and their postings; a completion (a Wait, a successful Test) names the seq of what it completed
+    coll = comm[comm[S.SEQ].notna() & ~comm[S.NAME].isin([TEST, *COMPLETIONS])]
     per_seq = coll.groupby([comm[S.COMMUNICATOR].fillna(0), S.SEQ])[S.RANK].apply(sorted)
     assert len(per_seq) > 0
     for (cid, _), ranks in per_seq.items():
         assert ranks == sorted(trace.communicators[int(cid)].ranks)
     check_messages(trace)
+    check_tasks(trace)          # a task-based sample: its graph, bodies and runtime states (else nothing to check)
 
 
 @pytest.mark.parametrize("name", ["small_2ranks_pp2_1f1b.parquet", "small_2ranks_pp2_gpipe.parquet"])
