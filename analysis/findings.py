@@ -70,9 +70,11 @@ def findings(result: dict, top: int = 10) -> list[dict]:
 def _loss_text(key: str, share: float, result: dict) -> str:
     p, s = result["pop"], result["summary"]
     T, m, omp = p["runtime_s"], p["mpi"], p.get("openmp") or {}
+    tasks = result.get("tasks") is not None       # a task-based run: the regions are its task graphs' runs
     if key == "mpi_load_balance":
+        where = "task graphs" if tasks else "parallel regions"
         return (f"Load imbalance across ranks costs {share:.1%} of thread time: on average a rank computes (in "
-                f"parallel regions or serially) {m['load_balance']:.0%} as long as the longest one "
+                f"{where} or serially) {m['load_balance']:.0%} as long as the longest one "
                 f"(MPI load balance {_fmt(m['load_balance'])}).")
     if key == "outside_computation":
         where = "neither computing nor in MPI" if p.get("ideal_runtime_s") is not None else "not computing"
@@ -85,7 +87,6 @@ def _loss_text(key: str, share: float, result: dict) -> str:
     if key == "transfer":
         return (f"Data transfer costs {share:.1%}: {T - p['ideal_runtime_s']:.4g} s of the {T:.4g} s runtime "
                 f"go to moving data (transfer efficiency {_fmt(m['transfer_efficiency'])}).")
-    tasks = result.get("tasks") is not None       # a task-based run: the regions are its task graphs' runs
     if key == "serial_regions":
         longest = (result["occupancy"].get("serial_sections") or [None])[0]
         where = (f"; the longest serial section lasts {longest['seconds']:.4g} s, at {longest['start_s']:.4g} s "

@@ -90,3 +90,16 @@ def test_cli_json_on_a_real_mpi_trace():
     assert out.exit_code == 0, out.output
     d = json.loads(out.stdout)
     assert d["summary"]["ranks"] == 2 and d["pop"]["mpi"]["parallel_efficiency"] <= 1
+
+
+def test_a_real_task_trace_reads_as_tasks_in_the_findings():
+    # the 2-rank task sample: its thread-level loss is worded for task graphs, the task findings follow it, and no
+    # finding calls a kernel's tasks "imbalanced across the threads" (no barrier ends a kernel under tasks)
+    r = analyze(load(SAMPLES / "tiny_2ranks_tasks.parquet"))
+    assert r["tasks"] is not None and r["tasks"]["totals"]["tasks"] > 0
+    texts = [f["text"] for f in r["findings"]]
+    thread_level = next(i for i, f in enumerate(r["findings"]) if f["metric"] == "pop.lost.region_scheduling")
+    assert texts[thread_level].startswith("Inside the task graphs")
+    assert r["findings"][thread_level + 1]["metric"].startswith("tasks.totals.")
+    assert not any("across the threads" in t or "parallel regions" in t for t in texts)
+    assert not any(f["metric"].startswith("occupancy.per_kernel") for f in r["findings"])
