@@ -11,7 +11,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from gpt2trace.format.schema import META_RUN
+from gpt2trace.format.reader import load
+from gpt2trace.format.schema import META_RUN, Kind
+from gpt2trace.testing.invariants import check_trace
 from tests.gpt2trace.cli.test_bad_input import assert_one_line_error, invoke
 
 SAMPLES = Path(__file__).resolve().parents[3] / "sample_traces"
@@ -50,3 +52,6 @@ def test_a_tasks_run_stores_its_schedule_and_a_rerun_can_set_it(tmp_path):
     run = json.loads(pq.read_schema(new).metadata[META_RUN])["parallel"]
     assert stored.get("schedule", "forkjoin") == "forkjoin"       # samples written before the option: forkjoin
     assert (run["schedule"], run["task_block"]) == ("tasks", 8)
+    # the rerun's trace is a task trace that holds the invariants (a fresh 1-rank run, 1 thread as the original)
+    check_trace(new, threads=1, steps=2, n_layer=2, tokens=4 * 32, closed=True)
+    assert load(new).records(Kind.TASK).num_rows > 0

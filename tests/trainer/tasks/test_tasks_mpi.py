@@ -17,6 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from gpt2trace.format import mpi_calls
+from gpt2trace.format import schema as S
+from gpt2trace.format.reader import load
+from gpt2trace.testing.invariants import check_tasks
 
 SCRIPT = Path(__file__).parent.parent / "mpi" / "tasks_equivalence.py"
 RTOL, PARAM_ATOL = 1e-5, 5e-5
@@ -57,3 +60,11 @@ def test_the_trace_records_each_reduction_and_its_completing_test(tmp_path):
         assert sorted(tests["seq"].tolist()) == sorted(posts["seq"].tolist())
     run = json.loads(pq.read_schema(trace).metadata[b"gpt2trace.run"])
     assert run["parallel"]["schedule"] == "tasks" and run["parallel"]["task_block"] == 16
+    # the task graph as traced: ids, predecessors ending first, bodies, the runtime's states, critical paths
+    loaded = load(trace)
+    check_tasks(loaded)
+    tasks = loaded.records(S.Kind.TASK).to_pandas()
+    assert set(tasks[S.RANK]) == {0, 1} and (tasks[S.PREDS].map(len) > 0).any()
+    # each reduction is a task of its own, on the main thread (MPI stays FUNNELED)
+    iar = tasks[tasks[S.NAME] == "MPI_Iallreduce"]
+    assert len(iar) == 2 * 2 * 3 and (iar[S.THREAD] == 0).all()
