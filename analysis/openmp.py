@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.records import NS, Records
-from gpt2trace.format.lanes import key_width, lane_key, split_key, time_key, time_key_fits
+from gpt2trace.format.lanes import key_width, lane_index, time_key, time_key_fits
 from gpt2trace.format.schema import END_NS, RANK, START_NS, STATE, THREAD, State
 
 _FORK_JOIN = (State.SCHEDULING_FORK_JOIN, State.SYNCHRONIZATION)
@@ -53,17 +53,15 @@ class Split:
 def split(states: Records, kern: Records) -> Split:
     """The regions of every rank with state records in the window (`states` and `kern` clipped to it)."""
     rank, thread = states[RANK].astype(np.int64), states[THREAD].astype(np.int64)
-    ranks = np.unique(rank)
-    ri = np.searchsorted(ranks, rank)
-    width_t = key_width(thread)
-    lanes = np.unique(lane_key(ri, thread, width_t))
-    lane_ri, lane_thread = split_key(lanes, width_t)
+    lane_rank, lane_thread, lane = lane_index(rank, thread)        # by counting: no sort of the records
+    ranks, lane_ri = np.unique(lane_rank, return_inverse=True)
+    lane_ri = lane_ri.ravel()
+    ri = lane_ri[lane]
     nthreads = np.bincount(lane_ri, minlength=len(ranks))
-    master = np.full(len(ranks), width_t, dtype=np.int64)
+    master = np.full(len(ranks), key_width(thread), dtype=np.int64)
     np.minimum.at(master, lane_ri, lane_thread)
     # A thread's position among its rank's threads: the column of its useful time per region.
-    first = np.searchsorted(lanes, lane_key(np.arange(len(ranks)), 0, width_t))
-    local = np.searchsorted(lanes, lane_key(ri, thread, width_t)) - first[ri]
+    local = lane - np.searchsorted(lane_ri, np.arange(len(ranks)))[ri]
     dur = states[END_NS] - states[START_NS]
     running = (states[STATE] == State.RUNNING) & (dur > 0)
     is_master = thread == master[ri]
