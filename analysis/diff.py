@@ -91,7 +91,11 @@ def _changes(a: dict, b: dict) -> pd.DataFrame:
 def _table(res: dict) -> pd.DataFrame:
     """One run's rows (category, name, layer, group, s: seconds per step and rank)."""
     n = per_step(res)
-    rows = [("kernel_layer", r["kernel"], r["layer"], None, r["wall_s"] / n) for r in res["occupancy"]["per_kernel"]]
+    # In (kernel, layer) order, so that a kernel's sum over its layers does not depend on the order of the rows
+    # (analyze's are by synchronization time, `analysis.diff_summary`'s by kernel).
+    per_kernel = sorted(res["occupancy"]["per_kernel"], key=lambda r: (r["kernel"], r["layer"] is not None,
+                                                                         r["layer"] or 0))
+    rows = [("kernel_layer", r["kernel"], r["layer"], None, r["wall_s"] / n) for r in per_kernel]
     rows += [("kernel", r[1], None, None, r[4]) for r in rows]           # summed over layers by the groupby below
     rows += [("phase", r["phase"], None, None, r["total_s"] / n) for r in res["summary"]["phases"]]
     for r in res["waits"]["calls"]:

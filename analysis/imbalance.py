@@ -39,6 +39,15 @@ def imbalance(kern: Records, segs: Segments, ranks: np.ndarray) -> pd.DataFrame:
     return out[COLUMNS].sort_values("lost_s", ascending=False, kind="stable").reset_index(drop=True)
 
 
+def kernels_across_ranks(segs: Segments, ranks: np.ndarray) -> pd.DataFrame:
+    """The rows of `imbalance` with scope 'ranks' and no layer (each kernel over all its layers), sorted the same,
+    without the per-layer and per-thread rows (what `diff` compares)."""
+    out = _across_ranks(_key(segs.name, segs.layer, False), segs.rank, segs.end_ns - segs.start_ns, ranks,
+                        segs.names, False)
+    out = out[out["lost_s"] > 0]
+    return out[COLUMNS].sort_values("lost_s", ascending=False, kind="stable").reset_index(drop=True)
+
+
 def _key(name: np.ndarray, layer: np.ndarray, by_layer: bool) -> np.ndarray:
     """(name, layer + 1) as one int; per-kernel rows use layer slot 0. Layer rows only for layer kernels."""
     layer = layer.astype(np.int64)
