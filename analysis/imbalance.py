@@ -15,6 +15,7 @@ import pandas as pd
 
 from analysis.records import NS, Records
 from analysis.segments import Segments
+from gpt2trace.format.lanes import distinct_index
 from gpt2trace.format.schema import END_NS, LAYER, NAME, RANK, START_NS, THREAD
 
 COLUMNS = ["scope", "kernel", LAYER, RANK, "count", "mean_s", "max_s", "imbalance", "lost_s", "slowest", "min_s",
@@ -93,8 +94,8 @@ def _across_threads(key, rank, thread, dur, names, by_layer) -> pd.DataFrame:
     key, rank, thread, dur = key[ok], rank[ok].astype(np.int64), thread[ok].astype(np.int64), dur[ok]
     if not len(key):
         return pd.DataFrame(columns=COLUMNS)
-    ukey, kidx = np.unique(key, return_inverse=True)
-    urank, ridx = np.unique(rank, return_inverse=True)
+    ukey, kidx = distinct_index(key)
+    urank, ridx = distinct_index(rank)
     nth = int(thread.max()) + 1
     cell = (kidx * len(urank) + ridx) * nth + thread
     size = len(ukey) * len(urank) * nth

@@ -12,7 +12,7 @@ import pandas as pd
 from analysis.records import NS, Records, records
 from analysis.segments import Segments
 from analysis.window import Window
-from gpt2trace.format.lanes import lane_order, time_key
+from gpt2trace.format.lanes import distinct_lanes, lane_order, time_key
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, LAYER, RANK, START_NS, STATE, THREAD, Kind, State
 
@@ -46,11 +46,13 @@ def occupancy(trace: Trace, window: Window, segs: Segments, top: int = 10, bins:
     `states` are the window's state records if the caller has them already.
     """
     st = states if states is not None else records(trace, Kind.STATE, (RANK, THREAD, STATE), window)
-    ranks = np.unique(st[RANK]) if len(st) else np.zeros(0, dtype=np.int32)
     T = window.t1_ns - window.t0_ns
+    # from the distinct (rank, thread) pairs, found by counting: a sort or a ufunc.at over every record is slow
+    lane_rank, lane_thread = distinct_lanes(st[RANK], st[THREAD])
+    ranks, lane_ri = np.unique(lane_rank, return_inverse=True)
+    ranks = ranks.astype(st[RANK].dtype) if len(st) else np.zeros(0, dtype=np.int32)
     threads = np.zeros(len(ranks), dtype=np.int64)
-    if len(st):
-        np.maximum.at(threads, np.searchsorted(ranks, st[RANK]), st[THREAD].astype(np.int64) + 1)
+    np.maximum.at(threads, lane_ri.ravel(), lane_thread + 1)
     rank, t, main, workers = _events(st, ranks) if len(st) else (np.zeros(0, np.int64),) * 4
     level = main + workers
     same = np.r_[rank[1:] == rank[:-1], False] if len(rank) else np.zeros(0, bool)
