@@ -1,5 +1,5 @@
-"""The difference between two runs, from their `analyze` results: what changed per step, and why B is faster or
-slower than A.
+"""The difference between two runs, from their `analyze` results (or `analysis.diff_summary.summarize`, the same
+parts computed alone, as `gpt2trace diff` does): what changed per step, and why B is faster or slower than A.
 
 Times are per step and rank: a table's seconds over the analyzed steps, divided by the steps and by the trace's
 ranks (what one rank spends in it in a step, on average), so that runs of different rank counts compare; a
@@ -38,8 +38,9 @@ class DiffError(ValueError):
 
 
 def diff(a: dict, b: dict) -> dict:
-    """A and B compared (both `analysis.analyze.analyze` results): step times, `changes` (COLUMNS, by impact),
-    `pop` (each factor in A and B and the change) and `sentences` (what made B faster or slower).
+    """A and B compared (both `analysis.analyze.analyze` or both `analysis.diff_summary.summarize` results): step
+    times, `changes` (COLUMNS, by impact), `pop` (each factor in A and B and the change) and `sentences` (what made
+    B faster or slower).
     Raises DiffError when either run has no analyzed step."""
     for label, res in (("A", a), ("B", b)):
         if not res["summary"]["steps"] or not res["summary"]["step_s_median"]:
