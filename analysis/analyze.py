@@ -34,7 +34,7 @@ from analysis.occupancy import occupancy
 from analysis.records import records, threads
 from analysis.state_profile import state_profile
 from analysis.step_phases import step_phases
-from analysis.summary import summary
+from analysis.summary import summary, token_ranks
 from analysis.tasks import task_analysis
 from analysis.window import select
 from gpt2trace.format import grid as rank_grid
@@ -85,10 +85,7 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
     imbalanced["cause"] = [groups.cause(k, layout) if s == "ranks" else None
                            for k, s in zip(imbalanced["kernel"], imbalanced["scope"])]
     pipe = pipeline.pipeline(trace, window, calls, wait_rows, segs)
-    # each token once: one stage of every pipeline, one rank of every tensor-parallel group
-    first_stage = tuple(r for p in pipe["ranks"] for r in p[:1]) if pipe else None
-    if grid.degree("tp") > 1 and grid.size == len(ranks):
-        first_stage = tuple(int(r) for r in (first_stage or ranks) if grid.coords(int(r))["tp"] == 0)
+    first_stage = token_ranks(pipe, grid, ranks)
     mem = memory.memory(trace, window)                                          # resident memory per rank
     summ = summary(trace, window, peak_gflops, first_stage, grid)
     links = network_load.link_load(trace, calls, len(window.steps), summ.get("step_s_median"))

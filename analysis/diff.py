@@ -1,5 +1,5 @@
-"""The difference between two runs, from their `analyze` results: what changed per step, and why B is faster or
-slower than A.
+"""The difference between two runs, from their `analyze` results (or `analysis.diff_summary.summarize`, the same
+parts computed alone, as `gpt2trace diff` does): what changed per step, and why B is faster or slower than A.
 
 Times are per step and rank: a table's seconds over the analyzed steps, divided by the steps and by the trace's
 ranks (what one rank spends in it in a step, on average), so that runs of different rank counts compare; a
@@ -38,8 +38,9 @@ class DiffError(ValueError):
 
 
 def diff(a: dict, b: dict) -> dict:
-    """A and B compared (both `analysis.analyze.analyze` results): step times, `changes` (COLUMNS, by impact),
-    `pop` (each factor in A and B and the change) and `sentences` (what made B faster or slower).
+    """A and B compared (both `analysis.analyze.analyze` or both `analysis.diff_summary.summarize` results): step
+    times, `changes` (COLUMNS, by impact), `pop` (each factor in A and B and the change) and `sentences` (what made
+    B faster or slower).
     Raises DiffError when either run has no analyzed step."""
     for label, res in (("A", a), ("B", b)):
         if not res["summary"]["steps"] or not res["summary"]["step_s_median"]:
@@ -91,7 +92,11 @@ def _changes(a: dict, b: dict) -> pd.DataFrame:
 def _table(res: dict) -> pd.DataFrame:
     """One run's rows (category, name, layer, group, s: seconds per step and rank)."""
     n = per_step(res)
-    rows = [("kernel_layer", r["kernel"], r["layer"], None, r["wall_s"] / n) for r in res["occupancy"]["per_kernel"]]
+    # In (kernel, layer) order, so that a kernel's sum over its layers does not depend on the order of the rows
+    # (analyze's are by synchronization time, `analysis.diff_summary`'s by kernel).
+    per_kernel = sorted(res["occupancy"]["per_kernel"], key=lambda r: (r["kernel"], r["layer"] is not None,
+                                                                         r["layer"] or 0))
+    rows = [("kernel_layer", r["kernel"], r["layer"], None, r["wall_s"] / n) for r in per_kernel]
     rows += [("kernel", r[1], None, None, r[4]) for r in rows]           # summed over layers by the groupby below
     rows += [("phase", r["phase"], None, None, r["total_s"] / n) for r in res["summary"]["phases"]]
     for r in res["waits"]["calls"]:

@@ -15,6 +15,7 @@ import pandas as pd
 
 from analysis.records import NS, Records
 from analysis.segments import Segments
+from gpt2trace.format.lanes import distinct_index
 from gpt2trace.format.schema import END_NS, LAYER, NAME, RANK, START_NS, THREAD
 
 COLUMNS = ["scope", "kernel", LAYER, RANK, "count", "mean_s", "max_s", "imbalance", "lost_s", "slowest", "min_s",
@@ -35,6 +36,15 @@ def imbalance(kern: Records, segs: Segments, ranks: np.ndarray) -> pd.DataFrame:
     out = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else None
     if out is None:
         return pd.DataFrame(columns=COLUMNS)
+    out = out[out["lost_s"] > 0]
+    return out[COLUMNS].sort_values("lost_s", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def kernels_across_ranks(segs: Segments, ranks: np.ndarray) -> pd.DataFrame:
+    """The rows of `imbalance` with scope 'ranks' and no layer (each kernel over all its layers), sorted the same,
+    without the per-layer and per-thread rows (what `diff` compares)."""
+    out = _across_ranks(_key(segs.name, segs.layer, False), segs.rank, segs.end_ns - segs.start_ns, ranks,
+                        segs.names, False)
     out = out[out["lost_s"] > 0]
     return out[COLUMNS].sort_values("lost_s", ascending=False, kind="stable").reset_index(drop=True)
 
@@ -84,8 +94,8 @@ def _across_threads(key, rank, thread, dur, names, by_layer) -> pd.DataFrame:
     key, rank, thread, dur = key[ok], rank[ok].astype(np.int64), thread[ok].astype(np.int64), dur[ok]
     if not len(key):
         return pd.DataFrame(columns=COLUMNS)
-    ukey, kidx = np.unique(key, return_inverse=True)
-    urank, ridx = np.unique(rank, return_inverse=True)
+    ukey, kidx = distinct_index(key)
+    urank, ridx = distinct_index(rank)
     nth = int(thread.max()) + 1
     cell = (kidx * len(urank) + ridx) * nth + thread
     size = len(ukey) * len(urank) * nth

@@ -12,7 +12,7 @@ import pandas as pd
 from analysis.records import NS, Records, records
 from analysis.segments import Segments
 from analysis.window import Window
-from gpt2trace.format.lanes import lane_order, time_key
+from gpt2trace.format.lanes import distinct_lanes, lane_order, time_key
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, LAYER, RANK, START_NS, STATE, THREAD, Kind, State
 
@@ -46,11 +46,13 @@ def occupancy(trace: Trace, window: Window, segs: Segments, top: int = 10, bins:
     `states` are the window's state records if the caller has them already.
     """
     st = states if states is not None else records(trace, Kind.STATE, (RANK, THREAD, STATE), window)
-    ranks = np.unique(st[RANK]) if len(st) else np.zeros(0, dtype=np.int32)
     T = window.t1_ns - window.t0_ns
+    # from the distinct (rank, thread) pairs, found by counting: a sort or a ufunc.at over every record is slow
+    lane_rank, lane_thread = distinct_lanes(st[RANK], st[THREAD])
+    ranks, lane_ri = np.unique(lane_rank, return_inverse=True)
+    ranks = ranks.astype(st[RANK].dtype) if len(st) else np.zeros(0, dtype=np.int32)
     threads = np.zeros(len(ranks), dtype=np.int64)
-    if len(st):
-        np.maximum.at(threads, np.searchsorted(ranks, st[RANK]), st[THREAD].astype(np.int64) + 1)
+    np.maximum.at(threads, lane_ri.ravel(), lane_thread + 1)
     rank, t, main, workers = _events(st, ranks) if len(st) else (np.zeros(0, np.int64),) * 4
     level = main + workers
     same = np.r_[rank[1:] == rank[:-1], False] if len(rank) else np.zeros(0, bool)
@@ -72,12 +74,35 @@ def occupancy(trace: Trace, window: Window, segs: Segments, top: int = 10, bins:
             "timeline": _timeline(rank, t, level, dt, ranks, window, bins)}
 
 
+def kernel_wall(segs: Segments) -> pd.DataFrame:
+    """Per kernel x layer (layer NA outside the layers): wall_s, the wall time of its segments on all ranks; the
+    first columns of `per_kernel`, in its order before the sort (what `diff` compares, without the states)."""
+    cols = ["kernel", LAYER, "wall_s"]
+    if not len(segs):
+        return pd.DataFrame(columns=cols)
+    return _wall_table(segs, *_kernel_keys(segs))
+
+
+def _kernel_keys(segs: Segments) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (kernel, layer) keys of the segments, sorted, and each segment's position among them."""
+    return np.unique(segs.name.astype(np.int64) * 65538 + segs.layer + 1, return_inverse=True)
+
+
+def _wall_table(segs: Segments, ukey: np.ndarray, kidx: np.ndarray) -> pd.DataFrame:
+    wall = np.bincount(kidx, weights=segs.end_ns - segs.start_ns, minlength=len(ukey))
+    layer = ukey % 65538 - 1
+    out = pd.DataFrame({"kernel": np.array(segs.names, dtype=object)[ukey // 65538],
+                        LAYER: pd.array(np.where(layer >= 0, layer, 0), dtype="Int64"), "wall_s": wall / NS})
+    out.loc[layer < 0, LAYER] = pd.NA
+    return out
+
+
 def per_kernel(st, segs: Segments, ranks: np.ndarray) -> pd.DataFrame:
     cols = ["kernel", LAYER, "wall_s", "mean_occupancy", "sync_s", "fork_s"]
     if not len(segs):
         return pd.DataFrame(columns=cols)
-    key = segs.name.astype(np.int64) * 65538 + segs.layer + 1
-    ukey, kidx = np.unique(key, return_inverse=True)
+    ukey, kidx = _kernel_keys(segs)
+    out = _wall_table(segs, ukey, kidx)
     wall = np.bincount(kidx, weights=segs.end_ns - segs.start_ns, minlength=len(ukey))
     busy = np.bincount(kidx, weights=segs.busy_ns, minlength=len(ukey))
     waits = {}
@@ -90,11 +115,9 @@ def per_kernel(st, segs: Segments, ranks: np.ndarray) -> pd.DataFrame:
         ok = seg >= 0
         waits[col] = np.bincount(kidx[seg[ok]], weights=(st[END_NS][sel] - st[START_NS][sel])[ok],
                                  minlength=len(ukey)) / NS
-    layer = ukey % 65538 - 1
-    out = pd.DataFrame({"kernel": np.array(segs.names, dtype=object)[ukey // 65538],
-                        LAYER: pd.array(np.where(layer >= 0, layer, 0), dtype="Int64"),
-                        "wall_s": wall / NS, "mean_occupancy": busy / np.maximum(wall, 1), **waits})
-    out.loc[layer < 0, LAYER] = pd.NA
+    out["mean_occupancy"] = busy / np.maximum(wall, 1)
+    for col, values in waits.items():
+        out[col] = values
     return out[cols].sort_values("sync_s", ascending=False, kind="stable").reset_index(drop=True)
 
 

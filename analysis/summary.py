@@ -112,6 +112,15 @@ def phases(trace: Trace, window: Window) -> pd.DataFrame:
     return out.sort_values("total_s", ascending=False, kind="stable").reset_index(drop=True)
 
 
+def token_ranks(pipe: dict | None, grid: rank_grid.Grid, ranks: np.ndarray) -> tuple[int, ...] | None:
+    """The ranks whose tokens count (`summary`'s `token_ranks`): each token once, so one stage of every pipeline
+    (`pipe`: `analysis.pipeline.pipeline`'s result) and one rank of every tensor-parallel group; None: all."""
+    first_stage = tuple(r for p in pipe["ranks"] for r in p[:1]) if pipe else None
+    if grid.degree("tp") > 1 and grid.size == len(ranks):
+        first_stage = tuple(int(r) for r in (first_stage or ranks) if grid.coords(int(r))["tp"] == 0)
+    return first_stage
+
+
 def summary(trace: Trace, window: Window, peak_gflops: float | None = None,
             token_ranks: tuple[int, ...] | None = None, grid: rank_grid.Grid | None = None) -> dict:
     """Scalars of the run (seconds, FLOP/s; FLOPs and MFU None when the metadata does not allow them) and

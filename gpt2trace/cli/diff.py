@@ -1,7 +1,7 @@
 """`gpt2trace diff A B`: what changed from run A to run B per step, and why B is faster or slower.
 
-A thin layer over `analysis.diff.diff` of the two `analysis.analyze.analyze` results: prints the sentences and
-the tables, or writes JSON.
+A thin layer over `analysis.diff.diff` of the two traces' `analysis.diff_summary.summarize` (the parts of
+`analyze` that diff compares, one trace in memory at a time): prints the sentences and the tables, or writes JSON.
 """
 from __future__ import annotations
 
@@ -36,9 +36,9 @@ def diff(
     what made B faster or slower."""
     json_target = json_output(json_out, trace_files([a, b]))
 
-    from analysis.analyze import analyze
     from analysis.diff import DiffError
     from analysis.diff import diff as compare
+    from analysis.diff_summary import summarize
     from analysis.window import WindowError, parse_steps
     from gpt2trace.interop.loader import load
     if steps is not None:
@@ -49,7 +49,7 @@ def diff(
     results = []
     for path in (a, b):
         try:
-            results.append(analyze(load(path), steps=steps, top=top, explain=False))   # what diff compares
+            results.append(summarize(load(path), steps=steps))
         except TraceError as exc:
             fail(str(exc))
         except WindowError as exc:                     # the steps fit one trace and not the other: say which

@@ -187,15 +187,15 @@ def _launch(trace: Path, settings: list[str], new: Path, ranks: int, oversubscri
 
 def _compare(trace: Path, new: Path, steps: str | None, top: int) -> None:
     """What changed from the first run to the rerun, as `gpt2trace diff` says it."""
-    from analysis.analyze import analyze
     from analysis.diff import DiffError, diff
+    from analysis.diff_summary import summarize
     from analysis.window import WindowError
     from gpt2trace.cli.diff import render
     from gpt2trace.interop.loader import load
     results = []
     for path in (trace, new):
         try:
-            results.append(analyze(load(path), steps=steps, top=top, explain=False))   # what diff compares
+            results.append(summarize(load(path), steps=steps))
         except (TraceError, WindowError) as exc:
             fail(f"{path}: {exc}; the new trace is kept")
     try:

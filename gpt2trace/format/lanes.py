@@ -33,18 +33,23 @@ def lane_index(rank: np.ndarray, thread: np.ndarray) -> tuple[np.ndarray, np.nda
     By counting when the ids are small (no sort), as per-record tables of millions of states need.
     """
     w = key_width(thread)
-    key = lane_key(rank, thread, w)
+    present, lane = distinct_index(lane_key(rank, thread, w))
+    return *split_key(present, w), lane
+
+
+def distinct_index(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(key, return_inverse=True) for non-negative int keys (int64 results): by counting when the keys
+    are small, as per-record tables of millions need; else by sorting."""
+    key = np.asarray(key).astype(np.int64, copy=False)
     if not len(key):
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
     if int(key.max()) < _COUNTING_MAX:
         present = np.flatnonzero(np.bincount(key))
         position = np.full(int(present[-1]) + 1, -1, dtype=np.int64)
         position[present] = np.arange(len(present))
-        lane = position[key]
-    else:
-        present, lane = np.unique(key, return_inverse=True)
-        lane = lane.ravel().astype(np.int64)
-    return *split_key(present, w), lane
+        return present.astype(np.int64), position[key]
+    present, index = np.unique(key, return_inverse=True)
+    return present, index.ravel().astype(np.int64)
 
 
 def distinct_lanes(rank: np.ndarray, thread: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

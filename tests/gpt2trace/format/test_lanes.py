@@ -16,6 +16,15 @@ def test_key_sorts_like_the_pair_and_splits_back():
     assert lanes.key_width(np.zeros(0, np.int32)) == 1
 
 
+@pytest.mark.parametrize("offset", [0, 1 << 24], ids=["counting", "sorting"])
+def test_distinct_index_is_unique_with_inverse(offset):
+    key = np.array([7, 3, 7, 0, 3, 3], np.int32) + offset        # from 2**24 up the keys are sorted, not counted
+    present, index = lanes.distinct_index(key)
+    assert (present - offset).tolist() == [0, 3, 7]
+    assert index.dtype == np.int64 and index.tolist() == [2, 1, 2, 0, 1, 1]
+    assert lanes.distinct_index(np.zeros(0, np.int64))[0].tolist() == []
+
+
 @pytest.mark.parametrize("big", [False, True], ids=["counting", "sorting"])
 def test_lane_index(big):
     base = 10**7 if big else 0                          # 10**7 ranks x 2 threads: past what is counted
