@@ -4,7 +4,7 @@ Extrae's tracing library writes its buffers as they are (.mpit files) and leaves
 So does the tracer: at a cut, on the training loop's own thread, it writes the kernel slots it recorded (times as
 the kernels read them, thread ids as pthread ids), the calls' keys and the marks where step and microstep changed,
 and the lists of phases, counters and MPI calls, as one Arrow IPC file of a single row (one list column per
-buffer). That costs the loop a few hundred microseconds per window and needs no writer thread beside the kernels'
+buffer). That costs the loop ~1.5-2 ms per half-second window of the demo and needs no writer thread beside the kernels'
 threads. The merge (`RankDecoder`) turns a rank's raw parts, in order, into the part layout of
 gpt2trace.format.parts (one row per kernel call with its blocks, phases, MPI calls, counters), from which
 `parts.complete` builds the kernel records and the thread states.
@@ -16,6 +16,7 @@ in the order they first appear on the rank, which is why a rank's parts are deco
 from __future__ import annotations
 
 import json
+from array import array
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +60,41 @@ _FILL = {S.THREAD: (0, np.int32), S.STATE: (NULL, np.int16), S.NAME: (NULL, np.i
          S.TASK: (NULL, np.int64), S.BLOCK: (NULL, np.int32)}
 
 
+class Rows:
+    """Records of one kind as the loop appends them: a name each (a list) and `width` int64 fields each (an
+    array.array), plus a float each for counters. A cut takes them as NumPy arrays without converting row by row
+    (a list of tuples cost ~1 us a row at the cut, ~0.6 ms a window of the `small` model)."""
+    __slots__ = ("names", "ints", "floats", "width")
+
+    def __init__(self, width: int):
+        self.width = width
+        self.clear()
+
+    def clear(self) -> None:
+        self.names: list[str] = []
+        self.ints = array("q")
+        self.floats = array("d")
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def add(self, name: str, fields: tuple[int, ...], value: float | None = None) -> None:
+        self.names.append(name)
+        self.ints.extend(fields)
+        if value is not None:
+            self.floats.append(value)
+
+    def take(self, upto: int | None = None) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """The first `upto` rows (all by default): names, (n, width) int64, (n,) float64 (empty without floats);
+        the buffers restart empty (rows after `upto` are dropped: a step cut short)."""
+        n = len(self.names) if upto is None else min(upto, len(self.names))
+        names = self.names[:n]
+        ints = np.frombuffer(self.ints, dtype=np.int64)[: n * self.width].reshape(n, self.width)
+        floats = np.frombuffer(self.floats, dtype=np.float64)[:n] if len(self.floats) else np.zeros(0)
+        self.clear()                   # the arrays taken keep the old buffers, never appended to again
+        return names, ints, floats
+
+
 @dataclass(frozen=True)
 class RawWindow:
     """One closed window of a rank, as recorded: absolute CLOCK_MONOTONIC times (ns), not yet shifted to the origin.
@@ -66,7 +102,8 @@ class RawWindow:
     `times` (n, threads + 1, 3): per kernel call its region (enter, exit, -) and per block (start, end, pthread id;
     id -1: not run); `keys` (n,) its kernel and layer; `marks` (m, 3): (first call, step, microstep) where those
     changed, the first at call 0; `kernel_names` by kernel id. `phases`, `comms`, `counters`: (name, *fields) tuples
-    in PHASE_FIELDS, COMM_FIELDS and (name, time, value, step, microstep) order, NO_VALUE where a field has none.
+    as names and (n, fields) int64 rows in PHASE_FIELDS, COMM_FIELDS and COUNTER_FIELDS order (`Rows.take`), the
+    counters' values beside them, NO_VALUE where a field has none.
     """
     rank: int
     start_ns: int
@@ -78,9 +115,13 @@ class RawWindow:
     keys: np.ndarray
     marks: np.ndarray
     kernel_names: list[str]
-    phases: list[tuple]
-    comms: list[tuple]
-    counters: list[tuple]
+    phase_names: list[str]
+    phases: np.ndarray
+    comm_names: list[str]
+    comms: np.ndarray
+    counter_names: list[str]
+    counters: np.ndarray
+    counter_values: np.ndarray
     tasks: TaskBuffers | None = None
 
 
@@ -100,15 +141,11 @@ class TaskBuffers:
 
 def encode(w: RawWindow, metadata: dict[bytes, bytes]) -> pa.Table:
     """The window as a one-row table (a list column per buffer), with the trace's `metadata`: what the loop thread
-    writes, so only copies of its buffers and small conversions of the per-phase lists, no per-record work."""
-    phases = np.array([p[1:] for p in w.phases], dtype=np.int64).reshape(-1)
-    comms = np.array([c[1:] for c in w.comms], dtype=np.int64).reshape(-1)
-    counters = np.array([(c[1], c[3], c[4]) for c in w.counters], dtype=np.int64).reshape(-1)
+    writes, so only copies of its buffers and the names as strings, no per-record work."""
     values = {"times": w.times.reshape(-1), "keys": w.keys, "marks": w.marks.reshape(-1),
-              "kernel_names": w.kernel_names, "phases": phases, "phase_names": [p[0] for p in w.phases],
-              "comms": comms, "comm_names": [c[0] for c in w.comms], "counters": counters,
-              "counter_values": np.array([c[2] for c in w.counters], dtype=np.float64),
-              "counter_names": [c[0] for c in w.counters]}
+              "kernel_names": w.kernel_names, "phases": w.phases.reshape(-1), "phase_names": w.phase_names,
+              "comms": w.comms.reshape(-1), "comm_names": w.comm_names, "counters": w.counters.reshape(-1),
+              "counter_values": w.counter_values, "counter_names": w.counter_names}
     t = w.tasks
     values.update({"tasks": _flat(t and t.tasks), "task_names": t.names if t else [],
                    "task_pred_offsets": _flat(t and t.pred_offsets), "task_preds": _flat(t and t.preds),

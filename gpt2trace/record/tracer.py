@@ -9,8 +9,9 @@ Windows and parts. The records since the last cut form the open window. At the e
 closed and written, on the loop's own thread, as one part: its raw buffers (gpt2trace.format.raw_window: the
 kernel slots as the kernels filled them, the calls' keys, the phases, MPI calls and counters), as Extrae writes
 its buffers to .mpit files. The merge builds the records from them (as mpi2prv does), so during the run nothing
-is done per record: a cut costs the loop a copy and one file write (~0.3 ms for the ~3,000 calls of 0.5 s of
-the `small` model), and no writer thread competes with the kernels' threads for the cores and the GIL.
+is done per record: a cut costs the loop copies, an LZ4 encoding and one file write (~1.5-2 ms for the ~3,000
+calls of 0.5 s of the `small` model), and no writer thread competes with the kernels' threads for the cores and
+the GIL.
 
 What a kill loses. A SIGKILL at time t loses only the open window: less than `flush_every_s` + one step of
 completed steps, plus the step in progress (the parts on disk are whole and hold whole steps).
@@ -38,7 +39,16 @@ import numpy as np
 from gpt2trace.format import communicators as comms
 from gpt2trace.format import schema as S
 from gpt2trace.format.parts import NULL
-from gpt2trace.format.raw_window import TASK_FIELDS, RawWindow, TaskBuffers, encode
+from gpt2trace.format.raw_window import (
+    COMM_FIELDS,
+    COUNTER_FIELDS,
+    PHASE_FIELDS,
+    TASK_FIELDS,
+    RawWindow,
+    Rows,
+    TaskBuffers,
+    encode,
+)
 from gpt2trace.format.writer import PartWriter
 from gpt2trace.record.recorder import NO_VALUE, KernelRecorder
 from gpt2trace.record.resident import ResidentMemory
@@ -85,11 +95,10 @@ class Tracer:
         self.writer = PartWriter(path, rank)
         self._main_tid = threading.get_ident()      # the loop's thread: thread 0 of the rank
         self._window_start = self.origin
-        self._phases: list[tuple[str, int, int, int, int, int]] = []   # name, start, end, step, microstep, bytes
-        self._counters: list[tuple[str, int, float, int, int]] = []    # name, time, value, step, microstep
+        self._phases = Rows(len(PHASE_FIELDS))
+        self._counters = Rows(len(COUNTER_FIELDS))                # and each one's value
         self._rss = ResidentMemory.open()
-        # name, start, end, step, microstep, bytes, peer, seq, communicator, state, tag
-        self._comms: list[tuple] = []
+        self._comms = Rows(len(COMM_FIELDS))
         self._tasks: list[tuple] = []                 # (task log, step, microstep) of each graph run
         self._communicators: dict[int, comms.Communicator] = {}
         self._last_end: _StepEnd | None = None                     # of the open window
@@ -114,21 +123,21 @@ class Tracer:
     def _phase_ended(self, name: str, t0: int, nbytes: int | None) -> None:
         t1 = time.monotonic_ns()
         step, micro = self.recorder.step, self.recorder.microstep
-        self._phases.append((name, t0, t1, step, micro, NULL if nbytes is None else nbytes))
+        self._phases.add(name, (t0, t1, step, micro, NULL if nbytes is None else nbytes))
         if self._rss is not None:
-            self._counters.append((RSS_COUNTER, t1, float(self._rss.bytes()), step, micro))
+            self._counters.add(RSS_COUNTER, (t1, step, micro), float(self._rss.bytes()))
 
     def counter(self, name: str, value: float) -> None:
-        self._counters.append((name, time.monotonic_ns(), float(value), self.recorder.step, NO_VALUE))
+        self._counters.add(name, (time.monotonic_ns(), self.recorder.step, NO_VALUE), float(value))
 
     def comm(self, name: str, start_ns: int, end_ns: int, nbytes: int | None, peer: int | None, seq: int | None,
              state: int, communicator: int = comms.WORLD_ID, tag: int | None = None) -> None:
         """One MPI call on the main thread (the sink of gpt2trace.record.traced_comm): a `comm` record, and the main
         thread in `state` meanwhile (an MPI call inside dataload is shown in its MPI state, not I/O). `tag`: a
         point-to-point message's tag."""
-        self._comms.append((name, start_ns, end_ns, self.recorder.step, self.recorder.microstep,
-                            NULL if nbytes is None else nbytes, NULL if peer is None else peer,
-                            NULL if seq is None else seq, communicator, int(state), NULL if tag is None else tag))
+        self._comms.add(name, (start_ns, end_ns, self.recorder.step, self.recorder.microstep,
+                               NULL if nbytes is None else nbytes, NULL if peer is None else peer,
+                               NULL if seq is None else seq, communicator, int(state), NULL if tag is None else tag))
 
     def communicator(self, comm: comms.Communicator) -> None:
         """A communicator this rank belongs to (or its new name): every part written from now on lists it in its
@@ -155,7 +164,7 @@ class Tracer:
         if t - self._window_start >= self.flush_every_ns:
             self._cut(t, self._last_end)
         # In the next window, as the time between steps it is.
-        self._phases.append((FLUSH_PHASE, t, time.monotonic_ns(), NO_VALUE, NO_VALUE, NULL))
+        self._phases.add(FLUSH_PHASE, (t, time.monotonic_ns(), NO_VALUE, NO_VALUE, NULL))
         self.recorder.step = NO_VALUE
         self.recorder.microstep = NO_VALUE
 
@@ -203,19 +212,23 @@ class Tracer:
         first and last step that ended in it; the next window opens at `end_ns`."""
         if upto is None:
             times, calls = self.recorder.take()
-            phases, counters, comms, tasks = self._phases, self._counters, self._comms, self._tasks
+            kept = (None, None, None, None)
             last = self._last_end.step if self._last_end is not None else None
         else:
             times, calls = self.recorder.take(upto.calls)
-            phases, counters, comms, tasks = (self._phases[: upto.phases], self._counters[: upto.counters],
-                                              self._comms[: upto.comms], self._tasks[: upto.tasks])
+            kept = (upto.phases, upto.counters, upto.comms, upto.tasks)
             last = upto.step
+        phase_names, phases, _ = self._phases.take(kept[0])
+        counter_names, counters, values = self._counters.take(kept[1])
+        comm_names, comms, _ = self._comms.take(kept[2])
+        tasks = self._tasks[: kept[3]]
         steps = (self._first_step, last) if self._first_step is not None and last is not None else None
         window = RawWindow(self.rank, self._window_start, end_ns, self.origin, self.nthreads, self._main_tid,
                            times, np.array(calls.keys, dtype=np.int64), np.array(calls.marks, dtype=np.int64),
-                           list(self.recorder.kernel_names), phases, comms, counters, _task_buffers(tasks))
+                           list(self.recorder.kernel_names), phase_names, phases, comm_names, comms, counter_names,
+                           counters, values, _task_buffers(tasks))
         self._window_start = end_ns
-        self._phases, self._counters, self._comms, self._tasks = [], [], [], []
+        self._tasks = []
         self._last_end, self._first_step = None, None
         return window, steps
 

@@ -131,7 +131,7 @@ def test_mpi_call_inside_dataload(tracer):
     # I/O; the comm record keeps bytes, root and sequence number
     main = threading.get_ident()
     tracer.begin_step(0)
-    tracer._phases.append(("dataload", ORIGIN + 5, ORIGIN + 40, 0, 0, -1))   # no bytes
+    tracer._phases.add("dataload", (ORIGIN + 5, ORIGIN + 40, 0, 0, -1))   # no bytes
     tracer.comm("MPI_Scatter", ORIGIN + 10, ORIGIN + 30, 4096, 0, 7, S.State.GROUP_COMMUNICATION)
     _kernel(tracer, "encoder_forward", -1, 50, 60, (50, 60, main), (51, 59, WORKER_TID))
     table = complete(_part(tracer, 100)).to_pandas()
