@@ -48,8 +48,8 @@ def paint_graphs(states: dict[str, np.ndarray], graphs: tuple[np.ndarray, np.nda
         lo, hi = edges[:-1], edges[1:]
         # each elementary segment [lo, hi) takes the base state, then the spans' and the layers' in turn
         state = bst[np.searchsorted(bs, lo, side="right") - 1].copy()
-        state[_covered(lo, g0, g1)] = _SCHEDULING
         inside = _covered(lo, g0, g1)
+        state[inside] = _SCHEDULING
         for layer in layers:
             on = layer.thread == j
             which = _covering(lo, layer.start[on], layer.end[on])

@@ -238,6 +238,7 @@ def _task_buffers(runs: list[tuple]) -> TaskBuffers | None:
     if not runs:
         return None
     rows, names, offsets, preds, idle, graphs = [], [], [np.zeros(1, np.int64)], [], [], []
+    npreds = 0                       # predecessors of the earlier logs: where this log's lists start
     for log, step, micro in runs:
         n = len(log.task)
         cols = {"task": log.task, "kernel": np.asarray(log.kernel, np.int64) + len(names), "layer": log.layer,
@@ -245,8 +246,9 @@ def _task_buffers(runs: list[tuple]) -> TaskBuffers | None:
                 "done": log.done_ns, "step": np.full(n, step), "microstep": np.full(n, micro)}
         rows.append(np.stack([np.asarray(cols[f], np.int64) for f in TASK_FIELDS], axis=1))
         names.extend(log.names)
-        offsets.append(np.asarray(log.pred_offsets[1:], np.int64) + sum(len(p) for p in preds))
+        offsets.append(np.asarray(log.pred_offsets[1:], np.int64) + npreds)
         preds.append(np.asarray(log.preds, np.int64))
+        npreds += len(preds[-1])
         wait = np.asarray(log.idle, np.int64).reshape(-1, 3)
         idle.append(wait)
         begin = [log.pick_ns.min()] if n else []
