@@ -38,27 +38,40 @@ from gpt2trace.format.schema import (
 from gpt2trace.interop import paraver_format as F
 from gpt2trace.interop.paraver_parse import Body, Header
 from gpt2trace.interop.paraver_pcf import Pcf
-from gpt2trace.interop.paraver_records import Lanes, kind_table, require, to_ns
+from gpt2trace.interop.paraver_records import Lanes, Notes, kind_table, require, to_ns
 
 MPI_ATTRS = (F.MPI_SEND_SIZE, F.MPI_RECV_SIZE, F.MPI_ROOT, F.MPI_COMM)
 # Attribute-like types read from a record's opening line: ours, Extrae's MPI ones, the task id (ovni's)
 LINE_ATTRS = (*F.ATTRIBUTES, *MPI_ATTRS, F.TASK_ID)
 FUNCTIONS = tuple(F.FUNCTION_LABELS)
+# What a deferred comm table keeps for `finish_collectives`: the communicator id of a collective (-1: none), its
+# seq computed here (not in the trace), Extrae's root flag on it.
+COLLECTIVE_COLUMNS = ("_collective_comm", "_seq_computed", "_root_flag")
 
 
 class Events:
-    """The event pairs with their place and time, classified, paired and joined with their attributes."""
+    """The event pairs with their place and time, classified, paired and joined with their attributes.
 
-    def __init__(self, path: Path, header: Header, body: Body, lanes: Lanes, comm_ids: dict[int, int] | None = None):
+    `body` may be the whole trace or the part of one rank (with the `3:` records it sends or receives): every step
+    is per thread or per rank but two. The roots of collectives (a call's peer from the root's flag, on another
+    rank) and the communicator bits of computed seq numbers (whether the whole trace uses several communicators)
+    need every rank: with `deferred`, the comm table keeps what they need in the COLLECTIVE_COLUMNS and
+    `finish_collectives` completes it once all ranks have been seen; `attached` tells which `3:` records fell in a
+    call (the note about the others is then the caller's)."""
+
+    def __init__(self, path: Path, header: Header, body: Body, lanes: Lanes, comm_ids: dict[int, int] | None = None,
+                 deferred: bool = False):
         self.path, self.header, self.lanes, self.body = path, header, lanes, body
         self.comm_ids = comm_ids or {}       # Paraver communicator id -> ours (`header_communicators`)
+        self.deferred = deferred
+        self.attached = np.zeros(len(body.comms), bool)
         ev_lane = lanes.lane(path, body.events, body.event_line, "event record")
         ev_time = to_ns(path, header, body.event_line, body.events[:, 4], "event time")
         self.row = body.pair_rec                          # the pair's line (row in body.events)
         self.lane, self.time = ev_lane[self.row], ev_time[self.row]
         self.type, self.value = body.pair_type, body.pair_value
 
-    def records(self, pcf: Pcf, notes: list[str]) -> list[pa.Table]:
+    def records(self, pcf: Pcf, notes: Notes) -> list[pa.Table]:
         t = self.type
         mpi = (t >= F.MPI_P2P) & (t <= F.MPI_IO)
         ranged = mpi | np.isin(t, FUNCTIONS) | (t == F.PHASE) | (t == F.TASK_TYPE)
@@ -66,16 +79,12 @@ class Events:
         hwc = (t >= F.HWC_FIRST) & (t <= F.HWC_LAST) & ~np.isin(t, F.HWC_SET_IDS)
         wrapped = hwc & (self.value < 0)                   # unsigned 2**63 and more: no count
         if wrapped.any():
-            notes.append(f"{int(wrapped.sum())} hardware counter value(s) of 2**63 or more (Extrae prints a "
-                         "difference that went negative as unsigned) are no counts and were left out")
+            notes.add("{n} hardware counter value(s) of 2**63 or more (Extrae prints a difference that went "
+                      "negative as unsigned) are no counts and were left out", int(wrapped.sum()))
         counter = (hwc & ~wrapped) | ((t >= F.COUNTER_FIRST) & (t <= F.COUNTER_LAST))
         other = ~(ranged | attr | counter | wrapped)
         if other.any():
-            types, counts = np.unique(t[other], return_counts=True)
-            shown = ", ".join(f"{ty} ({pcf.types.get(int(ty), 'unnamed')}: {c})"
-                              for ty, c in list(zip(types, counts))[:8])
-            notes.append(f"{int(other.sum())} event(s) of {len(types)} type(s) are not records of our schema and "
-                         f"were not imported: {shown}{', ...' if len(types) > 8 else ''}")
+            notes.skipped(*np.unique(t[other], return_counts=True), pcf.types)
         opens, ends = self._pair(np.flatnonzero(ranged), notes)
         starts = np.concatenate([opens, np.flatnonzero(counter)])
         attrs = self._attributes(starts, np.flatnonzero(attr), len(opens), notes)
@@ -92,9 +101,12 @@ class Events:
         cidx = np.flatnonzero(counter)
         if len(cidx):
             out.append(self._counters(cidx, c, pcf, notes))
+        if not self.deferred:
+            notes.add("{n} message(s) (3: records) fall in no point-to-point MPI call of their sender or receiver",
+                      int((~self.attached).sum()))
         return out
 
-    def _pair(self, idx: np.ndarray, notes: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    def _pair(self, idx: np.ndarray, notes: Notes) -> tuple[np.ndarray, np.ndarray]:
         """Opening pairs and the time each closes (the header's end when it never does), stacked per thread and
         type in time order (file order at one instant)."""
         order = idx[np.lexsort((idx, self.time[idx], self.type[idx], self.lane[idx]))]
@@ -103,13 +115,11 @@ class Events:
         opens = order[opened[:n]]
         shut = closed[:n]
         ends = np.where(shut >= 0, self.time[order[np.maximum(shut, 0)]], self.header.end_ns)
-        if (shut < 0).any():
-            notes.append(f"{int((shut < 0).sum())} event(s) never closed (value 0); they end at the header's end")
-        if stray:
-            notes.append(f"{stray} closing event(s) (value 0) without an open one were ignored")
+        notes.add("{n} event(s) never closed (value 0); they end at the header's end", int((shut < 0).sum()))
+        notes.add("{n} closing event(s) (value 0) without an open one were ignored", int(stray))
         return opens, ends
 
-    def _attributes(self, starts: np.ndarray, attr_idx: np.ndarray, n_open: int, notes: list[str]) -> dict:
+    def _attributes(self, starts: np.ndarray, attr_idx: np.ndarray, n_open: int, notes: Notes) -> dict:
         """For each attribute type, (value, present) of every record start: the attribute in the same line, else
         (a line of Extrae's split at one instant) one at the same thread and time as an MPI call's start. Values
         out of range for what they give (see the module's docstring) count as absent."""
@@ -131,8 +141,8 @@ class Events:
             outside = ok & ((value < low) | (value > high))
             if outside.any():
                 label = F.ATTRIBUTES.get(typ) or F.MPI_ATTR_LABELS.get(typ) or F.TASK_ID_LABEL
-                notes.append(f"{int(outside.sum())} value(s) of event type {typ} ({label}) outside {low}..{high} "
-                             "were left out")
+                notes.add(f"{{n}} value(s) of event type {typ} ({label}) outside {low}..{high} were left out",
+                          int(outside.sum()))
                 ok = ok & ~outside
             out[typ] = (value, ok)
         return out
@@ -169,8 +179,8 @@ class Events:
         cols = _columns(attrs, (STEP, LAYER, MICROSTEP, BLOCK))
         value, ok = attrs[F.TASK_ID]
         cols[TASK] = (value - 1, ok)
-        notes.append(f"{len(opens)} task(s) imported without their predecessors (a .prv holds no dependency "
-                     "edges): the task graph's critical path and ready tasks are not known")
+        notes.add("{n} task(s) imported without their predecessors (a .prv holds no dependency edges): the task "
+                  "graph's critical path and ready tasks are not known", len(opens))
         return kind_table(Kind.TASK, self.lanes, self.lane[opens], self.time[opens], ends, cols, names)
 
     def _comms(self, opens, ends, attrs, pcf: Pcf, notes) -> pa.Table:
@@ -185,8 +195,13 @@ class Events:
         use = ~has_bytes & (sizes >= 0)
         nbytes[use], has_bytes[use] = sizes[use], True
         coll = self.type[opens] == F.MPI_COLLECTIVE
-        seq = _collective_seq(rank, start, coll, attrs[F.MPI_COMM], cols[SEQ])
-        peer = _roots(rank, coll, attrs[F.MPI_COMM], attrs[F.MPI_ROOT], seq, cols[PEER])
+        cid = np.where(attrs[F.MPI_COMM][1], attrs[F.MPI_COMM][0], 0)
+        seq, computed = _collective_seq(rank, start, coll, cid, cols[SEQ])
+        flagged = coll & attrs[F.MPI_ROOT][1] & (attrs[F.MPI_ROOT][0] == 1)
+        peer = cols[PEER]
+        if not self.deferred:
+            seq = (shift_seq(seq[0], computed, cid, len(np.unique(cid[coll])) > 1), seq[1])
+            peer = fill_roots(*root_table(rank[flagged], cid[flagged], seq[0][flagged]), coll, cid, seq, peer)
         p2p = self.type[opens] == F.MPI_P2P
         # a trace whose .pcf defines our tag attribute (our export) has every tag in it: a call without one has none
         tag_given = F.ATTRIBUTE_TYPES[TAG] in pcf.types
@@ -195,7 +210,11 @@ class Events:
                                                  None if tag_given else tag, notes)
         cols.update({BYTES: (nbytes, has_bytes), SEQ: seq, PEER: peer, TAG: tag,
                      COMMUNICATOR: self._communicator(cols[COMMUNICATOR], attrs[F.MPI_COMM])})
-        return kind_table(Kind.COMM, self.lanes, lane, start, ends, cols, names)
+        table = kind_table(Kind.COMM, self.lanes, lane, start, ends, cols, names)
+        if self.deferred:
+            for col, values in zip(COLLECTIVE_COLUMNS, (np.where(coll, cid, -1), computed, flagged)):
+                table = table.append_column(col, pa.array(values))
+        return table
 
     def _communicator(self, ours, extrae):
         """Our attribute where the trace has it (our exports); else Extrae's communicator id of a collective, as
@@ -252,9 +271,7 @@ class Events:
                     tag[0][fill[ntag]], tag[1][fill[ntag]] = cm[ok, 13][ntag], True
                 done |= ok
             attached |= done
-        if (~attached).any():
-            notes.append(f"{int((~attached).sum())} message(s) (3: records) fall in no point-to-point MPI call of "
-                         "their sender or receiver")
+        self.attached = attached
         return value, has, (pv, pok)
 
     def _counters(self, idx, attrs, pcf: Pcf, notes) -> pa.Table:
@@ -364,37 +381,48 @@ def _counter_name(typ: int, pcf: Pcf) -> tuple[str, float]:
     return (label.split()[0] if label else f"counter {typ}"), 1.0
 
 
-def _collective_seq(rank, start, coll, comm, seq):
+def _collective_seq(rank, start, coll, cid, seq):
     """Our seq where the trace has it; else the call's order among its rank's collectives on its communicator
-    (every rank calls a communicator's collectives in the same order), with the communicator's id in the high
-    32 bits when the trace uses more than one."""
+    (every rank calls a communicator's collectives in the same order). Returns ((value, present), computed): the
+    computed ones get the communicator's id in their high bits from `shift_seq`."""
     value, ok = seq[0].copy(), seq[1].copy()
     need = coll & ~ok
     if not need.any():
-        return value, ok
-    cid = np.where(comm[1], comm[0], 0)
+        return (value, ok), need
     idx = np.flatnonzero(coll)
     order = idx[np.lexsort((start[idx], cid[idx], rank[idx]))]
     group = rank[order] * (int(cid.max()) + 1) + cid[order]
     first = np.r_[0, np.flatnonzero(group[1:] != group[:-1]) + 1]
     ordinal = np.arange(len(order)) - np.repeat(first, np.diff(np.r_[first, len(order)]))
-    several = len(np.unique(cid[idx])) > 1
     computed = np.zeros(len(rank), np.int64)
-    computed[order] = ordinal + ((cid[order] << 32) if several else 0)
+    computed[order] = ordinal
     value[need], ok[need] = computed[need], True
-    return value, ok
+    return (value, ok), need
 
 
-def _roots(rank, coll, comm, root, seq, peer):
-    """The root's rank, from Extrae's root flag, as the peer of every call of a rooted collective instance."""
+def shift_seq(seq: np.ndarray, computed: np.ndarray, cid: np.ndarray, several: bool) -> np.ndarray:
+    """Computed seq numbers with the communicator's id in the high 32 bits when the trace's collectives use more
+    than one communicator (`several`: a property of the whole trace)."""
+    if not several or not computed.any():
+        return seq
+    out = seq.copy()
+    out[computed] += cid[computed] << 32
+    return out
+
+
+def root_table(rank: np.ndarray, cid: np.ndarray, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(keys sorted, root ranks) of the calls that carry Extrae's root flag: one key per collective instance."""
+    key = cid * (2**40) + seq
+    order = np.argsort(key, kind="stable")
+    return key[order], rank[order]
+
+
+def fill_roots(keys, roots, coll, cid, seq, peer):
+    """The root's rank (`root_table`) as the peer of every call of a rooted collective instance that has none."""
     value, ok = peer[0].copy(), peer[1].copy()
-    flagged = coll & root[1] & (root[0] == 1)
-    if not flagged.any():
+    if not len(keys):
         return value, ok
-    cid = np.where(comm[1], comm[0], 0)
-    key = np.where(coll & seq[1], cid * (2**40) + seq[0], -1)          # one key per collective instance
-    order = np.argsort(key[flagged], kind="stable")
-    keys, roots = key[flagged][order], rank[flagged][order]
+    key = np.where(coll & seq[1], cid * (2**40) + seq[0], -1)
     i = np.searchsorted(keys, key)
     hit = coll & ~ok & (key >= 0) & (i < len(keys)) & (keys[np.minimum(i, len(keys) - 1)] == key)
     value[hit], ok[hit] = roots[i[hit]], True

@@ -42,7 +42,7 @@ from gpt2trace.interop.labels import ESCAPED, LABELS_KEY
 from gpt2trace.interop.paraver_events import Events, header_communicators
 from gpt2trace.interop.paraver_parse import Body, Header, read
 from gpt2trace.interop.paraver_pcf import Pcf, read_pcf, read_row
-from gpt2trace.interop.paraver_records import Lanes, kind_table, require, to_ns
+from gpt2trace.interop.paraver_records import Lanes, Notes, kind_table, require, to_ns
 
 
 @dataclass(frozen=True)
@@ -66,31 +66,53 @@ def import_paraver(path: str | Path) -> ParaverImport:
         raise TraceError(f"{path}: not a Paraver trace (expected a .prv or .prv.gz file)")
     inputs = tuple(Path(p) for p in F.file_names(str(path)))
     _, pcf_name, row_name, meta_name = inputs
-    notes = []
     header, body = read(path)
+    notes = Notes()
+    side = sidecars(path, header, notes)
+    lanes = Lanes(header)
+    tables = [states(path, header, body, lanes, notes)]
+    comm_ids, comm_table = header_communicators(header, lanes)
+    events = Events(path, header, body, lanes, comm_ids)
+    tables += events.records(side.pcf, notes)
+    table = pa.concat_tables([t for t in tables if t.num_rows]) if any(t.num_rows for t in tables) else None
+    if table is None:
+        raise no_records(path)
+    table = table.unify_dictionaries().replace_schema_metadata(trace_metadata(side.meta, comm_table))
+    return ParaverImport(table, header, notes.lines(), inputs)
+
+
+@dataclass(frozen=True)
+class Sidecars:
+    pcf: Pcf
+    meta: dict                          # NAME.gpt2trace.json (empty without one)
+
+
+def sidecars(path: Path, header: Header, notes: Notes) -> Sidecars:
+    """The .pcf, .row and .gpt2trace.json beside a .prv, as far as they are there (notes say what is missing)."""
+    _, pcf_name, row_name, meta_name = (Path(p) for p in F.file_names(str(path)))
     meta = _sidecar(meta_name)
     escaped = meta.get(LABELS_KEY) == ESCAPED          # our own export's labels: escaped, see `labels`
     pcf = read_pcf(pcf_name, escaped) if pcf_name.is_file() else Pcf()
     if not pcf_name.is_file():
-        notes.append(f"no {pcf_name.name} beside the trace: names are the built-in ones or numbers")
+        notes.add(f"no {pcf_name.name} beside the trace: names are the built-in ones or numbers")
     if row_name.is_file():
         threads = read_row(row_name, escaped).get("THREAD")
         total = sum(sum(t) for t in header.tasks)
         if threads is not None and len(threads) != total:
-            notes.append(f"{row_name.name} names {len(threads)} threads; the header declares {total}")
-    lanes = Lanes(header)
-    tables = [_states(path, header, body, lanes, notes)]
-    comm_ids, comm_table = header_communicators(header, lanes)
-    events = Events(path, header, body, lanes, comm_ids)
-    tables += events.records(pcf, notes)
-    table = pa.concat_tables([t for t in tables if t.num_rows]) if any(t.num_rows for t in tables) else None
-    if table is None:
-        raise TraceError(f"{path}: the trace has no records of our schema (states, MPI calls, functions, counters)")
+            notes.add(f"{row_name.name} names {len(threads)} threads; the header declares {total}")
+    return Sidecars(pcf, meta)
+
+
+def no_records(path: Path) -> TraceError:
+    return TraceError(f"{path}: the trace has no records of our schema (states, MPI calls, functions, counters)")
+
+
+def trace_metadata(meta: dict, comm_table: list) -> dict[bytes, bytes]:
+    """The imported trace's schema metadata: ours from NAME.gpt2trace.json, the header's communicators else."""
     metadata = _metadata(meta)
     if schema.META_COMMUNICATORS not in metadata and comm_table:
         metadata.update(communicators.to_metadata(comm_table))
-    table = table.unify_dictionaries().replace_schema_metadata(schema.arrow_schema(metadata).metadata)
-    return ParaverImport(table, header, tuple(notes), inputs)
+    return schema.arrow_schema(metadata).metadata
 
 
 def write_parquet(imported: ParaverImport, out: str | Path) -> int:
@@ -106,7 +128,8 @@ def write_parquet(imported: ParaverImport, out: str | Path) -> int:
 
 # --- states --------------------------------------------------------------------------------------------------
 
-def _states(path: Path, header: Header, body: Body, lanes: Lanes, notes: list[str]) -> pa.Table:
+def states(path: Path, header: Header, body: Body, lanes: Lanes, notes: Notes) -> pa.Table:
+    """The `1:` records (of the whole trace or of some ranks' threads: the padding is per thread)."""
     st, line = body.states, body.state_line
     lane = lanes.lane(path, st, line, "state record")
     begin = to_ns(path, header, line, st[:, 4], "begin time")
@@ -117,8 +140,8 @@ def _states(path: Path, header: Header, body: Body, lanes: Lanes, notes: list[st
     # Paraver shows a thread's time outside its state records as Idle: made explicit up to the header's end.
     pad_lane, pad_start, pad_end = _padding(lane, begin, end, header.end_ns)
     if len(pad_lane):
-        notes.append(f"{len(np.unique(pad_lane))} thread(s) padded with Idle before their first or after their "
-                     f"last state, up to the header's end time")
+        notes.add("{n} thread(s) padded with Idle before their first or after their last state, up to the "
+                  "header's end time", len(np.unique(pad_lane)))
         lane = np.concatenate([lane, pad_lane])
         begin, end = np.concatenate([begin, pad_start]), np.concatenate([end, pad_end])
         state = np.concatenate([state, np.full(len(pad_lane), int(State.IDLE))])

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gzip
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,12 +66,26 @@ _HEAD = re.compile(r"^#Paraver \((?P<date>[^)]*)\):(?P<time>\d+)(?P<unit>_ns)?:(
 
 
 def read(path: Path) -> tuple[Header, Body]:
+    """The header and the whole body in memory."""
+    got = list(chunks(path))
+    return got[-1][0], _concat([part for _, part, _ in got], got[-1][2])
+
+
+def chunks(path: Path) -> Iterator[tuple[Header, tuple, int]]:
+    """(header, part, lines so far) per body chunk of about CHUNK_BYTES, in file order: `part` holds the chunk's
+    records as `Body` fields (line numbers in the file; `pair_rec` indexes the chunk's own event rows). A file
+    without records yields one empty part, so the header always comes out."""
     opener = gzip.open if path.name.endswith(".gz") else open
     try:
         with opener(path, "rb") as fh:
             buf = fh.read(CHUNK_BYTES)
             header, buf = _header(path, fh, buf)
-            return header, _body(path, fh, buf, header.lines)
+            empty = True
+            for part, lines in _body(path, fh, buf, header.lines):
+                empty = False
+                yield header, part, lines
+            if empty:
+                yield header, _empty_part(), header.lines
     except (OSError, EOFError) as exc:
         raise TraceError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
 
@@ -172,8 +187,8 @@ def _communicator(path: Path, lineno: int, line: str, tasks: tuple) -> dict:
     return {(appl, cid): members}
 
 
-def _body(path: Path, fh, buf: bytes, first_line: int) -> Body:
-    parts, base = [], first_line
+def _body(path: Path, fh, buf: bytes, first_line: int) -> Iterator[tuple[tuple, int]]:
+    base = first_line
     while True:
         more = fh.read(CHUNK_BYTES)
         if not more:
@@ -185,11 +200,11 @@ def _body(path: Path, fh, buf: bytes, first_line: int) -> Body:
             cut = buf.rfind(b"\n") + 1
             chunk, buf = buf[:cut], buf[cut:]
         if chunk:
-            parts.append(_parse_chunk(path, chunk, base))
+            part = _parse_chunk(path, chunk, base)
             base += chunk.count(b"\n")
+            yield part, base
         if not more and not buf:
             break
-    return _concat(parts, base)
 
 
 def _parse_chunk(path: Path, chunk: bytes, base: int) -> tuple:
@@ -208,11 +223,13 @@ def _parse_chunk(path: Path, chunk: bytes, base: int) -> tuple:
     return (st[:s], st_line[:s] + off, ev[:e], ev_line[:e] + off, pr[:p], pt[:p], pv[:p], cm[:c], cm_line[:c] + off)
 
 
+def _empty_part() -> tuple:
+    return (np.empty((0, 7), np.int64), np.empty(0, np.int64), np.empty((0, 5), np.int64), np.empty(0, np.int64),
+            np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64), np.empty((0, 14), np.int64),
+            np.empty(0, np.int64))
+
+
 def _concat(parts: list[tuple], lines: int) -> Body:
-    if not parts:
-        parts = [(np.empty((0, 7), np.int64), np.empty(0, np.int64), np.empty((0, 5), np.int64),
-                  np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64),
-                  np.empty((0, 14), np.int64), np.empty(0, np.int64))]
     if len(parts) == 1:
         return Body(*parts[0], lines=lines)
     offsets = np.cumsum([0] + [len(p[2]) for p in parts])[:-1]

@@ -81,3 +81,41 @@ def name_array(names: tuple[np.ndarray, list[str]] | None, n: int) -> pa.Array:
     return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), pa.array(dictionary, pa.string()))
 
 
+
+
+class Notes:
+    """What an import did beyond a plain translation, as lines. A note given with a count is summed with the notes
+    of the same text (an import that works rank by rank adds one per rank), and the event types left out are
+    tallied by type, so the lines come out the same however the trace was split."""
+
+    def __init__(self):
+        self._counts: dict[str, int | None] = {}     # template with {n} -> count (None: plain text), in order
+        self._skipped: dict[int, list] = {}          # event type -> [label, count]
+
+    def add(self, template: str, count: int | None = None) -> None:
+        """`template` with `{n}` where the count goes; without a count, plain text said once (a file name in it
+        is data, never a template)."""
+        if count is None:
+            self._counts.setdefault(template, None)
+        elif count:
+            self._counts[template] = (self._counts.get(template) or 0) + int(count)
+
+    def skipped(self, types: np.ndarray, counts: np.ndarray, labels: dict[int, str]) -> None:
+        self._counts.setdefault(_SKIPPED, 0)
+        for ty, c in zip(types.tolist(), counts.tolist()):
+            self._skipped.setdefault(ty, [labels.get(ty, "unnamed"), 0])[1] += c
+
+    def lines(self) -> tuple[str, ...]:
+        out = []
+        for template, n in self._counts.items():
+            if template == _SKIPPED:
+                items = sorted(self._skipped.items())
+                shown = ", ".join(f"{ty} ({label}: {c})" for ty, (label, c) in items[:8])
+                out.append(f"{sum(c for _, c in self._skipped.values())} event(s) of {len(items)} type(s) are not "
+                           f"records of our schema and were not imported: {shown}{', ...' if len(items) > 8 else ''}")
+            else:
+                out.append(template if n is None else template.format(n=n))
+        return tuple(out)
+
+
+_SKIPPED = "\0skipped event types"
