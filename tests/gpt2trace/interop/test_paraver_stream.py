@@ -1,0 +1,107 @@
+"""The rank-by-rank import (paraver_stream) against the in-memory one (paraver_import): every column of every record
+equal, rank by rank, on the hand-written .prv files of the import tests and on exported-then-imported traces;
+with spill limits small enough that every rank's rows go through the spill files."""
+import re
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import test_extrae_import as extrae
+import test_paraver_import as hand
+
+from gpt2trace.format.errors import TraceError
+from gpt2trace.interop.paraver_export import export_paraver
+from gpt2trace.interop.paraver_import import import_paraver
+from gpt2trace.interop.paraver_stream import import_paraver_to
+
+
+def _decoded(table: pa.Table) -> pa.Table:
+    return pa.table({n: c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c
+                     for n, c in zip(table.column_names, table.columns)})
+
+
+def same_as_in_memory(prv, tmp_path, spill_bytes=1 << 12):
+    """Imports `prv` both ways; the streamed trace must be the in-memory table taken rank by rank (each rank's
+    records in their order), with the same metadata and notes. Returns the streamed import."""
+    memory = import_paraver(prv)
+    out = tmp_path / "streamed.parquet"
+    streamed = import_paraver_to(prv, out, tmp_path, spill_bytes=spill_bytes)
+    got = pq.read_table(out)
+    order = np.argsort(memory.table.column("rank").to_numpy(), kind="stable")
+    want = _decoded(memory.table.take(pa.array(order)))
+    assert got.num_rows == streamed.records == want.num_rows
+    for name in want.column_names:
+        assert _decoded(got).column(name).equals(want.column(name)), name
+    assert got.schema.metadata == memory.table.schema.metadata
+    assert sorted(streamed.notes) == sorted(memory.notes)
+    assert not list(tmp_path.glob("gpt2trace-prv-*"))            # the spill folder is gone
+    return streamed
+
+
+HAND = {"states": (hand.STATES, hand.PCF), "events": (hand.EVENTS, hand.PCF), "message": (hand.MESSAGE, None),
+        "collectives": (hand.COLLECTIVES, None),
+        "unclosed": (hand.STATES + "2:1:1:1:1:100:60000019:1\n2:1:1:1:1:200:60000019:0\n"
+                     "2:1:1:1:1:300:60000019:0\n2:1:1:1:2:400:60000019:2\n", hand.PCF),
+        "microseconds": (hand.STATES.replace("1000_ns", "1000"), None)}
+
+
+@pytest.mark.parametrize("name", HAND)
+def test_hand_written_traces(tmp_path, name):
+    text, pcf = HAND[name]
+    same_as_in_memory(hand.write(tmp_path, text, pcf), tmp_path)
+
+
+def test_collective_roots_come_from_another_rank(tmp_path):
+    """COLLECTIVES: the root flag sits on one rank's call and gives the peer of the other ranks' calls; two
+    communicators, so computed seq numbers carry the communicator's id (both need every rank)."""
+    streamed = same_as_in_memory(hand.write(tmp_path, hand.COLLECTIVES), tmp_path)
+    comm = pq.read_table(streamed.path).to_pandas().query("kind == 'comm'")
+    assert comm["peer"].notna().any() and (comm["seq"] >= 2**32).any()
+
+
+def test_extrae_trace_with_pcf_and_row(tmp_path):
+    (tmp_path / "omp.pcf").write_text(extrae.PCF)
+    (tmp_path / "omp.row").write_text(extrae.ROW)
+    (tmp_path / "omp.prv").write_text(extrae.PRV)
+    same_as_in_memory(tmp_path / "omp.prv", tmp_path)
+
+
+def test_gzip(tmp_path):
+    same_as_in_memory(hand.write(tmp_path, hand.MESSAGE, hand.PCF, name="g.prv.gz"), tmp_path)
+
+
+def test_exported_synthetic_trace(tmp_path, synthetic_path):
+    out = export_paraver(synthetic_path, tmp_path / "syn")
+    same_as_in_memory(out.prv, tmp_path)
+
+
+def test_exported_mpi_calls_with_and_without_our_attributes(tmp_path, mpi_zoo_path):
+    out = export_paraver(mpi_zoo_path, tmp_path / "zoo")
+    same_as_in_memory(out.prv, tmp_path)
+    # as Extrae writes them: seq from the order on the communicator, peers from the root flag and the 3: records
+    (tmp_path / "extrae.prv").write_text(re.sub(r":7100000[1-6]:-?\d+", "", out.prv.read_text()))
+    (tmp_path / "extrae.pcf").write_text(out.pcf.read_text())
+    same_as_in_memory(tmp_path / "extrae.prv", tmp_path)
+
+
+def test_eight_ranks_in_rank_ordered_row_groups(tmp_path):
+    out = export_paraver("sample_traces/small_8ranks_3d.parquet", tmp_path / "r8")
+    streamed = same_as_in_memory(out.prv, tmp_path, spill_bytes=1 << 16)
+    meta = pq.ParquetFile(streamed.path).metadata
+    rank = meta.schema.to_arrow_schema().get_field_index("rank")
+    spans = [(meta.row_group(g).column(rank).statistics.min, meta.row_group(g).column(rank).statistics.max)
+             for g in range(meta.num_row_groups)]
+    assert all(lo == hi for lo, hi in spans)                        # no row group holds two ranks
+    assert [lo for lo, _ in spans] == sorted(lo for lo, _ in spans) and len({lo for lo, _ in spans}) == 8
+
+
+@pytest.mark.parametrize("text, line, message", hand.MALFORMED)
+def test_malformed_lines_fail_as_in_memory_and_leave_no_output(tmp_path, text, line, message):
+    path = hand.write(tmp_path, text, hand.PCF)
+    with pytest.raises(TraceError) as memory:
+        import_paraver(path)
+    with pytest.raises(TraceError) as streamed:
+        import_paraver_to(path, tmp_path / "out.parquet", tmp_path)
+    assert str(streamed.value) == str(memory.value)
+    assert not (tmp_path / "out.parquet").exists() and not list(tmp_path.glob("gpt2trace-prv-*"))
