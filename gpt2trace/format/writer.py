@@ -37,11 +37,8 @@ from gpt2trace.format import parts as P
 from gpt2trace.format import raw_window
 from gpt2trace.format import schema as S
 from gpt2trace.format.errors import OutputError, TraceError
+from gpt2trace.format.rank_order import MERGED_ROW_GROUP, RankOrderedWriter, write_options  # noqa: F401
 
-# zstd + delta-encoded timestamps: ~5 bytes per record on trainer traces (benchmarks/trace_overhead.py).
-_DICT_COLUMNS = [S.KIND, S.NAME]
-_ENCODINGS = {S.START_NS: "DELTA_BINARY_PACKED", S.END_NS: "DELTA_BINARY_PACKED"}
-MERGED_ROW_GROUP = 1 << 20
 PARTS_SUFFIX = ".parts"
 PART_SUFFIX = ".arrow"
 _LEGACY_PART_SUFFIX = ".parquet"   # the parts of earlier versions
@@ -51,12 +48,6 @@ _PART_OPTIONS = ipc.IpcWriteOptions(compression="lz4", use_threads=False)
 
 def parts_dir(trace_path: Path) -> Path:
     return Path(str(trace_path) + PARTS_SUFFIX)
-
-
-def write_options() -> dict:
-    """The merged file: zstd and column statistics (readers skip row groups with them)."""
-    return {"compression": "zstd", "use_dictionary": _DICT_COLUMNS, "column_encoding": _ENCODINGS,
-            "write_statistics": True}
 
 
 class PartWriter:
@@ -138,14 +129,16 @@ def merge_parts(trace_path: Path, extra_metadata: dict[bytes, bytes] | None = No
     meta.update(_communicators(files))
     meta.update(extra_metadata or {})
     schema = S.arrow_schema(meta)
-    tmp = trace_path.with_name(f".{trace_path.name}.tmp")
-    rows, steps, ranks = 0, _StepRange(), set()
+    steps, ranks = _StepRange(), set()
     try:
-        with open(tmp, "wb") as sink, pq.ParquetWriter(sink, schema, **write_options()) as writer:
+        with RankOrderedWriter(trace_path, schema) as writer:
             pending: list[pa.Table] = []
             pending_rows = 0
             decoders: dict[Path, raw_window.RankDecoder] = {}     # a rank's raw parts are decoded in order
             for f in files:
+                if pending and f.parent.name not in ranks:           # a new rank: the last one's records first
+                    _write_group(writer, pending)
+                    pending, pending_rows = [], 0
                 # the states are built on the times as recorded, then corrected with every other record
                 decoder = decoders.setdefault(f.parent, raw_window.RankDecoder())
                 t = _corrected(_current_columns(_read_records(f, decoder), schema), drift)
@@ -154,20 +147,15 @@ def merge_parts(trace_path: Path, extra_metadata: dict[bytes, bytes] | None = No
                 pending.append(t)
                 pending_rows += t.num_rows
                 if pending_rows >= MERGED_ROW_GROUP:
-                    rows += _write_group(writer, pending)
+                    _write_group(writer, pending)
                     pending, pending_rows = [], 0
             if pending:
-                rows += _write_group(writer, pending)
-        os.replace(tmp, trace_path)
-    except OSError as exc:
-        _remove(tmp)
-        raise OutputError(f"cannot write {trace_path}: {exc.strerror or exc}; its parts are kept in {parts}") from None
-    except BaseException:
-        _remove(tmp)
-        raise
+                _write_group(writer, pending)
+    except OutputError as exc:
+        raise OutputError(f"{exc}; its parts are kept in {parts}") from None
     if not keep_parts:
         shutil.rmtree(parts)
-    return Merged(trace_path, rows, steps.range(), len(ranks))
+    return Merged(trace_path, writer.records, steps.range(), len(ranks))
 
 
 def steps_phrase(steps: tuple[int, int] | None) -> str:
@@ -263,14 +251,12 @@ def _corrected(table: pa.Table, drift: dict[int, tuple[float, int]] | None) -> p
     return table
 
 
-def _write_group(writer: pq.ParquetWriter, tables: list[pa.Table]) -> int:
-    # One dictionary per column chunk: the parts' name dictionaries differ (kernels appear as the run goes).
+def _write_group(writer: RankOrderedWriter, tables: list[pa.Table]) -> None:
+    """Parts of one rank, in (start) order. Parts are grouped by kind (cheapest to build during the run); in time
+    order the timestamp deltas are small and the file ~15% smaller (4.7 instead of 5.5 bytes per record on the
+    `small` model)."""
     table = pa.concat_tables(tables).unify_dictionaries().combine_chunks()
-    # Parts are grouped by kind (cheapest to build during the run); in (rank, start) order the timestamp
-    # deltas are small and the file ~15% smaller (4.7 instead of 5.5 bytes per record on the `small` model).
-    table = table.take(pc.sort_indices(table, sort_keys=[(S.RANK, "ascending"), (S.START_NS, "ascending")]))
-    writer.write_table(table, row_group_size=MERGED_ROW_GROUP)
-    return table.num_rows
+    writer.write(table.take(pc.sort_indices(table, sort_keys=[(S.RANK, "ascending"), (S.START_NS, "ascending")])))
 
 
 def recover(trace: Path) -> Merged:

@@ -103,7 +103,9 @@ def test_merge_unifies_dictionaries_keeps_order_and_metadata(tmp_path):
     assert merged.schema.equals(S.arrow_schema(), check_metadata=False)
     assert set(merged.schema.metadata) == {S.META_VERSION, S.META_RUN, S.META_CLOCK}   # no part window
     assert merged.column(S.KIND).chunk(0).dictionary.to_pylist() == list(S.Kind.ALL)  # no `kernel_call`
-    assert merged.column(S.NAME).num_chunks == 1             # one row group, one dictionary
+    # one row group per rank (no group holds two ranks), each with one dictionary: rank 0's parts unified
+    assert merged.column(S.NAME).num_chunks == 2
+    assert merged.column(S.NAME).chunk(0).dictionary.to_pylist() == ["a", "b"]
     # in (rank, start) order: rank 0's kernel at 0 ns, then its two at 10 ns (in part order), then rank 1's
     assert [n for n in merged.column(S.NAME).to_pylist() if n] == ["a", "b", "a", "c"]
     assert merged.column(S.RANK).to_pylist() == [0] * 7 + [1] * 3
