@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from gpt2trace.format.errors import TraceError
-from gpt2trace.format.outputs import atomic_output, check_output
+from gpt2trace.format.outputs import check_output
+from gpt2trace.format.rank_order import RankOrderedWriter
 from gpt2trace.format.schema import FIELDS, PEER, RANK, SEQ, arrow_schema
 from gpt2trace.interop import paraver_format as F
 from gpt2trace.interop.paraver_events import (
@@ -42,7 +42,7 @@ from gpt2trace.interop.paraver_parse import Body, Header, chunks
 from gpt2trace.interop.paraver_records import Lanes, Notes
 
 SPILL_BYTES = 256 << 20
-ROW_GROUP = 1 << 20
+ROW_GROUP = 1 << 20            # rows per record batch of a rank's IPC files
 # Raw rows per rank: (name, width): the parse's fields, then the line number (and a 3: record's index in the file)
 STATE_ROWS, EVENT_ROWS, PAIR_ROWS, COMM_ROWS = ("states", 8), ("events", 6), ("pairs", 3), ("comms", 16)
 
@@ -269,16 +269,12 @@ def _tables(files: list[tuple[Path, int]]) -> Iterator[pa.Table]:
 
 
 def _write(out: Path, metadata: dict, parts: list, kept: _Collectives, progress: Progress) -> int:
-    target = arrow_schema().with_metadata(metadata)
     keys, roots = kept.roots()
-    records = 0
-    with atomic_output(out) as tmp, open(tmp, "wb") as fh, \
-            pq.ParquetWriter(fh, target, compression="zstd") as writer:
+    with RankOrderedWriter(out, arrow_schema().with_metadata(metadata)) as writer:
         for rank, files in enumerate(parts):
             for table in _tables(files):
                 if COLLECTIVE_COLUMNS[0] in table.column_names:
                     table = kept.finish(table, keys, roots)
-                writer.write_table(table.replace_schema_metadata(metadata).cast(target), row_group_size=ROW_GROUP)
-                records += table.num_rows
+                writer.write(table)
             progress("writing", rank + 1, len(parts))
-    return records
+    return writer.records
