@@ -3,11 +3,14 @@
 Lines come in batches (an Arrow string array, each line ending in a newline) with keys (time, sub, sec); ties
 keep the order of arrival. Up to `run_lines` lines are sorted in memory; past that, each sorted run goes to a
 temporary Arrow IPC file and the runs are merged block by block: every round takes from each run the lines up to
-the smallest "last key of the current block" among the runs, sorts that slice and writes it. Memory is then
-about (number of runs) x `block_lines` lines, whatever the trace's size.
+the smallest "last key of the current block" among the runs, sorts that slice and writes it. At most `fan_in`
+runs are merged at once (more are first merged, `fan_in` at a time, into longer runs), so memory is about
+`run_lines` + `fan_in` x `block_lines` lines whatever the trace's size; the runs are read and written
+once more per factor of `fan_in`.
 """
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from pathlib import Path
 from typing import BinaryIO
@@ -16,15 +19,19 @@ import numpy as np
 import pyarrow as pa
 
 KEYS = ("time", "sub", "sec", "seq")
+_RUN_SCHEMA = pa.schema([("time", pa.int64()), ("sub", pa.int8()), ("sec", pa.int64()), ("seq", pa.int64()),
+                         ("line", pa.string())])
 
 
 class LineSorter:
-    def __init__(self, tmpdir: str | Path | None = None, run_lines: int = 1_000_000, block_lines: int = 1 << 17):
-        self.run_lines, self.block_lines = run_lines, block_lines
+    def __init__(self, tmpdir: str | Path | None = None, run_lines: int = 1_000_000, block_lines: int = 1 << 15,
+                 fan_in: int = 16):
+        self.run_lines, self.block_lines, self.fan_in = run_lines, block_lines, max(fan_in, 2)
         self._tmp = tempfile.TemporaryDirectory(prefix="gpt2trace-sort-", dir=tmpdir)
         self._buffer: list[dict] = []
         self._buffered = 0
         self._runs: list[Path] = []
+        self._files = 0
         self._seq = 0
 
     def __enter__(self) -> LineSorter:
@@ -63,7 +70,10 @@ class LineSorter:
                     write_lines(out, lines)
                 return self._seq
             self._spill()
-            self._merge(out)
+            runs = self._runs
+            while len(runs) > self.fan_in:
+                runs = [self._merge_run(runs[i:i + self.fan_in]) for i in range(0, len(runs), self.fan_in)]
+            self._merge(runs, lambda keys, lines: write_lines(out, lines))
             return self._seq
         finally:
             self._tmp.cleanup()
@@ -81,18 +91,37 @@ class LineSorter:
         keys, lines = self._sorted_buffer()
         if lines is None:
             return
-        path = Path(self._tmp.name) / f"run{len(self._runs)}.arrow"
         table = pa.table({**{k: keys[k] for k in KEYS}, "line": lines})
-        try:
-            with open(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-                for batch in table.to_batches(max_chunksize=self.block_lines):
-                    writer.write_batch(batch)
-        except OSError as exc:          # a full disk: say which file, which a write's OSError does not
-            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
+        with self._run_file() as (path, writer):
+            for batch in table.to_batches(max_chunksize=self.block_lines):
+                writer.write_batch(batch)
         self._runs.append(path)
 
-    def _merge(self, out: BinaryIO) -> None:
-        readers = [pa.ipc.open_file(pa.OSFile(str(p))) for p in self._runs]
+    @contextlib.contextmanager
+    def _run_file(self):
+        path = Path(self._tmp.name) / f"run{self._files}.arrow"
+        self._files += 1
+        try:
+            with open(path, "wb") as sink, pa.ipc.new_file(sink, _RUN_SCHEMA) as writer:
+                yield path, writer
+        except OSError as exc:          # a full disk: say which file, which a write's OSError does not
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
+
+    def _merge_run(self, runs: list[Path]) -> Path:
+        """Runs merged into one longer run (their files removed)."""
+        with self._run_file() as (path, writer):
+            def emit(keys, lines):
+                table = pa.table({**keys, "line": lines}, schema=_RUN_SCHEMA)
+                for batch in table.to_batches(max_chunksize=self.block_lines):
+                    writer.write_batch(batch)
+            self._merge(runs, emit)
+        for run in runs:
+            run.unlink()
+        return path
+
+    def _merge(self, runs: list[Path], emit) -> None:
+        """Emits (keys, lines) slices in key order, merging the sorted runs block by block."""
+        readers = [pa.ipc.open_file(pa.OSFile(str(p))) for p in runs]
         nxt = [0] * len(readers)
         blocks: list[dict | None] = [None] * len(readers)
 
@@ -123,7 +152,8 @@ class LineSorter:
                     blocks[i] = {k: v[count:] for k, v in b.items()}
             keys = {k: np.concatenate([t[k] for t in taken]) for k in KEYS}
             order = np.lexsort(tuple(keys[k] for k in reversed(KEYS)))
-            write_lines(out, pa.concat_arrays([t["line"] for t in taken]).take(pa.array(order)))
+            emit({k: v[order] for k, v in keys.items()},
+                 pa.concat_arrays([t["line"] for t in taken]).take(pa.array(order)))
 
 
 def _not_after(block: dict, bound: tuple) -> np.ndarray:

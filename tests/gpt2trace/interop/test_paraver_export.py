@@ -94,9 +94,11 @@ def test_gzip_and_external_merge_give_the_same_lines(tmp_path, synthetic_path):
     assert prv_checker.check(merged.prv) == []
 
 
-def test_linesort_merges_runs_in_key_order(tmp_path):
+@pytest.mark.parametrize("fan_in", [16, 2])
+def test_linesort_merges_runs_in_key_order(tmp_path, fan_in):
+    """7 runs: merged at once (fan-in 16), or in passes (fan-in 2: 7 runs -> 4 -> 2 -> the output)."""
     rng = np.random.default_rng(0)
-    sorter = LineSorter(tmp_path, run_lines=100, block_lines=16)
+    sorter = LineSorter(tmp_path, run_lines=100, block_lines=16, fan_in=fan_in)
     times = rng.integers(0, 50, 1000)
     for part in np.array_split(np.arange(1000), 7):
         sorter.add(times[part], 0, np.zeros(len(part), np.int64), pa.array([f"{times[i]} {i}\n" for i in part]))
@@ -105,6 +107,7 @@ def test_linesort_merges_runs_in_key_order(tmp_path):
         assert sorter.write(fh) == 1000
     got = [tuple(map(int, ln.split())) for ln in (tmp_path / "out").read_text().splitlines()]
     assert got == sorted(got)                          # by time, then arrival order
+    assert not list(tmp_path.glob("gpt2trace-sort-*"))     # runs and merged runs removed
 
 
 def test_unrepresentable_counters_are_counted(tmp_path):
