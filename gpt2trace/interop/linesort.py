@@ -61,19 +61,24 @@ class LineSorter:
         if self._buffered >= self.run_lines:
             self._spill()
 
-    def write(self, out: BinaryIO) -> int:
-        """Writes every line in key order; returns the number of lines. The sorter is spent afterwards."""
+    def write(self, out: BinaryIO, advance=lambda n: None) -> int:
+        """Writes every line in key order; returns the number of lines (`advance(n)` is told as they go). The
+        sorter is spent afterwards."""
+        def emit(keys, lines):
+            write_lines(out, lines)
+            advance(len(lines))
+
         try:
             if not self._runs:
                 keys, lines = self._sorted_buffer()
                 if lines is not None:
-                    write_lines(out, lines)
+                    emit(keys, lines)
                 return self._seq
             self._spill()
             runs = self._runs
             while len(runs) > self.fan_in:
                 runs = [self._merge_run(runs[i:i + self.fan_in]) for i in range(0, len(runs), self.fan_in)]
-            self._merge(runs, lambda keys, lines: write_lines(out, lines))
+            self._merge(runs, emit)
             return self._seq
         finally:
             self._tmp.cleanup()

@@ -70,7 +70,7 @@ from gpt2trace.interop.labels import ESCAPED, LABELS_KEY
 from gpt2trace.interop.layout import Layout, messages, scan
 from gpt2trace.interop.linesort import LineSorter
 from gpt2trace.interop.paraver_pcf import EventType, write_pcf, write_row
-from gpt2trace.interop.source import input_files, open_source
+from gpt2trace.interop.source import input_files, no_progress, open_source
 from gpt2trace.interop.textcols import as_text as _s
 from gpt2trace.interop.textcols import join as _join
 
@@ -151,11 +151,11 @@ class _Encoding:
 
 
 def export_paraver(source, name: str | Path, date: datetime | None = None, tmpdir: str | Path | None = None,
-                   run_lines: int = 1_000_000, batch_rows: int = 1 << 19) -> ParaverExport:
+                   run_lines: int = 1_000_000, batch_rows: int = 1 << 19, progress=no_progress) -> ParaverExport:
     """Writes NAME.prv (or NAME.prv.gz), NAME.pcf, NAME.row, NAME.gpt2trace.json from a trace (a Parquet path,
     streamed; a `Trace`; or any file `gpt2trace.load` reads). Raises TraceError for a trace it cannot export,
     OutputError for outputs it may not or could not write (an input, an unwritable folder, a full disk: then none
-    of the four is left under its name)."""
+    of the four is left under its name). `progress`: see `source.no_progress`."""
     inputs = input_files(source)
     prv, pcf, row, meta = outputs = [check_output(p, inputs=inputs) for p in F.file_names(str(name))]
     src = open_source(source)
@@ -165,18 +165,21 @@ def export_paraver(source, name: str | Path, date: datetime | None = None, tmpdi
     dropped = 0
     # The sort's spilled runs may fill a disk too: inside the block, that is an OutputError like the rest.
     with atomic_outputs(outputs) as (t_prv, t_pcf, t_row, t_meta), LineSorter(tmpdir, run_lines) as sorter:
-        for batch in src.batches(rows=batch_rows):
-            kinds = batch.column(KIND)
-            for kind, lines in _LINES.items():
-                part = batch.filter(pc.equal(kinds, kind))
-                if part.num_rows:
-                    dropped += lines(sorter, part, enc) or 0
+        with progress(f"lines of {Path(src.name).name}", lay.records) as advance:
+            for batch in src.batches(rows=batch_rows):
+                kinds = batch.column(KIND)
+                for kind, lines in _LINES.items():
+                    part = batch.filter(pc.equal(kinds, kind))
+                    if part.num_rows:
+                        dropped += lines(sorter, part, enc) or 0
+                advance(batch.num_rows)
         messages = _messages(sorter, lay, enc)
         collectives = any(t == F.MPI_COLLECTIVE for t, _ in enc.mpi.values())
         with opener(t_prv, "wb") as fh:
             comms = _communicators(src.meta, lay) if collectives else []
             fh.write(header(lay, date or datetime.now(), comms, _nodes(lay, src.meta)).encode())
-            lines = sorter.write(fh)
+            with progress(f"writing {prv.name}", sorter.lines, "lines") as advance:
+                lines = sorter.write(fh, advance)
         write_pcf(t_pcf, enc.event_types())
         write_row(t_row, _row_levels(lay, src.meta))
         t_meta.write_text(json.dumps(_meta_json(src.meta), indent=1) + "\n")

@@ -17,7 +17,7 @@ trace equals the in-memory import's taken rank by rank.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +40,7 @@ from gpt2trace.interop.paraver_events import (
 from gpt2trace.interop.paraver_import import no_records, sidecars, states, trace_metadata
 from gpt2trace.interop.paraver_parse import Body, Header, chunks
 from gpt2trace.interop.paraver_records import Lanes, Notes
+from gpt2trace.interop.source import no_progress
 
 SPILL_BYTES = 256 << 20
 ROW_GROUP = 1 << 20            # rows per record batch of a rank's IPC files
@@ -55,52 +56,52 @@ class StreamedImport:
     notes: tuple[str, ...]
 
 
-Progress = Callable[[str, int, int], None]      # (stage, done, total; total 0: not known) as the import moves on
-
-
 def import_paraver_to(prv: str | Path, out: str | Path, tmpdir: str | Path | None = None,
-                      spill_bytes: int = SPILL_BYTES, progress: Progress | None = None) -> StreamedImport:
+                      spill_bytes: int = SPILL_BYTES, progress=no_progress) -> StreamedImport:
     """Imports `prv` (with its .pcf, .row, .gpt2trace.json) into the Parquet trace `out`. TraceError for a trace it
     cannot import (as `import_paraver`), OutputError when `out` is one of the inputs or cannot be written (then
-    nothing is left under its name). Spill files go to a temporary folder in `tmpdir` and are removed."""
+    nothing is left under its name). Spill files go to a temporary folder in `tmpdir` and are removed. `progress`:
+    see `source.no_progress`."""
     prv = Path(prv)
     if not prv.is_file():
         raise TraceError(f"{prv}: no such trace file")
     if not prv.name.endswith((".prv", ".prv.gz")):
         raise TraceError(f"{prv}: not a Paraver trace (expected a .prv or .prv.gz file)")
     out = check_output(out, inputs=[Path(p) for p in F.file_names(str(prv))])
-    progress = progress or (lambda stage, done, total: None)
     notes = Notes()
     with tempfile.TemporaryDirectory(prefix="gpt2trace-prv-", dir=tmpdir) as tmp:
         spill = _Spill(Path(tmp), spill_bytes)
-        header, lanes, n_comms = _partition(prv, spill, progress)
+        with progress(f"reading {prv.name}", None, "lines") as advance:
+            header, lanes, n_comms = _partition(prv, spill, advance)
         side = sidecars(prv, header, notes)
         comm_ids, comm_table = header_communicators(header, lanes)
         ranks = len(lanes.nthreads)
         kept = _Collectives(n_comms)
         parts = []
-        for rank in range(ranks):
-            body, comm_index = spill.body(rank)
-            events = Events(prv, header, body, lanes, comm_ids, deferred=True)
-            tables = [states(prv, header, body, lanes, notes), *events.records(side.pcf, notes)]
-            kept.add(comm_index[events.attached], tables)
-            parts.append(_save(Path(tmp) / f"rank{rank}", tables))
-            spill.drop(rank)
-            progress("records", rank + 1, ranks)
+        with progress("importing ranks", ranks, "ranks") as advance:
+            for rank in range(ranks):
+                body, comm_index = spill.body(rank)
+                events = Events(prv, header, body, lanes, comm_ids, deferred=True)
+                tables = [states(prv, header, body, lanes, notes), *events.records(side.pcf, notes)]
+                kept.add(comm_index[events.attached], tables)
+                parts.append(_save(Path(tmp) / f"rank{rank}", tables))
+                spill.drop(rank)
+                advance(1)
         notes.add("{n} message(s) (3: records) fall in no point-to-point MPI call of their sender or receiver",
                   kept.unattached())
-        if not sum(n for files in parts for _, n in files):
+        total = sum(n for files in parts for _, n in files)
+        if not total:
             raise no_records(prv)
-        metadata = trace_metadata(side.meta, comm_table)
-        records = _write(out, metadata, parts, kept, progress)
+        with progress(f"writing {out.name}", total) as advance:
+            records = _write(out, trace_metadata(side.meta, comm_table), parts, kept, advance)
     return StreamedImport(out, records, header, notes.lines())
 
 
 # --- pass 1: the body split by rank ----------------------------------------------------------------------------
 
-def _partition(prv: Path, spill: _Spill, progress: Progress) -> tuple[Header, Lanes, int]:
+def _partition(prv: Path, spill: _Spill, advance) -> tuple[Header, Lanes, int]:
     """Spills every line to its rank; returns the header, its lanes, and the number of 3: records."""
-    lanes, n_comms = None, 0
+    lanes, n_comms, done = None, 0, 0
     for header, part, lines in chunks(prv):
         if lanes is None:
             lanes = Lanes(header)
@@ -122,7 +123,8 @@ def _partition(prv: Path, spill: _Spill, progress: Progress) -> tuple[Header, La
             order = np.argsort(both, kind="stable")
             spill.add(np.concatenate([s_rank, r_rank[other]])[order], COMM_ROWS, rows[both[order]])
             n_comms += len(cm)
-        progress("reading lines", lines, 0)
+        advance(lines - done)
+        done = lines
     return header, lanes, n_comms
 
 
@@ -268,13 +270,13 @@ def _tables(files: list[tuple[Path, int]]) -> Iterator[pa.Table]:
         path.unlink()
 
 
-def _write(out: Path, metadata: dict, parts: list, kept: _Collectives, progress: Progress) -> int:
+def _write(out: Path, metadata: dict, parts: list, kept: _Collectives, advance) -> int:
     keys, roots = kept.roots()
     with RankOrderedWriter(out, arrow_schema().with_metadata(metadata)) as writer:
-        for rank, files in enumerate(parts):
+        for files in parts:
             for table in _tables(files):
                 if COLLECTIVE_COLUMNS[0] in table.column_names:
                     table = kept.finish(table, keys, roots)
                 writer.write(table)
-            progress("writing", rank + 1, len(parts))
+                advance(table.num_rows)
     return writer.records

@@ -6,7 +6,8 @@ so exporters never test for a missing column.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,13 @@ from gpt2trace.format.reader import Trace, check_file, open_parquet
 from gpt2trace.format.schema import FIELDS, KIND, REQUIRED, Kind
 
 BATCH_ROWS = 1 << 20
+
+
+@contextlib.contextmanager
+def no_progress(what: str, total: int | None = None, unit: str = "records") -> Iterator[Callable[[int], None]]:
+    """The default of the long exports' and imports' `progress` parameter, which takes any function of this
+    signature (the CLI passes `gpt2trace.cli.progress.progress`, a bar on a terminal): `advance(n)` does nothing."""
+    yield lambda n: None
 
 
 @dataclass(frozen=True)
