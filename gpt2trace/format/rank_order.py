@@ -73,6 +73,8 @@ class RankOrderedWriter:
     def write(self, table: pa.Table) -> None:
         if table.num_rows == 0:
             return
+        if table.column(S.RANK).null_count:
+            raise ValueError(f"{self.path}: records without a rank; every record of a trace needs one")
         rank = table.column(S.RANK).to_numpy()
         ranks = rank if self._rank is None else np.r_[self._rank, rank]
         down = np.diff(ranks) < 0

@@ -9,15 +9,17 @@ the workers are Idle. Imbalance, a slow thread, a late rank and a serial section
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.compute as pc
 
 from gpt2trace.format import schema
 from gpt2trace.format.lanes import lane_order
+from gpt2trace.format.rank_order import MERGED_ROW_GROUP, RankOrderedWriter
 from gpt2trace.format.schema import (
     BYTES,
     COMMUNICATOR,
@@ -43,6 +45,9 @@ from gpt2trace.format.schema import (
 _LAYER_FORWARD = ("layernorm_forward", "matmul_forward", "attention_forward", "matmul_forward", "residual_forward",
                   "layernorm_forward", "matmul_forward", "gelu_forward", "matmul_forward", "residual_forward")
 ALLREDUCE = "MPI_Allreduce"
+SENDRECV = "MPI_Sendrecv"
+# `rss`: the resident memory a rank reports, growing by phase within a step (bytes)
+_RSS_BYTES, _RSS_PHASE_BYTES = 300_000_000, 20_000_000
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,10 @@ class SyntheticConfig:
     allreduce_bytes: int = 4 * 1_000_000
     transfer_ns: int = 30_000
     metadata: bool = True
+    p2p: bool = False               # an MPI_Sendrecv with the partner rank (0-1, 2-3, ...) before the Allreduce
+    p2p_bytes: int = 1_000_000
+    p2p_ns: int = 20_000
+    rss: bool = False               # rss_bytes counters at each phase end
 
     def __post_init__(self) -> None:
         for name in ("ranks", "threads", "layers"):
@@ -71,6 +80,8 @@ class SyntheticConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.steps < 0:
             raise ValueError(f"steps must be >= 0, got {self.steps}")
+        if self.p2p and not self.allreduce:
+            raise ValueError("p2p exchanges are part of the gradient sync: they need allreduce")
 
 
 def kernel_sequence(layers: int) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -86,53 +97,134 @@ def kernel_sequence(layers: int) -> tuple[list[str], np.ndarray, np.ndarray]:
 def generate(cfg: SyntheticConfig) -> pa.Table:
     """A valid trace table (schema types and metadata) for the configuration."""
     rng = np.random.default_rng(cfg.seed)
-    R, S, TH = cfg.ranks, cfg.steps, cfg.threads
-    knames, klayer, kphase = kernel_sequence(cfg.layers)
-    J = len(knames)                                                      # regions per step, adamw last
-    vary = lambda shape: 1.0 + cfg.noise * rng.uniform(-1.0, 1.0, shape)  # noqa: E731
+    base = _kernel_times(cfg, rng)
+    ranks = np.arange(cfg.ranks)
+    d = _durations(cfg, rng, base, ranks)
+    plan = _schedule(cfg, d.pre, d.post)
+    return _rank_records(cfg, d, ranks, plan)
 
-    base = cfg.kernel_ns * rng.uniform(0.5, 1.5, J)                      # (J,) block time of each kernel
-    work = base[None, None, :, None] * vary((R, S, J, TH))                # (R, S, J, TH)
+
+def generate_by_rank(cfg: SyntheticConfig) -> Iterator[pa.Table]:
+    """The trace of `generate`'s shape, one rank's records at a time (in lane order), in memory of one rank: traces
+    longer than memory. Each rank draws from its own stream (seeded with (seed, rank)), so the numbers differ from
+    `generate`'s, which draws every rank from one. Two passes: the ranks' step durations first (the collectives
+    need every rank's arrival), then each rank's records, drawn again from its stream."""
+    base = _kernel_times(cfg, np.random.default_rng(cfg.seed))
+    stream = lambda r: np.random.default_rng([cfg.seed, r])  # noqa: E731
+    pre, post = np.empty((cfg.ranks, cfg.steps), np.int64), np.empty((cfg.ranks, cfg.steps), np.int64)
+    for r in range(cfg.ranks):
+        d = _durations(cfg, stream(r), base, np.array([r]))
+        pre[r], post[r] = d.pre[0], d.post[0]
+    plan = _schedule(cfg, pre, post)
+    for r in range(cfg.ranks):
+        yield _rank_records(cfg, _durations(cfg, stream(r), base, np.array([r])), np.array([r]), plan)
+
+
+def _kernel_times(cfg: SyntheticConfig, rng: np.random.Generator) -> np.ndarray:
+    """(J,) mean block time of each kernel of a step, the same on every rank."""
+    return cfg.kernel_ns * rng.uniform(0.5, 1.5, len(kernel_sequence(cfg.layers)[0]))
+
+
+@dataclass(frozen=True)
+class _Durations:
+    """Some ranks' random durations (leading axis: those ranks), and what the schedule needs of them."""
+    work: np.ndarray     # (n, S, J, TH) each thread's block of each region
+    fork: np.ndarray     # (n, S, J, TH) its Scheduling and Fork/Join delay
+    gap: np.ndarray      # (n, S, J + 2) the main thread's Python work before each slot
+    slot: np.ndarray     # (n, S, J + 2) io, the regions, comm (0 until scheduled), adamw
+    pre: np.ndarray      # (n, S) step start -> comm enter
+    post: np.ndarray     # (n, S) comm exit -> step end
+
+
+def _durations(cfg: SyntheticConfig, rng: np.random.Generator, base: np.ndarray, ranks: np.ndarray) -> _Durations:
+    S, TH, J = cfg.steps, cfg.threads, len(base)
+    n = len(ranks)
+    vary = lambda shape: 1.0 + cfg.noise * rng.uniform(-1.0, 1.0, shape)  # noqa: E731
+    work = base[None, None, :, None] * vary((n, S, J, TH))                # (n, S, J, TH)
     if cfg.late_rank is not None:
-        work[cfg.late_rank[0]] *= cfg.late_rank[1]
+        work[ranks == cfg.late_rank[0]] *= cfg.late_rank[1]
     if cfg.slow_thread is not None:
-        work[cfg.slow_thread[0], :, :, cfg.slow_thread[1]] *= cfg.slow_thread[2]
-    fork = cfg.fork_ns * vary((R, S, J, TH))
+        work[ranks == cfg.slow_thread[0], :, :, cfg.slow_thread[1]] *= cfg.slow_thread[2]
+    fork = cfg.fork_ns * vary((n, S, J, TH))
     fork[..., 0] = 0                                                      # the main thread starts at once
     work, fork = work.astype(np.int64), fork.astype(np.int64)
-    region = (fork + work).max(axis=-1)                                   # (R, S, J)
+    region = (fork + work).max(axis=-1)                                   # (n, S, J)
 
     # Slots of a step: io, the J-1 forward/backward regions, comm, adamw; each preceded by a Python gap.
     nslot = J + 2
-    gap = (cfg.gap_ns * vary((R, S, nslot))).astype(np.int64)
+    gap = (cfg.gap_ns * vary((n, S, nslot))).astype(np.int64)
     gap[..., nslot - 1] += cfg.serial_ns
-    slot = np.zeros((R, S, nslot), dtype=np.int64)
-    slot[..., 0] = (cfg.dataload_ns * vary((R, S))).astype(np.int64)
+    slot = np.zeros((n, S, nslot), dtype=np.int64)
+    slot[..., 0] = (cfg.dataload_ns * vary((n, S))).astype(np.int64)
     slot[..., 1:J] = region[..., :J - 1]
     slot[..., J + 1] = region[..., J - 1]
     if not cfg.allreduce:
         gap[..., J] = 0
-    pre = gap[..., :J + 1].sum(-1) + slot[..., :J].sum(-1)               # step start -> comm enter
-    post = gap[..., J + 1] + slot[..., J + 1]                            # comm exit -> step end
+    pre = gap[..., :J + 1].sum(-1) + slot[..., :J].sum(-1)
+    post = gap[..., J + 1] + slot[..., J + 1]
+    return _Durations(work, fork, gap, slot, pre, post)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Every rank's step starts and the gradient sync's times, which depend on all ranks."""
+    start: np.ndarray      # (R, S + 1) each step's start on each rank; the last column: the rank's end
+    exchanged: np.ndarray  # (R, S) the end of the rank's Sendrecv (its comm enter when it has none)
+    leave: np.ndarray      # (S,) when every rank leaves the Allreduce
+    span: int              # the trace's end
+
+
+def partner(ranks: int) -> np.ndarray:
+    """Each rank's Sendrecv partner (pairs 0-1, 2-3, ...; -1: the last of an odd count has none)."""
+    p = np.arange(ranks) ^ 1
+    return np.where(p < ranks, p, -1)
+
+
+def _schedule(cfg: SyntheticConfig, pre: np.ndarray, post: np.ndarray) -> _Plan:
+    """A rank leaves the Allreduce when the last one has entered plus a transfer time; with `p2p`, it first
+    exchanges with its partner, which ends once both have entered plus `p2p_ns`."""
+    R, S = pre.shape
+    pair = partner(R)
     start = np.zeros((R, S + 1), dtype=np.int64)
+    exchanged = np.zeros((R, S), dtype=np.int64)
+    leave = np.zeros(S, dtype=np.int64)
     for s in range(S):                                                   # one iteration per step, not per record
+        enter = start[:, s] + pre[:, s]
         if cfg.allreduce:
-            enter = start[:, s] + pre[:, s]
-            leave = enter.max() + cfg.transfer_ns
-            slot[:, s, J] = leave - enter
-            start[:, s + 1] = leave + post[:, s]
+            x = enter
+            if cfg.p2p:
+                x = np.where(pair >= 0, np.maximum(enter, enter[pair]) + cfg.p2p_ns, enter)
+            exchanged[:, s] = x
+            leave[s] = x.max() + cfg.transfer_ns
+            start[:, s + 1] = leave[s] + post[:, s]
         else:
-            start[:, s + 1] = start[:, s] + pre[:, s] + post[:, s]
+            start[:, s + 1] = enter + post[:, s]
+    return _Plan(start, exchanged, leave, int(start[:, S].max()))
+
+
+def _rank_records(cfg: SyntheticConfig, d: _Durations, ranks: np.ndarray, plan: _Plan) -> pa.Table:
+    """The records of `ranks` (whose durations `d` holds) on the schedule of every rank."""
+    R, S, TH = len(ranks), cfg.steps, cfg.threads
+    knames, klayer, kphase = kernel_sequence(cfg.layers)
+    J = len(knames)                                                      # regions per step, adamw last
+    nslot = J + 2
+    work, fork, gap, slot = d.work, d.fork, d.gap, d.slot.copy()
+    region = (fork + work).max(axis=-1)
+    start = plan.start[ranks]
+    if cfg.allreduce:
+        slot[..., J] = plan.leave[None, :] - (start[:, :S] + d.pre)
     seq = np.empty((R, S, 2 * nslot), dtype=np.int64)
     seq[..., 0::2], seq[..., 1::2] = gap, slot
     bound = start[:, :S, None] + np.concatenate([np.zeros((R, S, 1), np.int64), seq.cumsum(-1)], axis=-1)
-    span = int(start[:, S].max())
+    span = plan.span
 
     names = list(dict.fromkeys(knames)) + list(schema.PHASES) + [ALLREDUCE] + list(schema.COUNTERS)
+    if cfg.p2p:
+        names.append(SENDRECV)
     code = {n: i for i, n in enumerate(names)}
     kcode = np.array([code[k] for k in knames], dtype=np.int32)
     out = _Records()
-    r_idx, s_idx = np.meshgrid(np.arange(R), np.arange(S), indexing="ij")
+    r_idx, s_idx = np.meshgrid(ranks, np.arange(S), indexing="ij")
 
     # Regions: slot index of region j is 1 + j, adamw's is J + 1.
     rslot = np.r_[np.arange(1, J), J + 1]
@@ -149,30 +241,45 @@ def generate(cfg: SyntheticConfig) -> pa.Table:
     out.add(Kind.STATE, rr, tt, b1, np.broadcast_to(rend, b1.shape), state=State.SYNCHRONIZATION)
     out.add(Kind.KERNEL, rr, tt, b0, b1, name=kcode[jj], step=ss, layer=klayer[jj])
 
-    # Gaps and the io/comm slots: main thread in its state, the workers Idle.
+    # Gaps and the io/comm slots: main thread in its state, the workers Idle. With `p2p` the main thread is in
+    # Send Receive until its exchange ends, then in Group Communication.
     g_r = np.broadcast_to(r_idx[:, :, None], gap.shape)
-    for first, last, main_state in ((bound[..., 0:-1:2], bound[..., 1::2], State.RUNNING),
-                                    (bound[..., 1:2], bound[..., 2:3], State.IO),
-                                    (bound[..., 2 * J + 1:2 * J + 2], bound[..., 2 * J + 2:2 * J + 3],
-                                     State.GROUP_COMMUNICATION)):
+    enter, leave = bound[..., 2 * J + 1:2 * J + 2], bound[..., 2 * J + 2:2 * J + 3]
+    exchanged = plan.exchanged[ranks][..., None] if cfg.p2p else enter
+    for first, last, main_first, main_state in (
+            (bound[..., 0:-1:2], bound[..., 1::2], bound[..., 0:-1:2], State.RUNNING),
+            (bound[..., 1:2], bound[..., 2:3], bound[..., 1:2], State.IO),
+            (enter, leave, exchanged, State.GROUP_COMMUNICATION)):
         rk = g_r[..., :first.shape[-1]]
-        out.add(Kind.STATE, rk, np.zeros_like(rk), first, last, state=main_state)
+        out.add(Kind.STATE, rk, np.zeros_like(rk), main_first, last, state=main_state)
         for t in range(1, TH):
             out.add(Kind.STATE, rk, np.full_like(rk, t), first, last, state=State.IDLE)
+    if cfg.p2p:
+        out.add(Kind.STATE, r_idx, 0 * r_idx, enter[..., 0], exchanged[..., 0], state=State.SEND_RECEIVE)
     # The tail to the global end: the main thread wraps up (Running), the workers are Idle.
     tail = np.broadcast_to(start[:, S][:, None], (R, TH))
-    out.add(Kind.STATE, np.broadcast_to(np.arange(R)[:, None], (R, TH)), np.broadcast_to(np.arange(TH), (R, TH)),
+    out.add(Kind.STATE, np.broadcast_to(ranks[:, None], (R, TH)), np.broadcast_to(np.arange(TH), (R, TH)),
             tail, np.full((R, TH), span), state=np.where(np.arange(TH) == 0, State.RUNNING, State.IDLE)[None, :])
 
-    # Phases: dataload, forward, backward, grad_sync, optimizer tile the step.
+    # Phases: dataload, forward, backward, grad_sync, optimizer tile the step; with `rss`, the rank's resident
+    # memory at each phase end (as the tracer samples it).
     nf = int((kphase == 0).sum())
     edges = [(0, 2), (2, 2 + 2 * nf), (2 + 2 * nf, 2 * J), (2 * J, 2 * J + 2), (2 * J + 2, 2 * nslot)]
-    for (a, b), phase in zip(edges, (Phase.DATALOAD, Phase.FORWARD, Phase.BACKWARD, Phase.GRAD_SYNC, Phase.OPTIMIZER)):
+    for i, ((a, b), phase) in enumerate(zip(edges, (Phase.DATALOAD, Phase.FORWARD, Phase.BACKWARD, Phase.GRAD_SYNC,
+                                                    Phase.OPTIMIZER))):
         if phase != Phase.GRAD_SYNC or cfg.allreduce:
             out.add(Kind.PHASE, r_idx, 0 * r_idx, bound[..., a], bound[..., b], name=code[phase], step=s_idx)
+            if cfg.rss:
+                out.add(Kind.COUNTER, r_idx, 0 * r_idx, bound[..., b], bound[..., b], name=code[Counter.RSS_BYTES],
+                        step=s_idx, value=_RSS_BYTES + (i + 1) * _RSS_PHASE_BYTES + 0 * s_idx)
     if cfg.allreduce:
-        out.add(Kind.COMM, r_idx, 0 * r_idx, bound[..., 2 * J + 1], bound[..., 2 * J + 2], name=code[ALLREDUCE],
+        out.add(Kind.COMM, r_idx, 0 * r_idx, exchanged[..., 0], leave[..., 0], name=code[ALLREDUCE],
                 step=s_idx, nbytes=cfg.allreduce_bytes, seq=s_idx)
+    if cfg.p2p:
+        peer = partner(cfg.ranks)[ranks][:, None] + 0 * s_idx
+        has = peer >= 0
+        out.add(Kind.COMM, r_idx[has], 0 * r_idx[has], enter[..., 0][has], exchanged[..., 0][has],
+                name=code[SENDRECV], step=s_idx[has], nbytes=cfg.p2p_bytes, peer=peer[has], tag=0)
     tokens = 4 * 64
     step_end = start[:, 1:]
     for counter, value in ((Counter.LOSS, 4.0 - 0.01 * s_idx), (Counter.LR, 3e-4 + 0 * s_idx),
@@ -189,9 +296,12 @@ def records_per_step(cfg: SyntheticConfig) -> int:
     return generate(replace(cfg, steps=2)).num_rows - generate(replace(cfg, steps=1)).num_rows
 
 
-def write(table: pa.Table, path: str | Path, row_group_size: int = 1_000_000) -> None:
-    with pq.ParquetWriter(path, table.schema, compression="zstd") as writer:
-        writer.write_table(table, row_group_size=row_group_size)
+def write(table: pa.Table, path: str | Path, row_group_size: int = MERGED_ROW_GROUP) -> None:
+    """`table` as a trace file in our layout (gpt2trace.format.rank_order): records by rank, in their order within
+    a rank."""
+    table = table.take(pc.sort_indices(table, [(RANK, "ascending")]))     # stable: each rank's order kept
+    with RankOrderedWriter(path, table.schema, row_group=row_group_size) as writer:
+        writer.write(table)
 
 
 def _metadata(cfg: SyntheticConfig, tokens: int) -> dict[bytes, bytes]:
@@ -212,14 +322,14 @@ class _Records:
         self.blocks: list[dict[str, np.ndarray]] = []
 
     def add(self, kind, rank, thread, start, end, state=None, name=None, step=None, layer=None, nbytes=None,
-            seq=None, value=None) -> None:
+            seq=None, value=None, peer=None, tag=None) -> None:
         shape = np.broadcast_shapes(np.shape(rank), np.shape(start), np.shape(end))
         flat = lambda a, dt: np.broadcast_to(np.asarray(a, dtype=dt), shape).ravel()  # noqa: E731
         block = {KIND: flat(Kind.ALL.index(kind), np.int32), RANK: flat(rank, np.int32),
                  THREAD: flat(thread, np.int32), START_NS: flat(start, np.int64), END_NS: flat(end, np.int64)}
         for col, val, dt in ((STATE, state, np.int16), (NAME, name, np.int32), (STEP, step, np.int32),
                              (LAYER, layer, np.int16), (BYTES, nbytes, np.int64), (SEQ, seq, np.int64),
-                             (VALUE, value, np.float64)):
+                             (VALUE, value, np.float64), (PEER, peer, np.int32), (TAG, tag, np.int32)):
             if val is not None:
                 block[col] = flat(val, dt)
         keep = block[END_NS] > block[START_NS] if kind != Kind.COUNTER else slice(None)
