@@ -42,7 +42,8 @@ def export(
             from gpt2trace.interop.paraver_export import export_paraver
             from gpt2trace.interop.paraver_format import file_names
             prv, pcf, row, meta = (output(p, inputs, "--output") for p in file_names(name))
-            out = export_paraver(trace, name)
+            from gpt2trace.cli.progress import progress
+            out = export_paraver(trace, name, progress=progress)
             for line in (f"{prv.shown()}: {out.lines:,} lines from {out.records:,} records, {out.messages:,} messages",
                          f"{pcf.shown()}, {row.shown()}: event names and thread rows for Paraver",
                          f"{meta.shown()}: the trace's metadata (run, machine, clock) for gpt2trace import"):

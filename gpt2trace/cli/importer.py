@@ -1,8 +1,9 @@
 """`gpt2trace import TRACE -o OUT.parquet [--from paraver|otf2|kineto]`: another tool's trace as our Parquet trace.
 
-A thin layer over `gpt2trace.interop.paraver_import` (the .pcf and .row are found beside the .prv),
-`otf2_import` (an OTF2 archive: its anchor file or folder) and `kineto_import` (PyTorch profiler traces: one JSON
-file per rank, or their folder). The output is checked before the import starts (never a file the import reads).
+A thin layer over `gpt2trace.interop.paraver_stream` (rank by rank, in bounded memory; the .pcf and .row are found
+beside the .prv), `otf2_import` (an OTF2 archive: its anchor file or folder) and `kineto_import` (PyTorch profiler
+traces: one JSON file per rank, or their folder). The output is checked before the import starts (never a file the
+import reads).
 """
 from __future__ import annotations
 
@@ -36,10 +37,17 @@ def import_trace(
     from gpt2trace.interop.paraver_import import write_parquet
     try:
         kind = _detect(trace) if source is Source.auto else source
-        read = _importer(kind)
         out = output(output_path, _inputs(kind, trace), "--output")
-        imported = read(trace)
-        records = write_parquet(imported, out.path)
+        if kind is Source.paraver:
+            from gpt2trace.cli.progress import progress
+            from gpt2trace.format.reader import check_file
+            from gpt2trace.interop.paraver_stream import import_paraver_to
+            check_file(trace)
+            imported = import_paraver_to(trace, out.path, progress=progress)
+            records = imported.records
+        else:
+            imported = _importer(kind)(trace)
+            records = write_parquet(imported, out.path)
     except (TraceError, OutputError) as exc:
         fail(str(exc))
     for line in imported.notes:
@@ -61,24 +69,11 @@ def _detect(path: Path) -> Source:
 
 
 def _importer(kind: Source):
-    if kind is Source.paraver:
-        from gpt2trace.interop.paraver_import import import_paraver
-        return _file_only(import_paraver)
     if kind is Source.otf2:
         from gpt2trace.interop.otf2_import import import_otf2
         return import_otf2
     from gpt2trace.interop.kineto_import import import_kineto
     return import_kineto
-
-
-def _file_only(read):
-    """A reader of single files: a folder gets the reader's words for it ("is a directory, not a trace file")."""
-    from gpt2trace.format.reader import check_file
-
-    def checked(path: Path):
-        check_file(path)
-        return read(path)
-    return checked
 
 
 def _inputs(kind: Source, path: Path) -> list[Path]:

@@ -42,7 +42,7 @@ from gpt2trace.interop.paraver_parse import Body, Header, chunks
 from gpt2trace.interop.paraver_records import Lanes, Notes
 from gpt2trace.interop.source import no_progress
 
-SPILL_BYTES = 256 << 20
+SPILL_BYTES = 128 << 20
 ROW_GROUP = 1 << 20            # rows per record batch of a rank's IPC files
 # Raw rows per rank: (name, width): the parse's fields, then the line number (and a 3: record's index in the file)
 STATE_ROWS, EVENT_ROWS, PAIR_ROWS, COMM_ROWS = ("states", 8), ("events", 6), ("pairs", 3), ("comms", 16)

@@ -1,0 +1,111 @@
+"""Peak memory of the Paraver export and import on long traces (issue 17): it must not grow with the trace.
+
+Writes synthetic traces of the given lengths (benchmarks/big_trace.py: 64 ranks x 4 threads, MPI calls, written
+rank by rank) to a folder, then in fresh child processes, for each length: `export_paraver` (Parquet -> .prv) and
+`import_paraver_to` (.prv -> Parquet, rank by rank), each with its peak RSS (ru_maxrss of the child, from wait4)
+and records per second (in-process time: a memory benchmark, run on a shared machine; the timing is not the
+point). A small run first fills Numba's caches. Results in results/paraver_stream.json.
+
+    nice -n 10 python benchmarks/paraver_stream.py [--records 10000000 30000000] [--ranks 64] [--threads 4]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+from child import run
+from rich.console import Console
+from rich.table import Table
+
+RESULTS = Path(__file__).parent / "results" / "paraver_stream.json"
+
+GENERATE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from big_trace import write_synthetic
+print(json.dumps(write_synthetic(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))))
+"""
+EXPORT = """
+import json, sys, time
+t = time.perf_counter()
+from gpt2trace.interop.paraver_export import export_paraver
+out = export_paraver(sys.argv[1], sys.argv[2])
+print(json.dumps({"in_process_s": time.perf_counter() - t, "records": out.records, "lines": out.lines,
+                  "prv_mb": out.prv.stat().st_size / 2**20}))
+"""
+IMPORT = """
+import json, sys, time
+t = time.perf_counter()
+from gpt2trace.interop.paraver_stream import import_paraver_to
+out = import_paraver_to(sys.argv[1], sys.argv[2])
+print(json.dumps({"in_process_s": time.perf_counter() - t, "records": out.records}))
+"""
+
+
+def measured(args: list[str]) -> dict:
+    child = run(args)
+    result = {"wall_s": child.wall_s, "peak_rss_mb": child.peak_rss_mb, "exit_code": child.exit_code}
+    if child.exit_code == 0:
+        result.update(json.loads(child.stdout.strip().splitlines()[-1]))
+        result["records_per_s"] = result["records"] / result["in_process_s"]
+    else:
+        result["error"] = child.stderr.strip().splitlines()[-3:]
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, nargs="+", default=[10_000_000, 30_000_000])
+    parser.add_argument("--ranks", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--tmp", type=Path, default=None, help="folder for the traces (several GB at 30 M)")
+    opts = parser.parse_args()
+    here = str(Path(__file__).parent)
+    console = Console(width=120)
+    runs = {}
+    with tempfile.TemporaryDirectory(dir=opts.tmp) as tmp:
+        tmp = Path(tmp)
+        for n in [20_000, *opts.records]:
+            parquet, name = tmp / f"t{n}.parquet", tmp / f"t{n}"
+            made = run(["-c", GENERATE, here, str(parquet), str(opts.ranks), str(opts.threads), str(n)])
+            if made.exit_code:
+                sys.exit(f"generating {n:,} records failed: {made.stderr.strip().splitlines()[-1:]}")
+            export = measured(["-c", EXPORT, str(parquet), str(name)])
+            parquet.unlink()
+            imported = measured(["-c", IMPORT, str(name) + ".prv", str(tmp / f"back{n}.parquet")])
+            for p in tmp.glob(f"*{n}*"):
+                p.unlink()
+            if n == 20_000:
+                continue                                    # Numba's caches filled
+            runs[n] = {"generated": json.loads(made.stdout.strip().splitlines()[-1]), "export": export,
+                       "import": imported}
+            console.print(f"{n:,} records: export {export['peak_rss_mb']:.0f} MB, import "
+                          f"{imported['peak_rss_mb']:.0f} MB peak RSS")
+    result = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                          "platform": platform.platform()},
+              "ranks": opts.ranks, "threads": opts.threads,
+              "runs": {str(n): r for n, r in runs.items()}}
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+    show = Table(title=f"Paraver export and import, {opts.ranks} ranks x {opts.threads} threads")
+    for col in ("records", "step", "peak RSS MB", "records/s", "in-process s", ".prv MB"):
+        show.add_column(col, justify="right")
+    for n, r in runs.items():
+        for step in ("export", "import"):
+            m = r[step]
+            if m["exit_code"]:
+                show.add_row(f"{n:,}", step, "failed: " + " ".join(m["error"]), "", "", "")
+                continue
+            show.add_row(f"{m['records']:,}", step, f"{m['peak_rss_mb']:.0f}", f"{m['records_per_s'] / 1e6:.2f} M",
+                         f"{m['in_process_s']:.1f}", f"{m['prv_mb']:.0f}" if "prv_mb" in m else "")
+    console.print(show)
+    console.print(f"results in {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
