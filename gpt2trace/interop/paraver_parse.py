@@ -71,17 +71,17 @@ def read(path: Path) -> tuple[Header, Body]:
     return got[-1][0], _concat([part for _, part, _ in got], got[-1][2])
 
 
-def chunks(path: Path) -> Iterator[tuple[Header, tuple, int]]:
-    """(header, part, lines so far) per body chunk of about CHUNK_BYTES, in file order: `part` holds the chunk's
+def chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[Header, tuple, int]]:
+    """(header, part, lines so far) per body chunk of about `chunk_bytes`, in file order: `part` holds the chunk's
     records as `Body` fields (line numbers in the file; `pair_rec` indexes the chunk's own event rows). A file
     without records yields one empty part, so the header always comes out."""
     opener = gzip.open if path.name.endswith(".gz") else open
     try:
         with opener(path, "rb") as fh:
-            buf = fh.read(CHUNK_BYTES)
+            buf = fh.read(chunk_bytes)
             header, buf = _header(path, fh, buf)
             empty = True
-            for part, lines in _body(path, fh, buf, header.lines):
+            for part, lines in _body(path, fh, buf, header.lines, chunk_bytes):
                 empty = False
                 yield header, part, lines
             if empty:
@@ -187,10 +187,12 @@ def _communicator(path: Path, lineno: int, line: str, tasks: tuple) -> dict:
     return {(appl, cid): members}
 
 
-def _body(path: Path, fh, buf: bytes, first_line: int) -> Iterator[tuple[tuple, int]]:
+def _body(path: Path, fh, buf: bytes, first_line: int, chunk_bytes: int) -> Iterator[tuple[tuple, int]]:
     base = first_line
     while True:
-        more = fh.read(CHUNK_BYTES)
+        more = fh.read(chunk_bytes - len(buf)) if len(buf) < chunk_bytes else b""
+        if not more and len(buf) >= chunk_bytes:
+            more = fh.read(1 << 16)           # the buffer is full: a little more to end its last line
         if not more:
             if buf and not buf.endswith(b"\n"):
                 buf += b"\n"

@@ -42,7 +42,8 @@ from gpt2trace.interop.paraver_parse import Body, Header, chunks
 from gpt2trace.interop.paraver_records import Lanes, Notes
 from gpt2trace.interop.source import no_progress
 
-SPILL_BYTES = 128 << 20
+SPILL_BYTES = 64 << 20
+CHUNK_BYTES = 8 << 20          # of text parsed at once: its arrays and their copies by rank are ~10x as large
 ROW_GROUP = 1 << 20            # rows per record batch of a rank's IPC files
 # Raw rows per rank: (name, width): the parse's fields, then the line number (and a 3: record's index in the file)
 STATE_ROWS, EVENT_ROWS, PAIR_ROWS, COMM_ROWS = ("states", 8), ("events", 6), ("pairs", 3), ("comms", 16)
@@ -80,12 +81,8 @@ def import_paraver_to(prv: str | Path, out: str | Path, tmpdir: str | Path | Non
         parts = []
         with progress("importing ranks", ranks, "ranks") as advance:
             for rank in range(ranks):
-                body, comm_index = spill.body(rank)
-                events = Events(prv, header, body, lanes, comm_ids, deferred=True)
-                tables = [states(prv, header, body, lanes, notes), *events.records(side.pcf, notes)]
-                kept.add(comm_index[events.attached], tables)
-                parts.append(_save(Path(tmp) / f"rank{rank}", tables))
-                spill.drop(rank)
+                # in a function: the rank's arrays are freed before the next rank's are loaded
+                parts.append(_import_rank(prv, header, lanes, comm_ids, side.pcf, spill, rank, kept, notes))
                 advance(1)
         notes.add("{n} message(s) (3: records) fall in no point-to-point MPI call of their sender or receiver",
                   kept.unattached())
@@ -102,7 +99,7 @@ def import_paraver_to(prv: str | Path, out: str | Path, tmpdir: str | Path | Non
 def _partition(prv: Path, spill: _Spill, advance) -> tuple[Header, Lanes, int]:
     """Spills every line to its rank; returns the header, its lanes, and the number of 3: records."""
     lanes, n_comms, done = None, 0, 0
-    for header, part, lines in chunks(prv):
+    for header, part, lines in chunks(prv, CHUNK_BYTES):
         if lanes is None:
             lanes = Lanes(header)
         st, st_line, ev, ev_line, pair_rec, pair_type, pair_value, cm, cm_line = part
@@ -193,7 +190,17 @@ class _Spill:
             (self.folder / f"{rank}.{name}").unlink(missing_ok=True)
 
 
-# --- pass 2: what the collectives need from every rank ----------------------------------------------------------
+# --- pass 2: each rank's records, and what the collectives need from every rank --------------------------------
+
+def _import_rank(prv, header, lanes, comm_ids, pcf, spill: _Spill, rank: int, kept: _Collectives,
+                 notes: Notes) -> list[tuple[Path, int]]:
+    body, comm_index = spill.body(rank)
+    spill.drop(rank)
+    events = Events(prv, header, body, lanes, comm_ids, deferred=True)
+    tables = [states(prv, header, body, lanes, notes), *events.records(pcf, notes)]
+    kept.add(comm_index[events.attached], tables)
+    return _save(spill.folder / f"rank{rank}", tables)
+
 
 class _Collectives:
     """Kept from every rank: the calls with Extrae's root flag (rank, communicator, seq before `shift_seq`, whether
