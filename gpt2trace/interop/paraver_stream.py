@@ -101,7 +101,7 @@ def _partition(prv: Path, spill: _Spill, advance) -> tuple[Header, Lanes, int]:
     lanes, n_comms, done = None, 0, 0
     for header, part, lines in chunks(prv, CHUNK_BYTES):
         if lanes is None:
-            lanes = Lanes(header)
+            lanes, done = Lanes(header), header.lines          # progress counts body lines
         st, st_line, ev, ev_line, pair_rec, pair_type, pair_value, cm, cm_line = part
         if len(st):
             lane = lanes.lane(prv, st, st_line, "state record")

@@ -1,6 +1,7 @@
 """The rank-by-rank import (paraver_stream) against the in-memory one (paraver_import): every column of every record
 equal, rank by rank, on the hand-written .prv files of the import tests and on exported-then-imported traces;
 with spill limits small enough that every rank's rows go through the spill files."""
+import contextlib
 import re
 
 import numpy as np
@@ -105,3 +106,21 @@ def test_malformed_lines_fail_as_in_memory_and_leave_no_output(tmp_path, text, l
         import_paraver_to(path, tmp_path / "out.parquet", tmp_path)
     assert str(streamed.value) == str(memory.value)
     assert not (tmp_path / "out.parquet").exists() and not list(tmp_path.glob("gpt2trace-prv-*"))
+
+
+def test_progress_is_told_every_stage(tmp_path, synthetic_path):
+    """The progress factory gets the lines read, the ranks imported and the records written, with their totals."""
+    told = {}
+
+    @contextlib.contextmanager
+    def progress(what, total=None, unit="records"):
+        told[what] = [total, 0]
+        yield lambda n: told[what].__setitem__(1, told[what][1] + n)
+
+    out = export_paraver(synthetic_path, tmp_path / "syn", progress=progress)
+    assert told["lines of trace.parquet"] == [out.records, out.records]
+    assert told["writing syn.prv"] == [out.lines, out.lines]
+    told.clear()
+    streamed = import_paraver_to(out.prv, tmp_path / "back.parquet", progress=progress)
+    assert told == {"reading syn.prv": [None, out.lines],
+                    "importing ranks": [2, 2], "writing back.parquet": [streamed.records, streamed.records]}
