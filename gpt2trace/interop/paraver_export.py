@@ -151,7 +151,7 @@ class _Encoding:
 
 
 def export_paraver(source, name: str | Path, date: datetime | None = None, tmpdir: str | Path | None = None,
-                   run_lines: int = 1_000_000, batch_rows: int = 1 << 19, progress=no_progress) -> ParaverExport:
+                   run_lines: int = 1_000_000, batch_rows: int = 1 << 17, progress=no_progress) -> ParaverExport:
     """Writes NAME.prv (or NAME.prv.gz), NAME.pcf, NAME.row, NAME.gpt2trace.json from a trace (a Parquet path,
     streamed; a `Trace`; or any file `gpt2trace.load` reads). Raises TraceError for a trace it cannot export,
     OutputError for outputs it may not or could not write (an input, an unwritable folder, a full disk: then none
