@@ -124,3 +124,23 @@ def test_progress_is_told_every_stage(tmp_path, synthetic_path):
     streamed = import_paraver_to(out.prv, tmp_path / "back.parquet", progress=progress)
     assert told == {"reading syn.prv": [None, out.lines],
                     "importing ranks": [2, 2], "writing back.parquet": [streamed.records, streamed.records]}
+
+
+def test_spill_keeps_each_ranks_rows_in_order_within_its_memory_bound(tmp_path):
+    """64 ranks' rows arriving interleaved, with room in memory for a few hundred: each rank reads back its rows in
+    arrival order, numbered per rank, and the buffers never hold more than the bound after an add."""
+    from gpt2trace.interop.paraver_stream import EVENT_ROWS, _Spill
+    rng = np.random.default_rng(1)
+    spill = _Spill(tmp_path, limit=300 * 6 * 8)                    # 300 rows of 6 int64
+    sent = {r: [] for r in range(64)}
+    for step in range(20):
+        rank = rng.integers(0, 64, 500)
+        rows = np.column_stack([np.full((500, 5), step), np.arange(500)])
+        local = spill.add(rank, EVENT_ROWS, rows)
+        for r in range(64):
+            mine = rank == r
+            assert (local[mine] == len(sent[r]) + np.arange(mine.sum())).all()
+            sent[r] += rows[mine].tolist()
+        assert spill._total <= spill.limit
+    for r in range(64):
+        assert spill.rows(r, EVENT_ROWS).tolist() == sent[r]
