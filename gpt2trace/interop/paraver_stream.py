@@ -8,8 +8,8 @@ Three passes, because a .prv is ordered by time and our trace by rank:
      biggest buffers are appended to their files, so the open files stay few whatever the number of ranks.
   2. rank by rank: the rank's rows back as a `Body`, its states and events made exactly as `paraver_import` makes
      them (`Events` deferred: the roots of collectives and the communicator bits of seq numbers need every rank),
-     written to Arrow IPC files; on the way, the few facts those steps need (root flags, communicators used, which
-     `3:` records fell in a call) are kept.
+     written to Arrow IPC files; on the way, the few facts those steps need are kept (the calls with a root flag,
+     the communicators used, and a byte per `3:` record: whether it fell in a call).
   3. rank by rank: the comm records completed (`shift_seq`, `fill_roots`) and every record written.
 Within a rank, records come in `paraver_import`'s order (states, comm, kernels, phases, tasks, counters), so the
 trace equals the in-memory import's taken rank by rank.

@@ -44,7 +44,9 @@ HAND = {"states": (hand.STATES, hand.PCF), "events": (hand.EVENTS, hand.PCF), "m
         "collectives": (hand.COLLECTIVES, None),
         "unclosed": (hand.STATES + "2:1:1:1:1:100:60000019:1\n2:1:1:1:1:200:60000019:0\n"
                      "2:1:1:1:1:300:60000019:0\n2:1:1:1:2:400:60000019:2\n", hand.PCF),
-        "microseconds": (hand.STATES.replace("1000_ns", "1000"), None)}
+        "microseconds": (hand.STATES.replace("1000_ns", "1000"), None),
+        "a rank without lines": (hand.HEAD + "1000_ns:1(3):1:3(1:1,1:1,1:1),0\n1:1:1:1:1:0:600:1\n"
+                                 "1:3:1:3:1:100:900:1\n", None)}
 
 
 @pytest.mark.parametrize("name", HAND)
