@@ -10,6 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 import test_extrae_import as extrae
 import test_paraver_import as hand
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpt2trace.format.errors import TraceError
 from gpt2trace.interop.paraver_export import export_paraver
@@ -146,3 +148,71 @@ def test_spill_keeps_each_ranks_rows_in_order_within_its_memory_bound(tmp_path):
         assert spill._total <= spill.limit
     for r in range(64):
         assert spill.rows(r, EVENT_ROWS).tolist() == sent[r]
+
+
+def random_prv(seed: int) -> str:
+    """An Extrae-like .prv: 1-4 ranks x 1-2 threads, states, nested user functions, MPI calls (collectives on two
+    communicators with sizes and root flags, their attributes sometimes on a line of their own at the same
+    instant; sends and receives with 3: records, a few falling in no call), counters, a never closed and a stray
+    closing event; lines sorted by time as Paraver wants them."""
+    rng = np.random.default_rng(seed)
+    ranks, threads, end = int(rng.integers(1, 5)), int(rng.integers(1, 3)), 100_000
+    lines, sends, recvs = [], [], []
+    for r in range(ranks):
+        for th in range(threads):
+            where = f"{r * threads + th + 1}:1:{r + 1}:{th + 1}"
+            t = int(rng.integers(0, 50))
+            while t < end - 2000:
+                d = int(rng.integers(10, 1500))
+                lines.append((t, f"1:{where}:{t}:{t + d}:{int(rng.choice([1, 3, 5, 9]))}"))
+                kind = rng.integers(0, 5)
+                if kind == 0:                                   # a collective
+                    value = int(rng.choice([7, 9, 10, 17]))
+                    attrs = ""
+                    if rng.random() < 0.8:
+                        attrs += f":50100004:{int(rng.integers(1, 3))}"
+                    if rng.random() < 0.3:
+                        attrs += ":50100003:1"
+                    if rng.random() < 0.5:
+                        attrs += f":50100001:{int(rng.integers(0, 4096))}"
+                    if attrs and rng.random() < 0.3:            # Extrae splits a line at one instant
+                        lines += [(t, f"2:{where}:{t}:50000002:{value}"), (t, f"2:{where}:{t}{attrs}")]
+                    else:
+                        lines.append((t, f"2:{where}:{t}:50000002:{value}{attrs}"))
+                    lines.append((t + d, f"2:{where}:{t + d}:50000002:0"))
+                elif kind == 1:                                 # a send or a receive
+                    value = int(rng.choice([1, 2]))
+                    (sends if value == 1 else recvs).append((where, t, t + d))
+                    lines += [(t, f"2:{where}:{t}:50000001:{value}"), (t + d, f"2:{where}:{t + d}:50000001:0")]
+                elif kind == 2:                                 # nested functions
+                    lines += [(t, f"2:{where}:{t}:60000019:{int(rng.integers(1, 4))}"),
+                              (t + 1, f"2:{where}:{t + 1}:60000019:{int(rng.integers(1, 4))}"),
+                              (t + d - 1, f"2:{where}:{t + d - 1}:60000019:0"),
+                              (t + d, f"2:{where}:{t + d}:60000019:0")]
+                elif kind == 3:
+                    lines.append((t + d, f"2:{where}:{t + d}:42000050:{int(rng.integers(0, 10**6))}"))
+                t += d
+            lines.append((t, f"1:{where}:{t}:{end}:1"))
+    for k in range(min(len(sends), len(recvs))):
+        (sw, s0, _), (rw, r0, r1) = sends[k], recvs[-1 - k]
+        lines.append((s0, f"3:{sw}:{s0}:{s0}:{rw}:{r0}:{r1}:{int(rng.integers(0, 10**5))}:{int(rng.integers(0, 9))}"))
+    lines.append((5, "3:1:1:1:1:5:5:1:1:1:1:6:6:8:0"))          # in no call
+    lines += [(7, "2:1:1:1:1:7:60000020:3"), (9, "2:1:1:1:1:9:60000018:0")]    # never closed; stray close
+    lines.sort(key=lambda x: x[0])
+    comms = "c:1:1:{n}:{all}\nc:1:2:1:1\n".format(n=ranks, all=":".join(str(r + 1) for r in range(ranks)))
+    head = f"#Paraver (01/01/2024 at 10:00):{end}_ns:1({ranks * threads}):1:{ranks}("
+    return head + ",".join(f"{threads}:1" for _ in range(ranks)) + "),2\n" + comms + "\n".join(x for _, x in lines)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), spill=st.sampled_from([1 << 10, 1 << 14, 1 << 26]),
+       chunk=st.sampled_from([300, 4096, 8 << 20]))
+def test_random_extrae_traces(tmp_path_factory, seed, spill, chunk):
+    import gpt2trace.interop.paraver_stream as stream
+    tmp = tmp_path_factory.mktemp("random")
+    (tmp / "r.prv").write_text(random_prv(seed))
+    old, stream.CHUNK_BYTES = stream.CHUNK_BYTES, chunk         # many chunks: pairs and lines cut between them
+    try:
+        same_as_in_memory(tmp / "r.prv", tmp, spill_bytes=spill)
+    finally:
+        stream.CHUNK_BYTES = old
