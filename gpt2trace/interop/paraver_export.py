@@ -159,7 +159,7 @@ def export_paraver(source, name: str | Path, date: datetime | None = None, tmpdi
     inputs = input_files(source)
     prv, pcf, row, meta = outputs = [check_output(p, inputs=inputs) for p in F.file_names(str(name))]
     src = open_source(source)
-    lay = scan(src)
+    lay = scan(src, rows=batch_rows)
     enc = _Encoding.of(lay, src.name)
     opener = partial(gzip.open, compresslevel=6) if prv.name.endswith(".gz") else open
     dropped = 0

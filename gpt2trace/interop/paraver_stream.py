@@ -44,7 +44,7 @@ from gpt2trace.interop.source import no_progress
 
 SPILL_BYTES = 64 << 20
 CHUNK_BYTES = 8 << 20          # of text parsed at once: its arrays and their copies by rank are ~10x as large
-ROW_GROUP = 1 << 20            # rows per record batch of a rank's IPC files
+ROW_GROUP = 1 << 17            # records per batch of a rank's IPC files and per row group of the trace
 # Raw rows per rank: (name, width): the parse's fields, then the line number (and a 3: record's index in the file)
 STATE_ROWS, EVENT_ROWS, PAIR_ROWS, COMM_ROWS = ("states", 8), ("events", 6), ("pairs", 3), ("comms", 16)
 
@@ -279,7 +279,9 @@ def _tables(files: list[tuple[Path, int]]) -> Iterator[pa.Table]:
 
 def _write(out: Path, metadata: dict, parts: list, kept: _Collectives, advance) -> int:
     keys, roots = kept.roots()
-    with RankOrderedWriter(out, arrow_schema().with_metadata(metadata)) as writer:
+    # row groups of ROW_GROUP records: the writer holds one while it fills, so memory stays the same however many
+    # records a rank has (the layout allows several groups per rank)
+    with RankOrderedWriter(out, arrow_schema().with_metadata(metadata), row_group=ROW_GROUP) as writer:
         for files in parts:
             for table in _tables(files):
                 if COLLECTIVE_COLUMNS[0] in table.column_names:
