@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gpt2trace.format import schema as S
@@ -176,6 +177,24 @@ def rank_counts(meta: pq.FileMetaData, where: str | Path = "<trace>") -> dict[in
     return None if index is None else index["records"]
 
 
+def records_per_rank(pfile: pq.ParquetFile, where: str | Path = "<trace>") -> dict[int, int]:
+    """Records per rank, in rank order: from the index; in a file without it, from the row groups' statistics and
+    sizes, reading only the `rank` column of groups that hold several ranks."""
+    counts = rank_counts(pfile.metadata, where)
+    if counts is not None:
+        return counts
+    lo, hi = _rank_bounds(pfile.metadata, where)
+    out: dict[int, int] = {}
+    for g in range(pfile.metadata.num_row_groups):
+        if lo[g] == hi[g]:
+            out[lo[g]] = out.get(lo[g], 0) + pfile.metadata.row_group(g).num_rows
+            continue
+        seen = pc.value_counts(pfile.read_row_group(g, columns=[S.RANK]).column(S.RANK).drop_null())
+        for r, n in zip(seen.field("values").to_pylist(), seen.field("counts").to_pylist()):
+            out[int(r)] = out.get(int(r), 0) + n
+    return dict(sorted(out.items()))
+
+
 def _index(meta: pq.FileMetaData, where) -> dict | None:
     raw = (meta.metadata or {}).get(RANK_INDEX)
     if raw is None:
@@ -202,6 +221,9 @@ def _rank_bounds(meta: pq.FileMetaData, where) -> tuple[list[int], list[int]]:
         if stats is None or not stats.has_min_max:
             raise TraceError(f"{where}: row group {g} has no statistics of column 'rank' and no rank index; "
                              "rewrite the file with statistics to read it rank by rank")
-        lo.append(int(stats.min))
-        hi.append(int(stats.max))
+        if not isinstance(stats.min, int):
+            raise TraceError(f"{where}: column 'rank' holds {stats.physical_type} values, not integers; rank ids "
+                             "are 0-based integers")
+        lo.append(stats.min)
+        hi.append(stats.max)
     return lo, hi
