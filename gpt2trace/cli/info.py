@@ -1,4 +1,4 @@
-"""`gpt2trace info TRACE [--json]`: what a trace holds (a thin layer over gpt2trace.format.info.trace_info)."""
+"""`gpt2trace info TRACE [--json]`: what a trace holds (a thin layer over gpt2trace.format.info)."""
 from __future__ import annotations
 
 import json
@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpt2trace.cli.common import console, fail, plain
+from gpt2trace.cli.progress import progress
 from gpt2trace.format.errors import TraceError
 
 
@@ -21,10 +22,8 @@ def info(
                                           "prints nothing on stdout: one line on stderr, exit code 2.")] = False,
 ) -> None:
     """Schema version, ranks, threads, steps, time span, records per kind, run configuration and machine."""
-    from gpt2trace.format.info import trace_info
-    from gpt2trace.interop.loader import load
     try:
-        data = trace_info(load(trace))
+        data = _info(trace)
     except TraceError as exc:
         fail(str(exc))
     if as_json:
@@ -33,6 +32,19 @@ def info(
     for table in (_trace_table(data), _run_table(data.get("run")), _machine_table(data)):
         if table is not None:
             console.print(table)
+
+
+def _info(trace: Path) -> dict:
+    """Our Parquet traces rank group by rank group (memory of one group, whatever the trace's length); the other
+    formats through their importers."""
+    from gpt2trace.format.info import file_info, trace_info
+    from gpt2trace.format.reader import rank_records
+    from gpt2trace.interop.loader import PARAVER_SUFFIXES, is_otf2, load
+    if is_otf2(trace) or trace.name.endswith(PARAVER_SUFFIXES):
+        return trace_info(load(trace))
+    total = sum(rank_records(trace).values())
+    with progress(f"reading {trace}", total=total) as advance:
+        return file_info(trace, advance=advance)
 
 
 def _kv(title: str, rows: list[tuple[str, object]]) -> Table:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gpt2trace.format import schema as S
@@ -157,7 +158,7 @@ def rank_row_groups(meta: pq.FileMetaData, where: str | Path = "<trace>") -> dic
     lo, hi = _rank_bounds(meta, where)
     out: dict[int, list[int]] = {}
     for g in range(meta.num_row_groups):
-        for r in range(lo[g], hi[g] + 1):
+        for r in range(lo[g], hi[g] + 1):         # an empty group: range(0, 0)
             out.setdefault(r, []).append(g)
     return dict(sorted(out.items()))
 
@@ -167,13 +168,33 @@ def mixed_groups(meta: pq.FileMetaData, where: str | Path = "<trace>") -> set[in
     if _index(meta, where) is not None:
         return set()
     lo, hi = _rank_bounds(meta, where)
-    return {g for g in range(meta.num_row_groups) if lo[g] != hi[g]}
+    return {g for g in range(meta.num_row_groups) if hi[g] > lo[g]}
 
 
 def rank_counts(meta: pq.FileMetaData, where: str | Path = "<trace>") -> dict[int, int] | None:
     """Records per rank from the index; None for a file without it."""
     index = _index(meta, where)
     return None if index is None else index["records"]
+
+
+def records_per_rank(pfile: pq.ParquetFile, where: str | Path = "<trace>") -> dict[int, int]:
+    """Records per rank, in rank order: from the index; in a file without it, from the row groups' statistics and
+    sizes, reading only the `rank` column of groups that hold several ranks."""
+    counts = rank_counts(pfile.metadata, where)
+    if counts is not None:
+        return counts
+    lo, hi = _rank_bounds(pfile.metadata, where)
+    out: dict[int, int] = {}
+    for g in range(pfile.metadata.num_row_groups):
+        if hi[g] < lo[g]:
+            continue
+        if lo[g] == hi[g]:
+            out[lo[g]] = out.get(lo[g], 0) + pfile.metadata.row_group(g).num_rows
+            continue
+        seen = pc.value_counts(pfile.read_row_group(g, columns=[S.RANK]).column(S.RANK).drop_null())
+        for r, n in zip(seen.field("values").to_pylist(), seen.field("counts").to_pylist()):
+            out[int(r)] = out.get(int(r), 0) + n
+    return dict(sorted(out.items()))
 
 
 def _index(meta: pq.FileMetaData, where) -> dict | None:
@@ -194,14 +215,22 @@ def _index(meta: pq.FileMetaData, where) -> dict | None:
 
 
 def _rank_bounds(meta: pq.FileMetaData, where) -> tuple[list[int], list[int]]:
-    """Min and max rank of each row group, from the statistics of the `rank` column."""
-    col = meta.schema.names.index(S.RANK) if S.RANK in meta.schema.names else None
+    """Min and max rank of each row group, from the statistics of the `rank` column ((0, -1) for an empty group)."""
+    # the Parquet leaf column (a list column before it would shift the Arrow field index)
+    col = next((i for i in range(meta.num_columns) if meta.schema.column(i).path == S.RANK), None)
     lo, hi = [], []
     for g in range(meta.num_row_groups):
+        if meta.row_group(g).num_rows == 0:
+            lo.append(0)
+            hi.append(-1)
+            continue
         stats = meta.row_group(g).column(col).statistics if col is not None else None
         if stats is None or not stats.has_min_max:
             raise TraceError(f"{where}: row group {g} has no statistics of column 'rank' and no rank index; "
                              "rewrite the file with statistics to read it rank by rank")
-        lo.append(int(stats.min))
-        hi.append(int(stats.max))
+        if not isinstance(stats.min, int):
+            raise TraceError(f"{where}: column 'rank' holds {stats.physical_type} values, not integers; rank ids "
+                             "are 0-based integers")
+        lo.append(stats.min)
+        hi.append(stats.max)
     return lo, hi

@@ -8,10 +8,11 @@ the cheap partition check that `analyze` runs.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gpt2trace.format import communicators as comms
-from gpt2trace.format import schema
+from gpt2trace.format import rank_order, schema
 from gpt2trace.format.errors import TraceError
 from gpt2trace.format.lanes import lane_order
 from gpt2trace.format.schema import END_NS, FIELDS, KIND, RANK, REQUIRED, START_NS, STATE, THREAD, Kind
@@ -99,10 +100,100 @@ class Trace:
         return _text(str(self.path)) if self.path else "<table>"
 
 
-def load(path: str | Path) -> Trace:
+def load(path: str | Path, ranks: Iterable[int] | None = None) -> Trace:
     """Reads and checks a Parquet trace file (`gpt2trace.load` reads the other formats too); every problem is a
-    TraceError whose one-line message names the file."""
+    TraceError whose one-line message names the file.
+
+    With `ranks`, only those ranks' records are read (their row groups: gpt2trace.format.rank_order), with the
+    whole metadata; a trace without a communicator table keeps the world of all its ranks."""
     path = Path(path)
+    with _parquet(path) as (pfile, arrow_schema):
+        meta = arrow_schema.metadata or {}
+        version = _check_version(path, meta)
+        _check_required(path, arrow_schema.names)
+        wanted = [n for n in FIELDS if n in arrow_schema.names]          # unknown extra columns are not read
+        try:
+            if ranks is None:
+                batches = pfile.iter_batches(batch_size=BATCH_ROWS, columns=wanted)
+                return _build(batches, arrow_schema.names, meta, path, version)
+            batches, world = _rank_batches(path, pfile, wanted, ranks)
+            return _build(batches, arrow_schema.names, meta, path, version, world=world)
+        except (pa.ArrowException, OSError) as exc:
+            raise TraceError(f"{path}: cannot read the Parquet data ({_first_line(exc)})") from None
+
+
+def trace_ranks(path: str | Path) -> list[int]:
+    """The ranks a trace holds, in order, from its footer (gpt2trace.format.rank_order)."""
+    return list(rank_records(path))
+
+
+def rank_records(path: str | Path) -> dict[int, int]:
+    """Records per rank, in rank order, from the footer: the rank index, or the row groups' statistics (a file of
+    another writer whose row groups mix ranks: their `rank` column is read, nothing else)."""
+    path = Path(path)
+    with _parquet(path) as (pfile, arrow_schema):
+        _check_version(path, arrow_schema.metadata or {})
+        _check_required(path, arrow_schema.names)
+        try:
+            return rank_order.records_per_rank(pfile, path)
+        except (pa.ArrowException, OSError) as exc:
+            raise TraceError(f"{path}: cannot read the Parquet data ({_first_line(exc)})") from None
+
+
+def rank_groups(path: str | Path, max_records: int) -> list[list[int]]:
+    """The trace's ranks in consecutive groups of at most `max_records` records each (a rank with more is a group
+    of its own): what to load at once to stay within a memory budget."""
+    if max_records < 1:
+        raise ValueError(f"max_records must be >= 1, got {max_records}")
+    groups: list[list[int]] = []
+    size = 0
+    for rank, n in rank_records(path).items():
+        if not groups or size + n > max_records:
+            groups.append([])
+            size = 0
+        groups[-1].append(rank)
+        size += n
+    return groups
+
+
+def _rank_batches(path: Path, pfile: pq.ParquetFile, columns: list[str], ranks: Iterable[int]):
+    """The batches of the row groups holding `ranks` (rows of other ranks filtered out of groups that mix ranks),
+    and every rank of the trace."""
+    wanted = sorted({int(r) for r in ranks})
+    by_rank = rank_order.rank_row_groups(pfile.metadata, path)
+    missing = [r for r in wanted if r not in by_rank]
+    if missing:
+        raise TraceError(f"{path}: no records of rank(s) {', '.join(map(str, missing))}; the trace holds ranks "
+                         f"{_ranges(list(by_rank))}")
+    groups = sorted({g for r in wanted for g in by_rank[r]})
+    batches = pfile.iter_batches(batch_size=BATCH_ROWS, columns=columns, row_groups=groups)
+    if rank_order.mixed_groups(pfile.metadata, path).isdisjoint(groups):
+        return batches, list(by_rank)
+    return (_only(path, b, wanted) for b in batches), list(rank_order.records_per_rank(pfile, path))
+
+
+def _only(path: Path, batch: pa.RecordBatch, ranks: list[int]) -> pa.RecordBatch:
+    rank = batch.column(RANK)
+    if rank.null_count:
+        raise TraceError(f"{path}: column {RANK!r} has null values; every record needs one")
+    return batch.filter(pc.is_in(rank, pa.array(ranks, type=rank.type)))
+
+
+def _ranges(ranks: list[int]) -> str:
+    """0-3, 5, 7-8: sorted ranks as runs."""
+    runs, start = [], 0
+    for i in range(1, len(ranks) + 1):
+        if i == len(ranks) or ranks[i] != ranks[i - 1] + 1:
+            a, b = ranks[start], ranks[i - 1]
+            runs.append(str(a) if a == b else f"{a}-{b}")
+            start = i
+    return ", ".join(runs)
+
+
+@contextlib.contextmanager
+def _parquet(path: Path) -> Iterator[tuple[pq.ParquetFile, pa.Schema]]:
+    """The Parquet file at `path`, opened whatever bytes its name holds, and its Arrow schema; a TraceError when it
+    is not one."""
     check_file(path)
     try:
         source = pa.OSFile(os.fsencode(path))       # bytes: any file name, UTF-8 or not
@@ -114,15 +205,7 @@ def load(path: str | Path) -> Trace:
             arrow_schema = pfile.schema_arrow
         except (pa.ArrowException, OSError) as exc:
             raise TraceError(f"{path}: not a Parquet file ({_first_line(exc)})") from None
-        meta = arrow_schema.metadata or {}
-        version = _check_version(path, meta)
-        _check_required(path, arrow_schema.names)
-        wanted = [n for n in FIELDS if n in arrow_schema.names]          # unknown extra columns are not read
-        try:
-            batches = pfile.iter_batches(batch_size=BATCH_ROWS, columns=wanted)
-            return _build(batches, arrow_schema.names, meta, path, version)
-        except (pa.ArrowException, OSError) as exc:
-            raise TraceError(f"{path}: cannot read the Parquet data ({_first_line(exc)})") from None
+        yield pfile, arrow_schema
 
 
 def check_file(path: Path) -> None:
@@ -144,8 +227,9 @@ def open_parquet(path: str | Path) -> pq.ParquetFile:
 
 
 def _build(batches: Iterable[pa.RecordBatch], names: list[str], meta: dict, path: Path | None,
-           version: int) -> Trace:
-    """Checks and casts batch by batch, splitting each into kinds, so only one batch is held twice."""
+           version: int, world: list[int] | None = None) -> Trace:
+    """Checks and casts batch by batch, splitting each into kinds, so only one batch is held twice. `world`: the
+    ranks of the whole trace, when the batches hold only some of them."""
     where = path or "<table>"
     chunks: dict[str, list[pa.Table]] = {}
     for batch in batches:
@@ -160,10 +244,13 @@ def _build(batches: Iterable[pa.RecordBatch], names: list[str], meta: dict, path
             parts[kind] = table.combine_chunks() if table.num_rows < BATCH_ROWS else table
     extra = tuple(n for n in names if n not in FIELDS)
     pa.default_memory_pool().release_unused()       # the batches' buffers, back to the system
+    comm_table = _communicators(where, meta)
+    if comm_table is None and world is not None:
+        comm_table = {comms.WORLD_ID: comms.world(world)}
     return Trace(parts=parts, path=path, version=version, run=_json(where, meta, schema.META_RUN),
                  machine=_json(where, meta, schema.META_MACHINE), peak=_json(where, meta, schema.META_PEAK),
                  clock=_json(where, meta, schema.META_CLOCK), extra_columns=extra,
-                 comm_table=_communicators(where, meta))
+                 comm_table=comm_table)
 
 
 def _split(where, table: pa.Table) -> dict[str, pa.Table]:

@@ -4,9 +4,10 @@ Why parts: a Parquet file is only readable once its footer is written. The trace
 (gpt2trace.record.tracer decides when, always at a step boundary), so a run killed at any moment leaves parts
 holding whole steps, and `gpt2trace recover` (`recover`) merges them into the final file. A part holds the raw
 events of its window (gpt2trace.format.parts: kernel blocks, regions, phases, counters, MPI calls); the merge
-builds the thread states from them, part by part. Each part, and the merged file, is written under a hidden
-temporary name (a leading dot: pyarrow's dataset discovery skips it) and renamed, so a kill or a full disk during
-a write leaves no half-written file where a reader looks.
+builds the thread states from them, part by part, rank by rank: the merged file is in the rank-ordered layout
+(gpt2trace.format.rank_order), so a rank's records can be read without the others. Each part, and the merged
+file, is written under a hidden temporary name (a leading dot: pyarrow's dataset discovery skips it) and renamed,
+so a kill or a full disk during a write leaves no half-written file where a reader looks.
 
 Why Arrow IPC for the parts: a part is written during the run, on the training loop's thread, and lives only
 until the merge. The tracer writes a window's raw buffers (gpt2trace.format.raw_window) as a one-row IPC file, a

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -9,8 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from gpt2trace.format import schema as S
-from gpt2trace.format.errors import TraceError
+from gpt2trace.format.errors import OutputError, TraceError
 from gpt2trace.format.rank_order import RANK_INDEX, RankOrderedWriter, mixed_groups, rank_counts, rank_row_groups
+from gpt2trace.format.reader import load, trace_ranks
 from gpt2trace.testing.synthetic import counter, from_records
 
 
@@ -77,3 +79,13 @@ def test_a_damaged_index_is_a_trace_error(tmp_path):
     with pytest.raises(TraceError, match="names row groups the file does not have"):
         rank_row_groups(pq.ParquetFile(bad).metadata, bad)
     assert np.array_equal(rank_row_groups(good.metadata)[0], [0])
+
+
+def test_names_that_are_not_utf8_and_unwritable_places(tmp_path):
+    path = tmp_path / os.fsdecode(b"trace-\xff.parquet")
+    with RankOrderedWriter(path, S.arrow_schema()) as w:
+        w.write(pa.concat_tables([_counters(0, 2), _counters(3, 1)]))
+    assert trace_ranks(path) == [0, 3] and load(path, ranks=[3]).num_rows == 1
+    with pytest.raises(OutputError, match="cannot write .*missing"):
+        with RankOrderedWriter(tmp_path / "missing" / "t.parquet", S.arrow_schema()) as w:
+            w.write(_counters(0, 1))
