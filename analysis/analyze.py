@@ -5,7 +5,7 @@ Fractions in [0, 1], times in seconds; tables become lists of row dicts with Non
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -59,15 +59,22 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
     return analyze_groups([trace], steps, top, peak_gflops, bins, explain)
 
 
-def analyze_groups(groups: Sequence[Trace], steps: str | None = None, top: int = 10,
+def analyze_groups(groups: Sequence[Trace | Callable[[], Trace]], steps: str | None = None, top: int = 10,
                    peak_gflops: float | None = None, bins: int = 100, explain: bool = True) -> dict:
-    """`analyze` of a trace given as groups of its ranks (each a `Trace` of some ranks with the trace's metadata,
-    in the order of their lowest rank), two passes over each (`analysis.rank_groups`); the same result as
-    `analyze` of the whole. Raises rank_groups.NotCombinable for groups it cannot combine yet (a task-based trace
-    in several groups)."""
-    gathered = [rank_groups.gather(g) for g in groups]
-    ctx = rank_groups.context(gathered, groups[0], steps, whole=groups[0] if len(groups) == 1 else None)
-    parts = [rank_groups.part(g, ctx, top, bins) for g in groups]
+    """`analyze` of a trace given as groups of its ranks, in the order of their lowest rank: each a `Trace` of some
+    ranks with the trace's metadata, or a function that loads one (called once per pass, so that only one group is
+    in memory at a time). Two passes over each (`analysis.rank_groups`); the same result as `analyze` of the
+    whole. Raises rank_groups.NotCombinable for groups it cannot combine yet (a task-based trace in several
+    groups)."""
+    gathered, meta = [], None
+    for g in groups:
+        group = g() if callable(g) else g
+        gathered.append(rank_groups.gather(group))
+        meta = meta or rank_groups.metadata(group)
+    whole = groups[0] if len(groups) == 1 and isinstance(groups[0], Trace) else None
+    ctx = rank_groups.context(gathered, meta, steps, whole=whole)
+    del gathered
+    parts = [rank_groups.part(g() if callable(g) else g, ctx, top, bins) for g in groups]
     return combine(ctx, parts, top, peak_gflops, bins, explain)
 
 

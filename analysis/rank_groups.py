@@ -172,14 +172,19 @@ def _recode(kern: Records, names: tuple[str, ...]) -> Records:
     return Records({**kern.cols, NAME: lookup[np.where(code < 0, len(kern.names), code)]}, names)
 
 
+def metadata(trace: Trace) -> Trace:
+    """The trace's metadata without its records (what `context` keeps of a group)."""
+    return Trace(parts={}, path=trace.path, version=trace.version, run=trace.run, machine=trace.machine,
+                 peak=trace.peak, clock=trace.clock, extra_columns=trace.extra_columns, comm_table=trace.comm_table)
+
+
 def subset(trace: Trace, ranks) -> Trace:
-    """The records of `ranks` only, with the trace's metadata (its communicator table; the world of all its ranks
-    when it has none): a group of ranks of a trace already in memory."""
+    """The records of `ranks` only, with the trace's metadata: a group of ranks of a trace already in memory."""
     wanted = pa.array(sorted(int(r) for r in ranks), pa.int64())
     parts = {k: t.filter(pc.is_in(t.column(RANK).cast(pa.int64()), wanted)) for k, t in trace.parts.items()}
     return Trace(parts={k: t for k, t in parts.items() if t.num_rows}, path=trace.path, version=trace.version,
                  run=trace.run, machine=trace.machine, peak=trace.peak, clock=trace.clock,
-                 extra_columns=trace.extra_columns, comm_table=trace.comm_table or trace.communicators)
+                 extra_columns=trace.extra_columns, comm_table=trace.comm_table)
 
 
 def split(trace: Trace, groups: int) -> list[Trace]:
