@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.records import NS, Records
-from gpt2trace.format.lanes import lane_index, lane_order
+from gpt2trace.format.lanes import distinct_index, lane_index, lane_order
 from gpt2trace.format.schema import END_NS, RANK, START_NS, STATE, THREAD, State
 
 CELL_COLUMNS = [RANK, THREAD, "bin", "count", "seconds", "share"]
@@ -54,7 +54,7 @@ def counts(states: Records, bins_per_decade: int = 10) -> Counts:
     near = np.abs(x - np.round(x)) < _NEAR_EDGE
     slot = np.floor(x[~near]).astype(np.int64)
     width = int(slot.max() - slot.min()) + 1 if len(slot) else 1
-    cell, idx = np.unique(lane[~near] * width + (slot - (slot.min() if len(slot) else 0)), return_inverse=True)
+    cell, idx = distinct_index(lane[~near] * width + (slot - (slot.min() if len(slot) else 0)))    # by counting
     return Counts(bins_per_decade, int(dur.min()) if len(dur) else None, int(dur.max()) if len(dur) else None,
                   lane_rank, lane_thread, cell // width, cell % width + (slot.min() if len(slot) else 0),
                   np.bincount(idx, minlength=len(cell)),

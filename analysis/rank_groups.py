@@ -45,7 +45,7 @@ class Gathered:
     """Pass 1: what a group of ranks tells every other (see the module docstring)."""
     bounds: steps.Bounds
     pairs: pd.DataFrame
-    extent: tuple[int, int]
+    extent: tuple[int, int] | None
     kernel_names: tuple[str, ...]
     shared: dict[str, pa.Table]
     warnings: tuple[str, ...]
@@ -65,7 +65,9 @@ def gather(group: Trace) -> Gathered:
     kern = group.records(Kind.KERNEL)
     names = tuple(kern.column(NAME).chunks[0].dictionary.to_pylist()) if (
         NAME in kern.column_names and kern.column(NAME).num_chunks) else ()
-    return Gathered(steps.bounds(group), threads(group), extent(group), names, shared,
+    bounds = steps.bounds(group)
+    span = extent(group) if bounds.level == steps.NO_STEPS else None         # the window of a trace without steps
+    return Gathered(bounds, threads(group), span, names, shared,
                     tuple(check_states(group)), group.records(Kind.STATE).num_rows > 0,
                     group.records(Kind.TASK).num_rows > 0)
 

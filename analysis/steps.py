@@ -18,6 +18,7 @@ from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, START_NS, STEP, Kind
 
 _SOURCES = ((Kind.PHASE,), (Kind.KERNEL,), Kind.ALL)      # where step boundaries come from, in order
+NO_STEPS = len(_SOURCES)                                  # the `Bounds.level` of a trace without steps
 
 
 def steps_table(trace: Trace) -> pd.DataFrame:
@@ -39,7 +40,7 @@ class Bounds:
 
 def bounds(trace: Trace) -> Bounds:
     """The trace's `Bounds` (`from_bounds` of several groups' gives the steps of all their ranks)."""
-    sub, level = None, len(_SOURCES)
+    sub, level = None, NO_STEPS
     for i, kinds in enumerate(_SOURCES):
         parts = [trace.records(k) for k in kinds]
         parts = [p.select([STEP, START_NS, END_NS]).filter(pc.is_valid(p.column(STEP)))
@@ -58,8 +59,8 @@ def bounds(trace: Trace) -> Bounds:
 
 def from_bounds(groups: list[Bounds]) -> pd.DataFrame:
     """The steps table of the ranks of all `groups` together (see `steps_table`)."""
-    level = min((b.level for b in groups), default=len(_SOURCES))
-    if level == len(_SOURCES):
+    level = min((b.level for b in groups), default=NO_STEPS)
+    if level == NO_STEPS:
         return pd.DataFrame({STEP: [], START_NS: [], END_NS: [], "seconds": []})
     chosen = [b.per_step for b in groups if b.level == level]
     agg = chosen[0] if len(chosen) == 1 else (
