@@ -150,3 +150,16 @@ def test_parts_are_picklable_and_small():
         assert size < records / 4, (size, records)
         assert pickle.loads(pickle.dumps(part)).segs.rank.tolist() == part.segs.rank.tolist()
     assert pickle.loads(pickle.dumps(gathered[0])).kernel_names == gathered[0].kernel_names
+
+
+def test_state_gaps_of_several_groups_are_counted_together():
+    # every 50th state record left out on every rank: gaps on both groups' threads, counted in one warning
+    trace = Trace.from_table(synthetic.generate(synthetic.SyntheticConfig(ranks=4, threads=2, steps=3)))
+    states = trace.parts[Kind.STATE]
+    keep = np.arange(states.num_rows) % 50 != 7
+    trace = Trace(parts={**trace.parts, Kind.STATE: states.filter(pa.array(keep))}, run=trace.run)
+    whole = plain(analyze(trace))
+    gaps = [w for w in whole["warnings"] if "gap(s) between state records" in w]
+    assert len(gaps) == 1 and int(gaps[0].split(": ")[1].split()[0]) > 2
+    assert differences(whole, plain(analyze_groups(rank_groups.split(trace, 2)))) == []
+    assert differences(whole, plain(analyze_groups(rank_groups.split(trace, 4)))) == []
