@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import pandas as pd
 
-from analysis import rank_groups
+from analysis import analyze, rank_groups, segments
 from analysis.analyze import combine
 from gpt2trace.format.reader import Trace
 
@@ -22,15 +23,32 @@ def analyze_comm(groups: Sequence[Callable[[], Trace]], comm, steps: str | None 
     """`analyze` of the trace whose rank groups `groups` load (in the order of their lowest rank), on the processes
     of `comm`; the result on process 0, None on the others. An error in pass 1 on any process (an invalid trace, a
     --steps that does not fit) is raised on every process, so that none waits for the others forever."""
-    mine = block(len(groups), comm.Get_rank(), comm.Get_size())
+    process = comm.Get_rank()
+    mine = block(len(groups), process, comm.Get_size())
     gathered, meta = _exchange(comm.allgather(_attempt(lambda: _gather(groups, mine))))
     ctx = rank_groups.context(gathered, meta, steps)
-    everything = comm.gather(_attempt(lambda: ([rank_groups.part(groups[i](), ctx, top, bins) for i in mine],
-                                               None)), root=0)
+    mine_parts = _attempt(lambda: ([rank_groups.part(groups[i](), ctx, top, bins) for i in mine], None))
+    helper = explain and comm.Get_size() > 1 and len(groups) > 1
+    if helper:         # process 1 computes the explanations across ranks while process 0 combines the rest
+        to_helper = comm.gather((None, mine_parts[1]) if mine_parts[1] else
+                                (([(p.segs, p.regions) for p in mine_parts[0][0]], None), None), root=HELPER)
+    everything = comm.gather(mine_parts, root=0)
+    if helper and process == HELPER:
+        comm.send(_attempt(lambda: ([_explain(ctx, _exchange(to_helper)[0])], None)), dest=0)
     if everything is None:
         return None
     parts, _ = _exchange(everything)
-    return combine(ctx, parts, top, peak_gflops, bins, explain)
+    explained = (lambda: _exchange([comm.recv(source=HELPER)])[0][0]) if helper else None
+    return combine(ctx, parts, top, peak_gflops, bins, explain, explained)
+
+
+HELPER = 1         # the process that computes the explanations (analysis.analyze.Explained)
+
+
+def _explain(ctx: rank_groups.Context, kernel_parts: list) -> analyze.Explained:
+    segs = segments.concat([s for s, _ in kernel_parts])
+    regions = pd.concat([r for _, r in kernel_parts], ignore_index=True)
+    return analyze.explanations(ctx, segs, {"regions": (regions, ctx.kernel_names)})
 
 
 def block(groups: int, process: int, processes: int) -> range:
