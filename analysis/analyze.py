@@ -30,6 +30,7 @@ from analysis import (
     scaling,
     segments,
     state_profile,
+    tasks,
     waits,
 )
 from analysis.comm_matrix import comm_matrix
@@ -37,7 +38,6 @@ from analysis.critical_path import critical_path_tables, main_threads
 from analysis.findings import findings
 from analysis.step_phases import step_phases
 from analysis.summary import summary, token_ranks
-from analysis.tasks import task_analysis
 from gpt2trace.format import grid as rank_grid
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import RANK
@@ -65,8 +65,7 @@ def analyze_groups(groups: Sequence[Trace | Callable[[], Trace]], steps: str | N
     """`analyze` of a trace given as groups of its ranks, in the order of their lowest rank: each a `Trace` of some
     ranks with the trace's metadata, or a function that loads one (called once per pass, so that only one group is
     in memory at a time). Two passes over each (`analysis.rank_groups`); the same result as `analyze` of the
-    whole. Raises rank_groups.NotCombinable for groups it cannot combine yet (a task-based trace in several
-    groups)."""
+    whole. Raises rank_groups.NotCombinable for groups that overlap or are out of rank order."""
     gathered, meta = [], None
     for g in groups:
         group = g() if callable(g) else g
@@ -76,7 +75,7 @@ def analyze_groups(groups: Sequence[Trace | Callable[[], Trace]], steps: str | N
     ctx = rank_groups.context(gathered, meta, steps, whole=whole)
     del gathered
     parts = [rank_groups.part(g() if callable(g) else g, ctx, top, bins) for g in groups]
-    return combine(ctx, parts, top, peak_gflops, bins, explain)
+    return combine(ctx, parts, top, peak_gflops, explain)
 
 
 @dataclass(frozen=True)
@@ -90,7 +89,7 @@ class Explained:
     critical_path: dict
 
 
-def kernels(ctx: rank_groups.Context, parts: list[rank_groups.Part]) -> dict:
+def kernel_view(ctx: rank_groups.Context, parts: list[rank_groups.Part]) -> dict:
     """The critical path's view of the kernels: the records of a whole trace, else the regions of every group."""
     if parts[0].kern is not None:
         return {"kern": parts[0].kern}
@@ -99,7 +98,7 @@ def kernels(ctx: rank_groups.Context, parts: list[rank_groups.Part]) -> dict:
 
 def explanations(ctx: rank_groups.Context, segs: segments.Segments, kernel_view: dict,
                  calls: pd.DataFrame | None = None, wait_rows: pd.DataFrame | None = None) -> Explained:
-    """The `Explained` part of the result, from the segments of every rank and `kernels`' view (`calls` and
+    """The `Explained` part of the result, from the segments of every rank and the `kernel_view` (`calls` and
     `wait_rows`: the window's MPI calls and their wait states, when the caller has them)."""
     trace, window = ctx.shared, ctx.window
     calls = mpi.calls(trace, window) if calls is None else calls
@@ -117,7 +116,7 @@ def explanations(ctx: rank_groups.Context, segs: segments.Segments, kernel_view:
 
 
 def combine(ctx: rank_groups.Context, parts: list[rank_groups.Part], top: int = 10,
-            peak_gflops: float | None = None, bins: int = 100, explain: bool = True,
+            peak_gflops: float | None = None, explain: bool = True,
             explained: Explained | Callable[[], Explained] | None = None) -> dict:
     """`analyze`'s result from the groups' `Part`s (in rank order) and the `Context` of all of them; `explained`:
     `explanations` (or what waits for them) when another process computes them."""
@@ -151,14 +150,14 @@ def combine(ctx: rank_groups.Context, parts: list[rank_groups.Part], top: int = 
     mem = memory.memory(trace, window)                                          # resident memory per rank
     summ = summary(trace, window, peak_gflops, first_stage, grid, ctx.pairs, ctx.steps)
     links = network_load.link_load(trace, calls, len(window.steps), summ.get("step_s_median"))
-    task_tables = task_analysis(trace, window) if ctx.groups == 1 else None    # None: a fork-join trace
+    task_tables = tasks.from_parts([p.tasks for p in parts])                    # None: a fork-join trace
     if task_tables and not task_tables["totals"]["edges_known"]:
         warnings.append(f"{trace.name}: its task records have no predecessors (a .prv import keeps none), so the "
                         "task graph's critical path, the ready tasks and the starvation are not known")
     running_ns = sum(float(p.pop.times["useful_ns"].sum()) for p in parts)
     if explain:                             # last: under MPI, another process computes them meanwhile
         explained = explained() if callable(explained) else (
-            explained or explanations(ctx, segs, kernels(ctx, parts), calls, wait_rows))
+            explained or explanations(ctx, segs, kernel_view(ctx, parts), calls, wait_rows))
     result = {
         "trace": trace.name,
         "window": {"t0_s": window.t0_ns / 1e9, "t1_s": window.t1_ns / 1e9, "steps": list(window.steps)},

@@ -39,7 +39,7 @@ def analyze_comm(groups: Sequence[Callable[[], Trace]], comm, steps: str | None 
         return None
     parts, _ = _exchange(everything)
     explained = (lambda: _exchange([comm.recv(source=HELPER)])[0][0]) if helper else None
-    return combine(ctx, parts, top, peak_gflops, bins, explain, explained)
+    return combine(ctx, parts, top, peak_gflops, explain, explained)
 
 
 HELPER = 1         # the process that computes the explanations (analysis.analyze.Explained)
