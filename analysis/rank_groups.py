@@ -6,9 +6,10 @@ shares and is small next to its kernel and state records: its step bounds, (rank
 and its phase, MPI and token / resident-memory counter records. From all of them, `context` fixes the window and
 builds one small `Trace` of the shared records of every rank, on which the analyses across ranks run (waits, root
 causes, delay costs, pipeline bubbles, communication matrix, network load, replay, critical path). Pass 2 (`part`)
-reduces each group's kernel and state records to a `Part`: per-thread and per-rank sums (integer nanoseconds,
-exact in any order), per-rank rows, its kernel segments and parallel regions (one per kernel invocation on a rank,
-not per thread). `analysis.analyze.combine` joins the parts and the shared records into `analyze`'s result: the
+reduces each group's kernel, state, counter and task records to a `Part`: per-thread and per-rank sums (integer
+nanoseconds, exact in any order), per-rank and per-step rows, its kernel segments and parallel regions (one per
+kernel invocation on a rank, not per thread: what the delay costs, the pipeline's late senders and the critical
+path read of every rank). `analysis.analyze.combine` joins the parts and the shared records into `analyze`'s result: the
 in-memory `analyze` is the same path with the whole trace as the only group.
 
 Everything is picklable, so groups can be spread over processes (mpi4py) and their parts reduced on one.
@@ -47,7 +48,7 @@ SHARED_COUNTERS = (Counter.TOKENS, Counter.RSS_BYTES)  # and these counters (one
 
 
 class NotCombinable(ValueError):
-    """Groups of ranks that `analyze_groups` cannot combine (yet); the message says what to do instead."""
+    """Groups of ranks that overlap or are out of rank order; the message says so."""
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,7 @@ class Part:
     counters: dict[str, float]
     tasks: dict | None          # a task-based run's (None: fork-join)
     segs: segments.Segments
-    regions: pd.DataFrame
+    regions: pd.DataFrame | None   # the critical path's view of the kernels (None: see `kern`)
     kern: Records | None        # the records themselves, when the group is the whole trace (the critical path's)
 
 
