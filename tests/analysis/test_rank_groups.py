@@ -165,3 +165,12 @@ def test_state_gaps_of_several_groups_are_counted_together():
     assert len(gaps) == 1 and int(gaps[0].split(": ")[1].split()[0]) > 2
     assert differences(whole, plain(analyze_groups(rank_groups.split(trace, 2)))) == []
     assert differences(whole, plain(analyze_groups(rank_groups.split(trace, 4)))) == []
+
+
+def test_a_group_without_state_or_kernel_records():
+    # rank 2 keeps its phases, MPI calls and counters only: its group contributes empty parts
+    trace = Trace.from_table(synthetic.generate(synthetic.SyntheticConfig(ranks=3, threads=2, steps=3)))
+    parts = {k: (t.filter(pa.compute.not_equal(t.column("rank"), 2)) if k in (Kind.STATE, Kind.KERNEL) else t)
+             for k, t in trace.parts.items()}
+    trace = Trace(parts=parts, run=trace.run, comm_table=trace.comm_table)
+    assert differences(plain(analyze(trace)), plain(analyze_groups(rank_groups.split(trace, 3)))) == []
