@@ -39,9 +39,9 @@ def task_analysis(trace: Trace, window: Window) -> dict | None:
 
 
 def part(trace: Trace, window: Window, steps: pd.DataFrame | None = None) -> dict | None:
-    """What the ranks of `trace` contribute (everything but the histogram is per rank and step; the tasks' edges
-    stay on their rank); None without tasks. `steps`: the steps table of the whole trace, when `trace` holds some
-    of its ranks."""
+    """What the ranks of `trace` contribute (the tables per rank and step, and each task's duration and name for
+    the histogram; the tasks' edges stay on their rank); None without tasks. `steps`: the steps table of the whole
+    trace, when `trace` holds some of its ranks."""
     graph = task_graph(trace, window, window.steps)
     if graph is None or len(graph.tasks) == 0:
         return None
@@ -55,7 +55,7 @@ def part(trace: Trace, window: Window, steps: pd.DataFrame | None = None) -> dic
     steps = steps.merge(med.reset_index(), on=[RANK, STEP], how="left")
     steps["per_task_runtime_s"] = steps["scheduling_s"] / steps["tasks"]
     steps["threads"] = steps[RANK].map(lambda r: threads.get(int(r), 1))
-    return {"steps": steps, "profile": prof, "on_path": on_path, "histogram": _bins(graph),
+    return {"steps": steps, "profile": prof, "on_path": on_path, "durations": _durations(graph),
             "edges_known": graph.edges_known}
 
 
@@ -73,7 +73,11 @@ def from_parts(parts: list[dict | None]) -> dict | None:
         steps[list(NEEDS_EDGES)] = np.nan
         prof["ready"] = UNKNOWN
         on_path = on_path.iloc[:0]
-    return {"steps": steps, "profile": prof, "histogram": _histogram([p["histogram"] for p in parts]),
+    # the histogram sums the tasks' times in the graph's order, so it takes every task's duration (the result's
+    # profile has two rows per task anyway)
+    durations = np.concatenate([p["durations"][0] for p in parts])
+    names = np.concatenate([np.asarray(p["durations"][1], dtype=object) for p in parts])
+    return {"steps": steps, "profile": prof, "histogram": _histogram(durations, names),
             "on_path": on_path, "path_kernels": path_by_kernel(on_path),
             "totals": {**totals(steps), "edges_known": edges_known}}
 
@@ -115,41 +119,24 @@ def profile(graph: TaskGraph) -> pd.DataFrame:
 def histogram(graph: TaskGraph, per_decade: int = BINS_PER_DECADE) -> pd.DataFrame:
     """Task durations in log bins (edges 10^(k / per_decade) s): kernel (ALL_KERNELS first, then each kernel by
     total time), lo_s, hi_s, count, seconds. Bins from the shortest to the longest task, empty ones included."""
-    return _histogram([_bins(graph, per_decade)], per_decade)
+    return _histogram(graph.duration_ns, graph.tasks[NAME].to_numpy(), per_decade)
 
 
-def _bins(graph: TaskGraph, per_decade: int = BINS_PER_DECADE) -> dict:
-    """The histogram of some ranks' tasks over their own bins: `first` (the lowest bin k), per kernel (and
-    ALL_KERNELS) counts and seconds, and the kernels' total time (`by_time`)."""
-    dur = np.maximum(graph.duration_ns, 1) / NS
+def _durations(graph: TaskGraph) -> tuple[np.ndarray, pd.Categorical]:
+    """Each task's duration and kernel name (categorical: compact when pickled), in the graph's order."""
+    return graph.duration_ns, pd.Categorical(graph.tasks[NAME].to_numpy())
+
+
+def _histogram(duration_ns: np.ndarray, names: np.ndarray, per_decade: int = BINS_PER_DECADE) -> pd.DataFrame:
+    dur = np.maximum(duration_ns, 1) / NS
     k = np.floor(np.log10(dur) * per_decade + 1e-9).astype(np.int64)
     ks = np.arange(k.min(), k.max() + 1)
-    names = graph.tasks[NAME].to_numpy()
-    by_time = pd.Series(dur).groupby(names).sum()
-    cells = {}
+    by_time = pd.Series(dur).groupby(names).sum().sort_values(ascending=False, kind="stable")
+    out = []
     for kernel in [ALL_KERNELS, *by_time.index]:
         mine = slice(None) if kernel == ALL_KERNELS else names == kernel
-        cells[kernel] = (np.bincount(k[mine] - ks[0], minlength=len(ks)),
-                         np.bincount(k[mine] - ks[0], weights=dur[mine], minlength=len(ks)))
-    return {"first": int(ks[0]), "cells": cells, "by_time": by_time}
-
-
-def _histogram(parts: list[dict], per_decade: int = BINS_PER_DECADE) -> pd.DataFrame:
-    """`histogram` from the `_bins` of groups of ranks (in rank order): their bins aligned, their sums added."""
-    lo = min(p["first"] for p in parts)
-    ks = np.arange(lo, max(p["first"] + len(p["cells"][ALL_KERNELS][0]) for p in parts))
-    by_time = parts[0]["by_time"]
-    for p in parts[1:]:
-        by_time = by_time.add(p["by_time"], fill_value=0.0)
-    out = []
-    for kernel in [ALL_KERNELS, *by_time.sort_values(ascending=False, kind="stable").index]:
-        counts, time = np.zeros(len(ks), dtype=np.int64), np.zeros(len(ks))
-        for p in parts:
-            if kernel in p["cells"]:
-                c, t = p["cells"][kernel]
-                at = slice(p["first"] - lo, p["first"] - lo + len(c))
-                counts[at] += c
-                time[at] += t
+        counts = np.bincount(k[mine] - ks[0], minlength=len(ks))
+        time = np.bincount(k[mine] - ks[0], weights=dur[mine], minlength=len(ks))
         out.append(pd.DataFrame({"kernel": kernel, "lo_s": 10.0 ** (ks / per_decade),
                                  "hi_s": 10.0 ** ((ks + 1) / per_decade), "count": counts, "seconds": time}))
     return pd.concat(out, ignore_index=True)
