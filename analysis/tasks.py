@@ -35,26 +35,47 @@ def task_analysis(trace: Trace, window: Window) -> dict | None:
     step), `profile` (piecewise-constant ready/running per rank and step), `histogram` (all tasks, then per
     kernel), `on_path` (the critical paths' tasks), `path_kernels` (their time by kernel and layer) and `totals`
     (the window's numbers, summed over ranks and steps)."""
+    return from_parts([part(trace, window)])
+
+
+def part(trace: Trace, window: Window, steps: pd.DataFrame | None = None) -> dict | None:
+    """What the ranks of `trace` contribute (everything but the histogram is per rank and step; the tasks' edges
+    stay on their rank); None without tasks. `steps`: the steps table of the whole trace, when `trace` holds some
+    of its ranks."""
     graph = task_graph(trace, window, window.steps)
     if graph is None or len(graph.tasks) == 0:
         return None
     threads = _threads_per_rank(trace)
     prof = profile(graph)
     cp, on_path = critical_paths(graph)
-    shares = state_shares(trace, graph, threads)
+    shares = state_shares(trace, graph, threads, steps)
     starved = starvation(prof, threads)
     steps = cp.merge(shares, on=[RANK, STEP], how="left").merge(starved, on=[RANK, STEP], how="left")
     med = graph.tasks.assign(d=graph.duration_ns).groupby([RANK, STEP])["d"].median().rename("median_task_s") / NS
     steps = steps.merge(med.reset_index(), on=[RANK, STEP], how="left")
     steps["per_task_runtime_s"] = steps["scheduling_s"] / steps["tasks"]
     steps["threads"] = steps[RANK].map(lambda r: threads.get(int(r), 1))
-    if not graph.edges_known:
+    return {"steps": steps, "profile": prof, "on_path": on_path, "histogram": _bins(graph),
+            "edges_known": graph.edges_known}
+
+
+def from_parts(parts: list[dict | None]) -> dict | None:
+    """`task_analysis` of the ranks of all `parts` (in rank order); None when none has tasks."""
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return None
+    join = (lambda key: parts[0][key]) if len(parts) == 1 else (
+        lambda key: pd.concat([p[key] for p in parts], ignore_index=True))
+    steps, prof, on_path = join("steps"), join("profile"), join("on_path")
+    edges_known = all(p["edges_known"] for p in parts)
+    if not edges_known:
         # without the edges, every task would count as a root: no critical path, no ready counts
         steps[list(NEEDS_EDGES)] = np.nan
         prof["ready"] = UNKNOWN
         on_path = on_path.iloc[:0]
-    return {"steps": steps, "profile": prof, "histogram": histogram(graph), "on_path": on_path,
-            "path_kernels": path_by_kernel(on_path), "totals": {**totals(steps), "edges_known": graph.edges_known}}
+    return {"steps": steps, "profile": prof, "histogram": _histogram([p["histogram"] for p in parts]),
+            "on_path": on_path, "path_kernels": path_by_kernel(on_path),
+            "totals": {**totals(steps), "edges_known": edges_known}}
 
 
 def ready_ns(graph: TaskGraph) -> np.ndarray:
@@ -94,24 +115,51 @@ def profile(graph: TaskGraph) -> pd.DataFrame:
 def histogram(graph: TaskGraph, per_decade: int = BINS_PER_DECADE) -> pd.DataFrame:
     """Task durations in log bins (edges 10^(k / per_decade) s): kernel (ALL_KERNELS first, then each kernel by
     total time), lo_s, hi_s, count, seconds. Bins from the shortest to the longest task, empty ones included."""
+    return _histogram([_bins(graph, per_decade)], per_decade)
+
+
+def _bins(graph: TaskGraph, per_decade: int = BINS_PER_DECADE) -> dict:
+    """The histogram of some ranks' tasks over their own bins: `first` (the lowest bin k), per kernel (and
+    ALL_KERNELS) counts and seconds, and the kernels' total time (`by_time`)."""
     dur = np.maximum(graph.duration_ns, 1) / NS
     k = np.floor(np.log10(dur) * per_decade + 1e-9).astype(np.int64)
     ks = np.arange(k.min(), k.max() + 1)
     names = graph.tasks[NAME].to_numpy()
-    by_time = pd.Series(dur).groupby(names).sum().sort_values(ascending=False, kind="stable")
-    out = []
+    by_time = pd.Series(dur).groupby(names).sum()
+    cells = {}
     for kernel in [ALL_KERNELS, *by_time.index]:
         mine = slice(None) if kernel == ALL_KERNELS else names == kernel
-        counts = np.bincount(k[mine] - ks[0], minlength=len(ks))
-        time = np.bincount(k[mine] - ks[0], weights=dur[mine], minlength=len(ks))
+        cells[kernel] = (np.bincount(k[mine] - ks[0], minlength=len(ks)),
+                         np.bincount(k[mine] - ks[0], weights=dur[mine], minlength=len(ks)))
+    return {"first": int(ks[0]), "cells": cells, "by_time": by_time}
+
+
+def _histogram(parts: list[dict], per_decade: int = BINS_PER_DECADE) -> pd.DataFrame:
+    """`histogram` from the `_bins` of groups of ranks (in rank order): their bins aligned, their sums added."""
+    lo = min(p["first"] for p in parts)
+    ks = np.arange(lo, max(p["first"] + len(p["cells"][ALL_KERNELS][0]) for p in parts))
+    by_time = parts[0]["by_time"]
+    for p in parts[1:]:
+        by_time = by_time.add(p["by_time"], fill_value=0.0)
+    out = []
+    for kernel in [ALL_KERNELS, *by_time.sort_values(ascending=False, kind="stable").index]:
+        counts, time = np.zeros(len(ks), dtype=np.int64), np.zeros(len(ks))
+        for p in parts:
+            if kernel in p["cells"]:
+                c, t = p["cells"][kernel]
+                at = slice(p["first"] - lo, p["first"] - lo + len(c))
+                counts[at] += c
+                time[at] += t
         out.append(pd.DataFrame({"kernel": kernel, "lo_s": 10.0 ** (ks / per_decade),
                                  "hi_s": 10.0 ** ((ks + 1) / per_decade), "count": counts, "seconds": time}))
     return pd.concat(out, ignore_index=True)
 
 
-def state_shares(trace: Trace, graph: TaskGraph, threads: dict[int, int]) -> pd.DataFrame:
-    """Per rank and step of the graph: thread_s (threads x step time), scheduling_s, idle_s and their shares."""
-    steps = steps_table(trace)
+def state_shares(trace: Trace, graph: TaskGraph, threads: dict[int, int],
+                 steps: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per rank and step of the graph: thread_s (threads x step time), scheduling_s, idle_s and their shares.
+    `steps`: `steps_table(trace)`, or that of the whole trace when `trace` holds some of its ranks."""
+    steps = steps_table(trace) if steps is None else steps
     steps = steps[steps[STEP].isin(graph.tasks[STEP].unique())]
     st = records(trace, Kind.STATE, (RANK, THREAD, STATE))
     rows = []

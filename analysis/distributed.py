@@ -1,0 +1,90 @@
+"""`analyze` spread over MPI processes, as Scalasca's parallel trace analyzer: each process takes a block of the
+trace's rank groups, and the small summaries of `analysis.rank_groups` are exchanged.
+
+Pass 1: every process gathers its groups and all of them exchange what they gathered (an allgather: the window and
+the analyses across ranks need every rank's phases and MPI calls). Pass 2: each process reduces its groups to
+`Part`s, which go to process 0; it combines them into `analyze`'s result. The communicator is passed in (any
+object with mpi4py's `Get_rank`, `Get_size`, `allgather` and `gather`), so `COMM_SELF` gives the one-process path.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from analysis import analyze, rank_groups, segments
+from analysis.analyze import combine
+from gpt2trace.format.reader import Trace
+
+
+def analyze_comm(groups: Sequence[Callable[[], Trace]], comm, steps: str | None = None, top: int = 10,
+                 peak_gflops: float | None = None, bins: int = 100, explain: bool = True) -> dict | None:
+    """`analyze` of the trace whose rank groups `groups` load (in the order of their lowest rank), on the processes
+    of `comm`; the result on process 0, None on the others. An error on any process in pass 1 (an invalid trace, a
+    --steps that does not fit) is raised on every process, so that none waits for the others forever; one in pass
+    2 on process 0."""
+    process = comm.Get_rank()
+    mine = block(len(groups), process, comm.Get_size())
+    gathered = _values(comm.allgather(_attempt(lambda: _gather(groups, mine))))
+    meta = next(m for _, m in gathered if m is not None)
+    ctx = rank_groups.context([g for gs, _ in gathered for g in gs], meta, steps)
+    parts = _attempt(lambda: [rank_groups.part(groups[i](), ctx, top, bins) for i in mine])
+    helper = explain and comm.Get_size() > 1 and len(groups) > 1
+    if helper:         # process 1 computes the explanations across ranks while process 0 combines the rest
+        kernels = comm.gather(_then(parts, lambda ps: [(p.segs, p.regions) for p in ps]), root=HELPER)
+        parts = _then(parts, lambda ps: [replace(p, regions=None) for p in ps])     # process 0 does not need them
+    everything = comm.gather(parts, root=0)
+    if helper and process == HELPER:
+        comm.send(_attempt(lambda: _explain(ctx, [k for ks in _values(kernels) for k in ks])), dest=0)
+    if everything is None:
+        return None
+    explained = (lambda: _values([comm.recv(source=HELPER)])[0]) if helper else None
+    return combine(ctx, [p for ps in _values(everything) for p in ps], top, peak_gflops, explain, explained)
+
+
+HELPER = 1         # the process that computes the explanations (analysis.analyze.Explained)
+
+
+def block(groups: int, process: int, processes: int) -> range:
+    """The groups of one process: a contiguous block, the first ones one larger when they do not divide evenly."""
+    bounds = np.r_[0, np.cumsum([len(b) for b in np.array_split(np.arange(groups), processes)])]
+    return range(int(bounds[process]), int(bounds[process + 1]))
+
+
+def _gather(groups: Sequence[Callable[[], Trace]], mine: range) -> tuple[list, Trace | None]:
+    """Pass 1 over this process's groups, and the trace's metadata (that of its first group)."""
+    out, meta = [], None
+    for i in mine:
+        group = groups[i]()
+        out.append(rank_groups.gather(group))
+        meta = meta or rank_groups.metadata(group)
+    return out, meta
+
+
+def _explain(ctx: rank_groups.Context, kernel_parts: list) -> analyze.Explained:
+    segs = segments.concat([s for s, _ in kernel_parts])
+    regions = pd.concat([r for _, r in kernel_parts], ignore_index=True)
+    return analyze.explanations(ctx, segs, {"regions": (regions, ctx.kernel_names)})
+
+
+# What a process sends: (value, None), or (None, the exception it raised) for every process to raise.
+def _attempt(work: Callable[[], object]) -> tuple:
+    try:
+        return work(), None
+    except Exception as exc:            # noqa: BLE001 - sent to the other processes, raised there
+        return None, exc
+
+
+def _then(outcome: tuple, f: Callable) -> tuple:
+    value, exc = outcome
+    return (f(value), None) if exc is None else outcome
+
+
+def _values(outcomes: list[tuple]) -> list:
+    """The processes' values in process order (their blocks are in group order); the first exception raised."""
+    for _, exc in outcomes:
+        if exc is not None:
+            raise exc
+    return [value for value, _ in outcomes]
