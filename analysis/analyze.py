@@ -206,7 +206,12 @@ def _tasks_json(tables: dict) -> dict:
 def analyze_many(traces: list[Trace], steps: str | None = None, top: int = 10,
                  peak_gflops: float | None = None) -> dict:
     """One result per trace and, with two or more, the model-factors table with the first as reference."""
-    results = [analyze(t, steps, top, peak_gflops) for t in traces]
+    return many([analyze(t, steps, top, peak_gflops) for t in traces])
+
+
+def many(results: list[dict]) -> dict:
+    """The results of several traces' `analyze` together, and with two or more the model-factors table with the
+    first as reference."""
     out: dict = {"traces": results}
     if len(results) > 1:
         table = scaling.modelfactors(results)

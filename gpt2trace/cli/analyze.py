@@ -18,6 +18,7 @@ from gpt2trace.cli.common import console, err_console, fail, json_output, output
 from gpt2trace.cli.memory_tables import render_memory
 from gpt2trace.cli.tables import Col, print_table
 from gpt2trace.format.errors import OutputError, TraceError
+from gpt2trace.format.limits import GROUP_RECORDS
 
 TRACES_HELP = ("Trace file(s): Parquet, or Paraver .prv/.prv.gz (with its .pcf and .row beside it); with several, "
                "a model-factors table with the first as reference.")
@@ -39,6 +40,10 @@ def analyze(
     html_out: Annotated[Path | None, typer.Option(
         "--html", metavar="PATH", help="Also write the interactive HTML report of the trace to PATH (one "
         "trace).")] = None,
+    group_records: Annotated[int, typer.Option(
+        "--group-records", min=1, metavar="N", help="A Parquet trace of more records is read group of ranks by "
+        "group of ranks of at most N records each (about 250 bytes of memory each at the peak); under mpiexec the "
+        "groups are shared among the processes.")] = GROUP_RECORDS,
 ) -> None:
     """Where the time went: POP efficiencies, load imbalance, MPI waits and their cause, thread occupancy."""
     if html_out is not None and len(traces) > 1:
@@ -52,23 +57,38 @@ def analyze(
     if json_target and json_target.file and html_file and json_target.file.path.resolve() == html_file.path.resolve():
         fail(f"--json and --html both name {html_out}; give each its own file")
 
-    from analysis.analyze import analyze_many
+    from analysis.analyze import many
     from analysis.window import WindowError, parse_steps
-    from gpt2trace.interop.loader import load
+    from gpt2trace.cli.grouped import Processes, analyze_file
+    from gpt2trace.cli.progress import progress
+    processes = Processes.of_job()
     try:
         if steps is not None:
             parse_steps(steps)
-        loaded = [load(p) for p in traces]
-        result = analyze_many(loaded, steps=steps, top=top, peak_gflops=peak_gflops)
+        results, loaded = [], []
+        for p in traces:
+            with progress(f"analyzing {p}", unit="records read") as advance:
+                res, trace = analyze_file(p, processes, steps, top, peak_gflops, advance, group_records)
+            results.append(res)
+            loaded.append(trace)
     except (TraceError, WindowError) as exc:
+        if not processes.first:        # process 0 says it; the others leave quietly
+            raise typer.Exit(code=2) from None
         fail(str(exc))
+    if not processes.first:
+        return
+    result = many(results)
     said = err_console if to_stdout else console            # where "written to" lines go
     try:
         if json_target is not None:
             json_target.write(result if len(traces) > 1 else result["traces"][0], said)
         if html_file is not None:
             from gpt2trace.report import write as write_report
-            write_report(loaded[0], html_file.path, result=result["traces"][0], steps=steps, top=top)
+            from gpt2trace.report import write_file
+            if loaded[0] is not None:
+                write_report(loaded[0], html_file.path, result=result["traces"][0], steps=steps, top=top)
+            else:                      # the trace was analyzed group by group: the report reads it so too
+                write_file(traces[0], html_file.path, result=result["traces"][0], steps=steps, top=top)
             said.print(f"report: {html_file.shown()}", soft_wrap=True)
     except OutputError as exc:
         fail(str(exc))

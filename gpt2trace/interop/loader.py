@@ -16,6 +16,11 @@ def is_otf2(path: Path) -> bool:
     return path.name.endswith(ANCHOR_SUFFIX) or is_archive_dir(path)
 
 
+def is_parquet(path: Path) -> bool:
+    """What `load` reads as our Parquet trace (neither Paraver nor OTF2)."""
+    return not (is_otf2(path) or path.name.endswith(PARAVER_SUFFIXES))
+
+
 def load(path: str | Path) -> Trace:
     """The trace in `path`: .prv/.prv.gz (with the .pcf/.row beside it) through the Paraver importer, an OTF2
     archive (its anchor file or folder) through the OTF2 importer, anything else as our Parquet trace. Every
