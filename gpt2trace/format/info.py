@@ -14,12 +14,9 @@ from pathlib import Path
 import pyarrow.compute as pc
 
 from gpt2trace.format.lanes import distinct_lanes
+from gpt2trace.format.limits import GROUP_RECORDS
 from gpt2trace.format.reader import Trace, load, rank_groups
 from gpt2trace.format.schema import END_NS, RANK, START_NS, STEP, THREAD, Kind
-
-# Records loaded at once by `file_info`: about 170 bytes each in memory (issue 17), so ~700 MB at most (a rank
-# with more records is loaded alone).
-GROUP_RECORDS = 4_000_000
 
 
 def trace_info(trace: Trace) -> dict:
