@@ -10,21 +10,35 @@ records whatever the length: 100 M records (64 ranks x 4 threads) fit on a 24 GB
     python benchmarks/big_trace.py generate --records 100000000 --ranks 64 --threads 4 -o big.parquet
 
 prints what it wrote as JSON: records, steps, file size, seconds, and this process's peak RSS.
+
+    python benchmarks/big_trace.py measure big.parquet [--processes 2] [--repeat 3]
+
+measures, each in a fresh process and alternating the variants in every round (a shared machine drifts),
+`gpt2trace analyze` by one process (group of ranks by group of ranks, gpt2trace/cli/grouped.py) and under
+`mpiexec -n K`, and `gpt2trace info`: wall time (median and range), the largest process's peak RSS, and the
+speed-up of K processes over one (one process's median over K's); it checks that every analysis gave the same
+JSON. Prints a table and writes benchmarks/results/big_trace.json.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import statistics
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
 from analyze_speed import config as analyze_config
+from child import run as child
 
 from gpt2trace.format.rank_order import RankOrderedWriter
+from gpt2trace.run.mpiexec import find_mpiexec
 from gpt2trace.testing import synthetic
+from trainer.cpu import cpu_model
 
 LAYERS = 12
 
@@ -54,6 +68,53 @@ def write_synthetic(path: str | Path, ranks: int, threads: int, records: int, se
             "seed": seed}
 
 
+RESULTS = Path(__file__).resolve().parent / "results"
+TARGETS = {"analyze_s": 60.0, "analyze_peak_mb": 4096.0, "speedup": 1.7}
+
+
+def measure(trace: Path, processes: int, repeat: int) -> dict:
+    """The variants of the module docstring, `repeat` rounds; every analyze's JSON compared with the first."""
+    records = json.loads(child(["-m", "gpt2trace", "info", str(trace), "--json"]).stdout)["records"]
+    variants = {"analyze, 1 process": ([], ["-m", "gpt2trace", "analyze", str(trace)]),
+                f"analyze, mpiexec -n {processes}": ([find_mpiexec(), "-n", str(processes)],
+                                                     ["-m", "gpt2trace", "analyze", str(trace)]),
+                "info": ([], ["-m", "gpt2trace", "info", str(trace), "--json"])}
+    runs: dict[str, list] = {name: [] for name in variants}
+    reference = None
+    with tempfile.TemporaryDirectory() as tmp:
+        for round_ in range(repeat):
+            for name, (launcher, args) in variants.items():
+                out = Path(tmp) / "out.json"
+                extra = ["--json", str(out)] if "analyze" in name else []
+                c = child([*args, *extra], launcher)
+                if c.exit_code != 0:
+                    raise SystemExit(f"{name} failed ({c.exit_code}): {c.stderr[-2000:]}")
+                if extra:
+                    result = out.read_text()
+                    reference = reference or result
+                    if result != reference:
+                        raise SystemExit(f"{name}: a different result from the first analysis")
+                runs[name].append({"wall_s": c.wall_s, "peak_rss_mb": c.peak_rss_mb})
+                print(f"round {round_ + 1}/{repeat} {name}: {c.wall_s:.1f} s, {c.peak_rss_mb:,.0f} MB", flush=True)
+    rows = {name: {"wall_s_median": statistics.median(r["wall_s"] for r in rs),
+                   "wall_s_range": [min(r["wall_s"] for r in rs), max(r["wall_s"] for r in rs)],
+                   "peak_rss_mb": max(r["peak_rss_mb"] for r in rs), "runs": rs} for name, rs in runs.items()}
+    one, many = rows["analyze, 1 process"], rows[f"analyze, mpiexec -n {processes}"]
+    return {"trace": str(trace), "records": records, "parquet_mb": trace.stat().st_size / 2**20,
+            "processes": processes, "rows": rows, "speedup": one["wall_s_median"] / many["wall_s_median"],
+            "targets": TARGETS, "cpu": cpu_model(), "cpus": os.cpu_count(), "load_average": os.getloadavg()}
+
+
+def print_measured(res: dict) -> None:
+    print(f"\n{res['records']:,} records ({res['parquet_mb']:,.0f} MB) on {res['cpu']}, {res['cpus']} CPUs")
+    print(f"{'command':<28} {'wall s (median)':>15} {'range':>15} {'peak RSS MB':>12}")
+    for name, r in res["rows"].items():
+        lo, hi = r["wall_s_range"]
+        print(f"{name:<28} {r['wall_s_median']:>15.1f} {f'{lo:.1f}..{hi:.1f}':>15} {r['peak_rss_mb']:>12,.0f}")
+    print(f"speed-up of {res['processes']} processes over one: {res['speedup']:.2f}x (target {TARGETS['speedup']}x); "
+          f"targets for one process: {TARGETS['analyze_s']:.0f} s, {TARGETS['analyze_peak_mb']:,.0f} MB")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -63,7 +124,18 @@ def main() -> None:
     gen.add_argument("--threads", type=int, default=4)
     gen.add_argument("--seed", type=int, default=1)
     gen.add_argument("-o", "--output", type=Path, required=True)
+    meas = commands.add_parser("measure", help="Time analyze (one process, mpiexec) and info on a trace.")
+    meas.add_argument("trace", type=Path)
+    meas.add_argument("--processes", type=int, default=2)
+    meas.add_argument("--repeat", type=int, default=3)
     opts = parser.parse_args()
+    if opts.command == "measure":
+        res = measure(opts.trace, opts.processes, opts.repeat)
+        print_measured(res)
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "big_trace.json").write_text(json.dumps(res, indent=1) + "\n")
+        print(f"wrote {RESULTS / 'big_trace.json'}")
+        return
     if opts.ranks < 1 or opts.threads < 1 or opts.records < 1:
         print("error: --records, --ranks and --threads must be >= 1", file=sys.stderr)
         sys.exit(2)

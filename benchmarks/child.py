@@ -24,11 +24,12 @@ class Child:
     stderr: str
 
 
-def run(args: list[str]) -> Child:
-    """`python ARGS` in a child process, timed from here (interpreter start and imports included)."""
+def run(args: list[str], launcher: list[str] = ()) -> Child:
+    """`python ARGS` in a child process, timed from here (interpreter start and imports included); `launcher`
+    goes before it (`mpiexec -n 2`: the peak RSS is then the largest process's)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, *args], stdout=out, stderr=err, text=True)
+        proc = subprocess.Popen([*launcher, sys.executable, *args], stdout=out, stderr=err, text=True)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t
         proc.returncode = os.waitstatus_to_exitcode(status)
