@@ -5,6 +5,7 @@ Fractions in [0, 1], times in seconds; tables become lists of row dicts with Non
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -15,31 +16,30 @@ from analysis import (
     counters,
     delay,
     groups,
+    imbalance,
+    kernel_threads,
     memory,
     mpi,
     network_load,
+    occupancy,
     pipeline,
     pop,
+    rank_groups,
     rootcause,
     scaling,
     segments,
+    state_profile,
     waits,
 )
 from analysis.comm_matrix import comm_matrix
-from analysis.critical_path import critical_path_tables
+from analysis.critical_path import critical_path_tables, main_threads
 from analysis.findings import findings
-from analysis.imbalance import imbalance
-from analysis.kernel_threads import kernel_threads
-from analysis.occupancy import occupancy
-from analysis.records import records, threads
-from analysis.state_profile import state_profile
 from analysis.step_phases import step_phases
 from analysis.summary import summary, token_ranks
 from analysis.tasks import task_analysis
-from analysis.window import select
 from gpt2trace.format import grid as rank_grid
-from gpt2trace.format.reader import Trace, check_states
-from gpt2trace.format.schema import RANK, STATE, THREAD, Kind
+from gpt2trace.format.reader import Trace
+from gpt2trace.format.schema import RANK
 
 
 def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: float | None = None,
@@ -56,16 +56,39 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
     and the communication matrix (None), which `diff` does not compare.
     Raises TraceError for an invalid trace and WindowError for a `steps` that does not fit it.
     """
-    warnings = check_states(trace)
-    window = select(trace, steps)
-    ranks = np.unique(threads(trace)[RANK].to_numpy())
-    grid = rank_grid.of_trace(trace)
+    return analyze_groups([trace], steps, top, peak_gflops, bins, explain)
+
+
+def analyze_groups(groups: Sequence[Trace | Callable[[], Trace]], steps: str | None = None, top: int = 10,
+                   peak_gflops: float | None = None, bins: int = 100, explain: bool = True) -> dict:
+    """`analyze` of a trace given as groups of its ranks, in the order of their lowest rank: each a `Trace` of some
+    ranks with the trace's metadata, or a function that loads one (called once per pass, so that only one group is
+    in memory at a time). Two passes over each (`analysis.rank_groups`); the same result as `analyze` of the
+    whole. Raises rank_groups.NotCombinable for groups it cannot combine yet (a task-based trace in several
+    groups)."""
+    gathered, meta = [], None
+    for g in groups:
+        group = g() if callable(g) else g
+        gathered.append(rank_groups.gather(group))
+        meta = meta or rank_groups.metadata(group)
+    whole = groups[0] if len(groups) == 1 and isinstance(groups[0], Trace) else None
+    ctx = rank_groups.context(gathered, meta, steps, whole=whole)
+    del gathered
+    parts = [rank_groups.part(g() if callable(g) else g, ctx, top, bins) for g in groups]
+    return combine(ctx, parts, top, peak_gflops, bins, explain)
+
+
+def combine(ctx: rank_groups.Context, parts: list[rank_groups.Part], top: int = 10,
+            peak_gflops: float | None = None, bins: int = 100, explain: bool = True) -> dict:
+    """`analyze`'s result from the groups' `Part`s (in rank order) and the `Context` of all of them."""
+    trace, window = ctx.shared, ctx.window
+    warnings = list(ctx.warnings)
+    ranks = np.unique(ctx.pairs[RANK].to_numpy())
+    grid = rank_grid.from_run(trace.run, int(ranks.max()) + 1 if len(ranks) else 1, (trace.comm_table or {}).values())
     if grid.note:
         warnings.append(f"rank coordinates from the {grid.source} ({grid.text()}): {grid.note}")
-    kern = segments.kernel_records(trace, window)
-    segs = segments.segments(kern)
+    segs = segments.concat([p.segs for p in parts])
     calls = mpi.calls(trace, window)
-    states = records(trace, Kind.STATE, (RANK, THREAD, STATE), window)
     wait_rows = waits.wait_states(calls)
     costs = delay.delay_costs(calls, wait_rows, segs, window, keys=(mpi.GROUP,)) if explain else None
     total_wait = wait_rows["wait_ns"].sum() / 1e9
@@ -73,33 +96,40 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
               .agg(count=("wait_ns", "size"), wait_s=("wait_ns", "sum")).sort_values("wait_s", ascending=False))
     by_state["wait_s"] = by_state["wait_s"] / 1e9
     by_state["share"] = by_state["wait_s"] / total_wait if total_wait > 0 else 0.0
-    occ = occupancy(trace, window, segs, top=top, bins=bins, states=states)
+    occ = occupancy.from_parts([p.occupancy for p in parts], segs, top)
     per_rank = occ["per_rank"]
-    factors = pop.pop(trace, window, calls, states, kern)
+    factors = pop.from_parts([p.pop for p in parts], calls, window)
     warnings += pop.warnings(factors)
-    burst_hist = bursts.histogram(states)
+    burst_hist = bursts.from_counts([p.bursts for p in parts])
     layout = groups.parallel(trace)
     per_call = waits.per_call(calls, wait_rows)
     per_call["split"] = [groups.split_of(g, layout) for g in per_call[mpi.GROUP]]
-    imbalanced = imbalance(kern, segs, ranks)
+    imbalanced = imbalance.from_parts(segs, ranks, [p.imbalance for p in parts])
     imbalanced["cause"] = [groups.cause(k, layout) if s == "ranks" else None
                            for k, s in zip(imbalanced["kernel"], imbalanced["scope"])]
-    pipe = pipeline.pipeline(trace, window, calls, wait_rows, segs)
+    pipe = pipeline.pipeline(trace, window, calls, wait_rows, segs, ctx.steps)
     first_stage = token_ranks(pipe, grid, ranks)
     mem = memory.memory(trace, window)                                          # resident memory per rank
-    summ = summary(trace, window, peak_gflops, first_stage, grid)
+    summ = summary(trace, window, peak_gflops, first_stage, grid, ctx.pairs, ctx.steps)
     links = network_load.link_load(trace, calls, len(window.steps), summ.get("step_s_median"))
-    task_tables = task_analysis(trace, window)                                 # None: a fork-join trace
+    task_tables = task_analysis(trace, window) if ctx.groups == 1 else None    # None: a fork-join trace
     if task_tables and not task_tables["totals"]["edges_known"]:
         warnings.append(f"{trace.name}: its task records have no predecessors (a .prv import keeps none), so the "
                         "task graph's critical path, the ready tasks and the starvation are not known")
+    running_ns = sum(float(p.pop.times["useful_ns"].sum()) for p in parts)
+    path = None
+    if explain:
+        given = ({"kern": parts[0].kern} if parts[0].kern is not None else
+                 {"regions": (pd.concat([p.regions for p in parts], ignore_index=True), ctx.kernel_names)})
+        path = critical_path_tables(trace, window, calls, main=main_threads(trace, ctx.pairs), steps=ctx.steps,
+                                    **given)
     result = {
         "trace": trace.name,
         "window": {"t0_s": window.t0_ns / 1e9, "t1_s": window.t1_ns / 1e9, "steps": list(window.steps)},
         "summary": {k: (rows(v) if isinstance(v, pd.DataFrame) else v)
                     for k, v in summ.items()},
         "pop": factors,
-        "counters": counters.counters(trace, window, states),       # useful IPC and frequency (hardware counters)
+        "counters": counters.from_parts([p.counters for p in parts], running_ns),   # useful IPC and frequency
         "parallel": layout,
         "imbalance": rows(imbalanced),
         "waits": {"total_wait_s": total_wait, "calls": rows(per_call), "states": rows(by_state),
@@ -115,15 +145,17 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
         "root_causes": [{**r, "text": rootcause.sentence(r)} for r in rows(rootcause.table(costs))] if explain else [],
         "delay_costs": ({k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in delay.summary(costs).items()}
                         if explain else None),                                  # root causes through chains
-        "states": {k: rows(v) for k, v in state_profile(states, window).items()},
+        "states": {k: rows(v) for k, v in
+                   state_profile.from_lanes(state_profile.LaneStates.concat([p.states for p in parts]),
+                                            window).items()},
         "occupancy": {"mean_occupancy": float(per_rank["mean_occupancy"].mean()) if len(per_rank) else None,
                       "serial_s": float(per_rank["serial_s"].sum()),
                       **{k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in occ.items()}},
-        "step_phases": {k: rows(v) for k, v in step_phases(trace).items()},      # every step, not only the window
-        "kernel_threads": rows(kernel_threads(kern)),
+        "step_phases": {k: rows(v) for k, v in step_phases(trace, ctx.steps).items()},   # every step, not only the
+        "kernel_threads": rows(kernel_threads.from_cells([p.kernel_threads for p in parts])),           # window
         # the path's segments as columns: one row per stretch would be most of the JSON on a large trace
         "critical_path": {k: (columns(v) if k == "segments" else rows(v) if isinstance(v, pd.DataFrame) else v)
-                          for k, v in critical_path_tables(trace, window, calls, kern).items()} if explain else None,
+                          for k, v in path.items()} if explain else None,
         "bursts": {"edges_s": burst_hist["edges_s"], "cells": rows(burst_hist["cells"])},
         "tasks": _tasks_json(task_tables) if task_tables else None,
         "warnings": warnings,

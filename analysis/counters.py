@@ -35,22 +35,40 @@ KEYS = ("useful_instructions", "useful_cycles", "ipc", "frequency_ghz")
 
 def counters(trace: Trace, window: Window, states: Records | None = None) -> dict:
     """{useful_instructions, useful_cycles, ipc, frequency_ghz} of the window (None without the counters)."""
-    out = dict.fromkeys(KEYS)
+    st = states if states is not None else records(trace, Kind.STATE, (RANK, THREAD, STATE), window)
+    running_ns = int(((st[END_NS] - st[START_NS]) * (st[STATE] == State.RUNNING)).sum())
+    return from_parts([part(trace, window, st)], running_ns)
+
+
+def part(trace: Trace, window: Window, states: Records) -> dict[str, float]:
+    """The useful instructions and cycles of the ranks of `trace` (`states`: their window's state records), for
+    the counters they have (empty: none)."""
     rec = records(trace, Kind.COUNTER, (RANK, THREAD, NAME, VALUE), None)
     if INSTRUCTIONS not in rec.names and CYCLES not in rec.names:
-        return out
-    st = states if states is not None else records(trace, Kind.STATE, (RANK, THREAD, STATE), window)
+        return {}
     t = rec[START_NS]
     inside = (t > window.t0_ns) & (t <= window.t1_ns) & ~_repeated(rec)   # a value closes the burst (t_prev, t]
-    running = _closes_running(st, rec[RANK][inside], rec[THREAD][inside], t[inside])
+    running = _closes_running(states, rec[RANK][inside], rec[THREAD][inside], t[inside])
     value, name = rec[VALUE][inside], rec[NAME][inside]
     totals = {}
     for key, counter in (("useful_instructions", INSTRUCTIONS), ("useful_cycles", CYCLES)):
         if counter in rec.names:
             sel = running & (name == rec.names.index(counter))
             totals[key] = float(np.nansum(value[sel]))
+    return totals
+
+
+def from_parts(parts: list[dict[str, float]], running_ns: int) -> dict:
+    """`counters` from the `part`s of groups of ranks and the Running nanoseconds of all their threads."""
+    out = dict.fromkeys(KEYS)
+    if not any(parts):
+        return out
+    totals = {}
+    for p in parts:
+        for key, value in p.items():
+            totals[key] = totals[key] + value if key in totals else value
     out.update(totals)
-    useful_s = float(((st[END_NS] - st[START_NS]) * (st[STATE] == State.RUNNING)).sum()) / NS
+    useful_s = float(running_ns) / NS
     ins, cyc = totals.get("useful_instructions"), totals.get("useful_cycles")
     if ins is not None and cyc:
         out["ipc"] = ins / cyc

@@ -57,20 +57,26 @@ class CriticalPath:
 
 
 def critical_path(trace: Trace, window: Window, calls: pd.DataFrame | None = None,
-                  kern: Records | None = None, main: pd.Series | None = None) -> CriticalPath:
+                  kern: Records | None = None, main: pd.Series | None = None,
+                  regions: tuple[pd.DataFrame, tuple[str, ...]] | None = None,
+                  steps: pd.DataFrame | None = None) -> CriticalPath:
     """The critical path of the window. `calls` is `mpi.calls(trace, window)`, `kern` the window's kernel
-    records (`segments.kernel_records`) and `main` `main_threads(trace)`, when the caller has them."""
+    records (`segments.kernel_records`), `main` `main_threads(trace)` and `steps` `steps_table(trace)`, when the
+    caller has them; `regions`: `kernel_regions(kern)` and the kernel names, instead of `kern` (rank-local: the
+    regions of groups of ranks, concatenated in rank order, are those of all)."""
     if calls is None:
         calls = mpi.calls(trace, window)
-    if kern is None:
-        kern = records(trace, Kind.KERNEL, (RANK, THREAD, NAME, LAYER), window)
-    steps = steps_table(trace)
+    if regions is None:
+        if kern is None:
+            kern = records(trace, Kind.KERNEL, (RANK, THREAD, NAME, LAYER), window)
+        regions = (kernel_regions(kern), kern.names)
+    steps = steps_table(trace) if steps is None else steps
     steps = steps[steps[STEP].isin(window.steps)] if window.steps else steps.iloc[:0]
     ph = records(trace, Kind.PHASE, (RANK, NAME), window)
     phases = pd.DataFrame({RANK: ph[RANK].astype(np.int64), START_NS: ph[START_NS], END_NS: ph[END_NS],
                            NAME: decode(ph[NAME], ph.names)})
-    return timeline_path(calls, kern, main_threads(trace) if main is None else main, window.t0_ns, window.t1_ns,
-                         steps[[STEP, START_NS]], phases)
+    return _path(calls, *regions, main_threads(trace) if main is None else main, window.t0_ns, window.t1_ns,
+                 steps[[STEP, START_NS]], phases)
 
 
 def main_threads(trace: Trace, pairs: pd.DataFrame | None = None) -> pd.Series:
@@ -83,17 +89,21 @@ def timeline_path(calls: pd.DataFrame, kern: Records, main: pd.Series, t0: int, 
     """The critical path of [t0, t1) of a timeline, the trace's or a replay's: `calls` as `mpi.calls` gives them
     (times, classes, matches), `kern` the kernel records, `main` each rank's main thread, `steps` (step,
     start_ns) of the steps to cut the path at, `phases` (rank, start_ns, end_ns, name) to label it with."""
-    regions = _regions(kern)
+    return _path(calls, kernel_regions(kern), kern.names, main, t0, t1, steps, phases)
+
+
+def _path(calls: pd.DataFrame, regions: pd.DataFrame, names: tuple[str, ...], main: pd.Series, t0: int, t1: int,
+          steps: pd.DataFrame, phases: pd.DataFrame) -> CriticalPath:
     tiles = _tiling(regions, calls, main.index.to_numpy(), t0, t1)
     walk = _Walk(tiles, calls, _partners(calls), t0)
     walk.run(*_end_point(tiles, t1))
-    pieces = _pieces(walk, tiles, regions, calls, main, kern.names)
+    pieces = _pieces(walk, tiles, regions, calls, main, names)
     return CriticalPath(_label(pieces, steps, phases, t0, t1), t0, t1, walk.violations)
 
 
 # ---------- a rank's time as a tiling: regions, calls, serial gaps ----------
 
-def _regions(kern: Records) -> pd.DataFrame:
+def kernel_regions(kern: Records) -> pd.DataFrame:
     """One row per parallel region (kernel records of a rank that overlap): rank, start_ns, end_ns and the thread,
     block start, name code and layer of the record that ends last (the one the join waits for)."""
     cols = [RANK, START_NS, END_NS, THREAD, "block_ns", NAME, LAYER]
@@ -385,9 +395,10 @@ def _phases(pieces: pd.DataFrame, phases: pd.DataFrame) -> np.ndarray:
 PER_STEP_ITEMS = 10     # the largest items of each step's path that `tables` lists (every one is in `items`)
 
 def critical_path_tables(trace: Trace, window: Window, calls: pd.DataFrame | None = None,
-                         kern: Records | None = None) -> dict:
-    """`tables` of the window's critical path (what `analyze` reports under `critical_path`)."""
-    return tables(critical_path(trace, window, calls, kern))
+                         kern: Records | None = None, **given) -> dict:
+    """`tables` of the window's critical path (what `analyze` reports under `critical_path`); `given`: the other
+    arguments of `critical_path`."""
+    return tables(critical_path(trace, window, calls, kern, **given))
 
 
 def tables(cp: CriticalPath) -> dict:

@@ -24,15 +24,33 @@ COLUMNS = ["scope", "kernel", LAYER, RANK, "count", "mean_s", "max_s", "imbalanc
 
 def imbalance(kern: Records, segs: Segments, ranks: np.ndarray) -> pd.DataFrame:
     """Rows sorted by time lost; scope 'ranks' or 'threads', layer None on the per-kernel rows."""
-    if not len(kern):
+    return from_parts(segs, ranks, [threads_part(kern)])
+
+
+def threads_part(kern: Records) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The per-thread rows (per kernel, then per kernel x layer) of the ranks of `kern`, with their sort key `_key`:
+    rank-local, so groups of ranks give theirs apart (`from_parts` joins them)."""
+    out = []
+    for by_layer in (False, True):
+        key = _key(kern[NAME], kern[LAYER], by_layer)
+        out.append(_across_threads(key, kern[RANK], kern[THREAD], kern[END_NS] - kern[START_NS], kern.names,
+                                   by_layer))
+    return out[0], out[1]
+
+
+def from_parts(segs: Segments, ranks: np.ndarray, parts: list[tuple[pd.DataFrame, pd.DataFrame]]) -> pd.DataFrame:
+    """`imbalance` from the segments of every rank and each group's `threads_part` (groups in rank order)."""
+    if not len(segs) and not any(len(f) for p in parts for f in p):
         return pd.DataFrame(columns=COLUMNS)
     frames = []
-    for by_layer in (False, True):
+    for i, by_layer in enumerate((False, True)):
         seg_key = _key(segs.name, segs.layer, by_layer)
         frames.append(_across_ranks(seg_key, segs.rank, segs.end_ns - segs.start_ns, ranks, segs.names, by_layer))
-        key = _key(kern[NAME], kern[LAYER], by_layer)
-        frames.append(_across_threads(key, kern[RANK], kern[THREAD], kern[END_NS] - kern[START_NS], kern.names,
-                                      by_layer))
+        rows = [p[i] for p in parts if len(p[i])]
+        if len(rows) > 1:                      # the order of one table of all ranks: by kernel key, then rank
+            frames.append(pd.concat(rows, ignore_index=True).sort_values(["_key", RANK], kind="stable"))
+        else:
+            frames.append(rows[0] if rows else pd.DataFrame(columns=COLUMNS))
     out = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else None
     if out is None:
         return pd.DataFrame(columns=COLUMNS)
@@ -112,7 +130,8 @@ def _across_threads(key, rank, thread, dur, names, by_layer) -> pd.DataFrame:
         return pd.DataFrame(columns=COLUMNS)
     mean = total[k, r] / count[k, r]
     kernel, layer = _decode(ukey[k], names, by_layer)
-    return pd.DataFrame({"scope": "threads", "kernel": kernel, LAYER: layer, RANK: urank[r].astype(int),
+    return pd.DataFrame({"_key": ukey[k], "scope": "threads", "kernel": kernel, LAYER: layer,
+                         RANK: urank[r].astype(int),
                          "count": count[k, r], "mean_s": mean, "max_s": top[k, r],
                          "imbalance": np.where(mean > 0, top[k, r] / np.maximum(mean, 1e-300), np.nan),
                          "lost_s": top[k, r] * count[k, r] - total[k, r],

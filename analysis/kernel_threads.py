@@ -20,14 +20,40 @@ def kernel_threads(kern: Records) -> pd.DataFrame:
     """One row per kernel and thread that runs it: kernel, rank, thread, seconds (the sum of its blocks), ratio
     (seconds over the kernel's mean over those threads; 1 = balanced). Kernels by total time (largest first,
     ties by name), threads by (rank, thread)."""
+    return from_cells([cells(kern)])
+
+
+def cells(kern: Records) -> pd.DataFrame:
+    """Per (kernel, thread) that runs it: kernel name (None: a record without one), rank, thread, ns (the sum of
+    its blocks: integer nanoseconds, exact in any order). Small: kernels x threads rows."""
     if not len(kern):
-        return pd.DataFrame(columns=COLUMNS)
+        return pd.DataFrame({"kernel": [], RANK: [], THREAD: [], "ns": []})
     rank, thread, lane = lane_index(kern[RANK], kern[THREAD])
-    label = list(kern.names) + ["(no name)"]                          # code -1: a kernel record without a name
-    codes, name = np.unique(np.where(kern[NAME] < 0, len(kern.names), kern[NAME]), return_inverse=True)
+    codes, name = np.unique(kern[NAME], return_inverse=True)
     cell = name * len(rank) + lane
     t = np.bincount(cell, weights=kern[END_NS] - kern[START_NS], minlength=len(codes) * len(rank))
-    runs = np.bincount(cell, minlength=t.size) > 0
+    used = np.flatnonzero(np.bincount(cell, minlength=t.size))
+    label = np.array(list(kern.names) + [None], dtype=object)
+    return pd.DataFrame({"kernel": label[np.where(codes < 0, len(kern.names), codes)][used // len(rank)],
+                         RANK: rank[used % len(rank)], THREAD: thread[used % len(rank)], "ns": t[used]})
+
+
+def from_cells(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """`kernel_threads` of the threads of all `parts` (`cells` of groups of ranks)."""
+    df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    if not len(df):
+        return pd.DataFrame(columns=COLUMNS)
+    lanes = df[[RANK, THREAD]].drop_duplicates().sort_values([RANK, THREAD], kind="stable")
+    lane = pd.MultiIndex.from_frame(lanes).get_indexer(pd.MultiIndex.from_frame(df[[RANK, THREAD]]))
+    named = df["kernel"].notna().to_numpy()
+    label = sorted(set(df["kernel"][named])) + ["(no name)"]      # a kernel record without a name: last
+    code = np.where(named, pd.Index(label).get_indexer(df["kernel"].where(named, "(no name)")), len(label) - 1)
+    codes, name = np.unique(code, return_inverse=True)
+    rank, thread = lanes[RANK].to_numpy(), lanes[THREAD].to_numpy()
+    t = np.zeros(len(codes) * len(rank))
+    t[name * len(rank) + lane] = df["ns"].to_numpy()
+    runs = np.zeros(t.size, dtype=bool)
+    runs[name * len(rank) + lane] = True
     t, runs = t.reshape(len(codes), len(rank)) / NS, runs.reshape(len(codes), len(rank))
     mean = t.sum(axis=1) / runs.sum(axis=1)
     order = sorted(range(len(codes)), key=lambda i: (-t[i].sum(), label[codes[i]]))

@@ -46,6 +46,29 @@ def occupancy(trace: Trace, window: Window, segs: Segments, top: int = 10, bins:
     `states` are the window's state records if the caller has them already.
     """
     st = states if states is not None else records(trace, Kind.STATE, (RANK, THREAD, STATE), window)
+    return from_parts([part(st, window, segs, top, bins)], segs, top)
+
+
+def from_parts(parts: list[dict], segs: Segments, top: int = 10) -> dict:
+    """`occupancy` of all ranks from the `part`s of groups of them (in rank order) and the segments of all."""
+    if len(parts) == 1:
+        p = parts[0]
+        return {"per_rank": p["per_rank"], "levels": p["levels"], "per_kernel": _per_kernel(segs, p["waits"]),
+                "serial_sections": p["serial_sections"], "timeline": p["timeline"]}
+    waits = pd.concat([p["waits"] for p in parts]).groupby(level=0).sum()    # integer ns: exact in any order
+    sections = [p["serial_sections"] for p in parts if len(p["serial_sections"])]
+    sections = (pd.concat(sections, ignore_index=True).nlargest(top, "seconds").reset_index(drop=True) if sections
+                else parts[0]["serial_sections"])
+    timeline = {**parts[0]["timeline"], "ranks": {r: v for p in parts for r, v in p["timeline"]["ranks"].items()}}
+    return {"per_rank": pd.concat([p["per_rank"] for p in parts], ignore_index=True),
+            "levels": pd.concat([p["levels"] for p in parts], ignore_index=True),
+            "per_kernel": _per_kernel(segs, waits), "serial_sections": sections, "timeline": timeline}
+
+
+def part(st: Records, window: Window, segs: Segments, top: int = 10, bins: int = 100) -> dict:
+    """What the ranks of `st` (the window's state records of some ranks; `segs` their segments) contribute: their
+    rows of per_rank, levels and the timeline, their `top` serial sections, and `waits`, the Synchronization and
+    Fork/Join nanoseconds per kernel key."""
     T = window.t1_ns - window.t0_ns
     # from the distinct (rank, thread) pairs, found by counting: a sort or a ufunc.at over every record is slow
     lane_rank, lane_thread = distinct_lanes(st[RANK], st[THREAD])
@@ -68,8 +91,7 @@ def occupancy(trace: Trace, window: Window, segs: Segments, top: int = 10, bins:
     levels = pd.DataFrame({RANK: np.repeat(ranks.astype(int), nlev), "level": np.tile(np.arange(nlev), len(ranks)),
                            "seconds": at_level.ravel() / NS})
     levels = levels[levels["level"] <= np.repeat(threads, nlev)].reset_index(drop=True)
-    return {"per_rank": per_rank, "levels": levels,
-            "per_kernel": per_kernel(st, segs, ranks),
+    return {"per_rank": per_rank, "levels": levels, "waits": _kernel_waits(st, segs),
             "serial_sections": _sections(rank, t, serial & same, ranks, window, top),
             "timeline": _timeline(rank, t, level, dt, ranks, window, bins)}
 
@@ -97,14 +119,12 @@ def _wall_table(segs: Segments, ukey: np.ndarray, kidx: np.ndarray) -> pd.DataFr
     return out
 
 
-def per_kernel(st, segs: Segments, ranks: np.ndarray) -> pd.DataFrame:
-    cols = ["kernel", LAYER, "wall_s", "mean_occupancy", "sync_s", "fork_s"]
+def _kernel_waits(st, segs: Segments) -> pd.DataFrame:
+    """Nanoseconds in Synchronization (sync) and Fork/Join (fork) inside each kernel's segments, indexed by the
+    (kernel, layer) key of `_kernel_keys`."""
     if not len(segs):
-        return pd.DataFrame(columns=cols)
+        return pd.DataFrame({"sync_s": [], "fork_s": []}, index=pd.Index([], dtype=np.int64))
     ukey, kidx = _kernel_keys(segs)
-    out = _wall_table(segs, ukey, kidx)
-    wall = np.bincount(kidx, weights=segs.end_ns - segs.start_ns, minlength=len(ukey))
-    busy = np.bincount(kidx, weights=segs.busy_ns, minlength=len(ukey))
     waits = {}
     # A Synchronization record starts inside the kernel's segment (when the thread's block ends); a Fork/Join
     # record ends inside it (when the thread's block starts).
@@ -114,10 +134,21 @@ def per_kernel(st, segs: Segments, ranks: np.ndarray) -> pd.DataFrame:
         seg = segs.locate(st[RANK][sel], at[sel])
         ok = seg >= 0
         waits[col] = np.bincount(kidx[seg[ok]], weights=(st[END_NS][sel] - st[START_NS][sel])[ok],
-                                 minlength=len(ukey)) / NS
+                                 minlength=len(ukey))
+    return pd.DataFrame(waits, index=ukey)
+
+
+def _per_kernel(segs: Segments, waits: pd.DataFrame) -> pd.DataFrame:
+    cols = ["kernel", LAYER, "wall_s", "mean_occupancy", "sync_s", "fork_s"]
+    if not len(segs):
+        return pd.DataFrame(columns=cols)
+    ukey, kidx = _kernel_keys(segs)
+    out = _wall_table(segs, ukey, kidx)
+    wall = np.bincount(kidx, weights=segs.end_ns - segs.start_ns, minlength=len(ukey))
+    busy = np.bincount(kidx, weights=segs.busy_ns, minlength=len(ukey))
     out["mean_occupancy"] = busy / np.maximum(wall, 1)
-    for col, values in waits.items():
-        out[col] = values
+    for col in ("sync_s", "fork_s"):
+        out[col] = waits[col].reindex(ukey, fill_value=0.0).to_numpy() / NS
     return out[cols].sort_values("sync_s", ascending=False, kind="stable").reset_index(drop=True)
 
 

@@ -112,16 +112,18 @@ def _most_forwards(trace: Trace) -> int:
     return int(np.unique(key, return_counts=True)[1].max())
 
 
-def pipeline(trace: Trace, window: Window, calls: pd.DataFrame, waits: pd.DataFrame, segs: Segments) -> dict | None:
+def pipeline(trace: Trace, window: Window, calls: pd.DataFrame, waits: pd.DataFrame, segs: Segments,
+             steps: pd.DataFrame | None = None) -> dict | None:
     """The pipeline analysis of the window (None without a pipeline): the layout, the ideal bubble, the measured
     bubble (mean over stages), its share of the step, the stage imbalance, and the tables `per_step`, `per_stage`,
-    `late_senders` and `causes` (the late senders' root causes)."""
+    `late_senders` and `causes` (the late senders' root causes). `steps`: `steps_table(trace)` when the caller has
+    it."""
     lay = layout(trace)
     if lay is None:
         return None
     phases = _compute_phases(trace, lay, window)
     call_phase = _phase_of_calls(calls, phases)
-    per_step = _per_step(trace, lay, phases, calls, call_phase)
+    per_step = _per_step(steps_table(trace) if steps is None else steps, lay, phases, calls, call_phase)
     per_stage = _per_stage(per_step, lay)
     late, causes = _late_senders(lay, calls, waits, segs, window, call_phase, len(window.steps))
     busy = per_stage["busy_s"].to_numpy()
@@ -182,7 +184,7 @@ def _is_neighbour(calls: pd.DataFrame, lay: Layout) -> np.ndarray:
             | calls[COMMUNICATOR].isin(lay.comm_ids).to_numpy())
 
 
-def _per_step(trace: Trace, lay: Layout, phases: pd.DataFrame, calls: pd.DataFrame,
+def _per_step(steps: pd.DataFrame, lay: Layout, phases: pd.DataFrame, calls: pd.DataFrame,
               call_phase: pd.DataFrame) -> pd.DataFrame:
     if phases.empty:
         return pd.DataFrame(columns=STEP_COLUMNS)
@@ -203,7 +205,7 @@ def _per_step(trace: Trace, lay: Layout, phases: pd.DataFrame, calls: pd.DataFra
     busy = in_phases.reindex(key, fill_value=0).to_numpy() - mpi_inside.reindex(key, fill_value=0).to_numpy()
     neighbour, other = _mpi_in_windows(rows, calls, _is_neighbour(calls, lay))
     window_ns = (rows["w1"] - rows["w0"]).to_numpy()
-    step_s = steps_table(trace).set_index(STEP)["seconds"].reindex(rows[STEP]).to_numpy()
+    step_s = steps.set_index(STEP)["seconds"].reindex(rows[STEP]).to_numpy()
     out = rows[[STEP, "pipeline", "stage", RANK]].copy()
     out["window_s"] = window_ns / NS
     out["busy_s"] = busy / NS

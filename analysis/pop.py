@@ -17,6 +17,8 @@ run is reported as is, with a warning (`warnings`): it means the trace's MPI cal
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 import numpy as np
 import pandas as pd
 
@@ -66,18 +68,38 @@ def pop(trace: Trace, window: Window, calls: pd.DataFrame | None = None, states:
     """The POP factors and the times behind them (seconds); `calls` (`mpi.calls`), `states` (the window's state
     records) and `kern` (its kernel records) if the caller has them already."""
     st = states if states is not None else records(trace, Kind.STATE, (RANK, THREAD, STATE), window)
-    tt = thread_times(st)
+    kern = kern if kern is not None else segments.kernel_records(trace, window)
+    calls = mpi.calls(trace, window) if calls is None else calls
+    return from_parts([part(st, kern)], calls, window)
+
+
+@dataclass(frozen=True)
+class Part:
+    """What some ranks contribute: their threads' Running time (`thread_times`) and their `openmp.split`."""
+    times: dict[str, np.ndarray]
+    split: openmp.Split | None
+
+
+def part(states: Records, kern: Records) -> Part:
+    """The `Part` of the ranks of `states` and `kern` (the window's state and kernel records of some ranks)."""
+    tt = thread_times(states)
+    return Part(tt, openmp.split(states, kern) if len(tt[RANK]) else None)
+
+
+def from_parts(parts: list[Part], calls: pd.DataFrame, window: Window) -> dict:
+    """`pop` of all ranks from the `Part`s of groups of them (in rank order) and the MPI calls of all."""
+    parts = [p for p in parts if p.split is not None]
     runtime = window.t1_ns - window.t0_ns
-    if not len(tt[RANK]):
+    if not parts:
         return {**_empty(), "runtime_s": runtime / NS, "cpus": 0, "openmp": None, "lost": None,
                 "replay": None}
-    kern = kern if kern is not None else segments.kernel_records(trace, window)
-    sp = openmp.split(st, kern)
+    tt = {k: np.concatenate([p.times[k] for p in parts]) for k in parts[0].times}
+    sp = (parts[0].split if len(parts) == 1 else
+          openmp.Split(*(np.concatenate([getattr(p.split, f.name) for p in parts]) for f in fields(openmp.Split))))
     useful = tt["useful_ns"].astype(float)
     at = np.searchsorted(sp.rank, tt[RANK])
     # A one-thread rank computes exactly its useful time: the same numbers, so its thread level is exactly 1.
     outside = np.where(sp.threads[at] >= 2, sp.computing_ns[at], useful)
-    calls = mpi.calls(trace, window) if calls is None else calls
     rep = replay.replay(calls, sp.rank, window.t0_ns, window.t1_ns) if len(calls) else None
     ideal = float(rep.ideal_ns) if rep is not None else None
     busy_max = float(rep.busy_ns.max()) if rep is not None else None

@@ -72,3 +72,18 @@ def segments(kern: Records) -> Segments:
                     end_ns=np.maximum.reduceat(ce, first) - seg_rank * width + lo,
                     name=name[first], layer=layer[first], busy_ns=np.add.reduceat(ce - cs, first),
                     names=kern.names, lo=lo, width=width)
+
+
+def concat(parts: list[Segments]) -> Segments:
+    """The segments of groups of ranks (in rank order, with the same kernel names) as those of all their ranks."""
+    if len(parts) == 1:
+        return parts[0]
+    cols = {f: np.concatenate([getattr(p, f) for p in parts]) for f in ("rank", "start_ns", "end_ns", "name",
+                                                                          "layer", "busy_ns")}
+    if not len(cols["rank"]):
+        return Segments(**cols, names=parts[0].names, lo=0, width=1)
+    lo = int(cols["start_ns"].min())             # the earliest start and latest end, as `segments` keys them
+    width = int(cols["end_ns"].max()) - lo + 1
+    if not time_key_fits(int(cols["rank"].max()) + 1, width):
+        raise ValueError("trace span too long for composite keys")
+    return Segments(**cols, names=parts[0].names, lo=lo, width=width)

@@ -6,6 +6,8 @@ Columnar: one bincount over (thread, state) keys, no per-record Python.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -20,11 +22,33 @@ _STATE_SLOTS = 32   # Paraver ids are small; anything larger is folded into the 
 def state_profile(states: Records, window: Window) -> dict[str, pd.DataFrame]:
     """`totals`: per state id: name, seconds over all threads, share of P x T (largest first);
     `per_thread`: per (rank, thread, state): seconds and the fraction of the window that thread spent in it."""
+    return from_lanes(lane_states(states), window)
+
+
+@dataclass(frozen=True)
+class LaneStates:
+    """Per thread with state records (sorted by rank, thread): nanoseconds in each state id (`ns`: threads x slots).
+    The lanes of groups of ranks, concatenated in rank order, are those of all the ranks together."""
+    rank: np.ndarray
+    thread: np.ndarray
+    ns: np.ndarray
+
+    @staticmethod
+    def concat(parts: list[LaneStates]) -> LaneStates:
+        return LaneStates(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("rank", "thread", "ns")))
+
+
+def lane_states(states: Records) -> LaneStates:
     dur = (states[END_NS] - states[START_NS]).astype(np.float64)
     state = np.clip(states[STATE].astype(np.int64), 0, _STATE_SLOTS - 1)
     rank, thread, lane = lane_index(states[RANK], states[THREAD])      # threads with state records
     ns = np.bincount(lane * _STATE_SLOTS + state, weights=dur, minlength=len(rank) * _STATE_SLOTS)
-    ns = ns.reshape(-1, _STATE_SLOTS)
+    return LaneStates(rank, thread, ns.reshape(-1, _STATE_SLOTS))
+
+
+def from_lanes(lanes: LaneStates, window: Window) -> dict[str, pd.DataFrame]:
+    """`state_profile` from the threads' times in each state."""
+    rank, thread, ns = lanes.rank, lanes.thread, lanes.ns
     span = window.t1_ns - window.t0_ns
     thread_time = len(rank) * span
 

@@ -18,11 +18,12 @@ STEP_COLUMNS = [STEP, "seconds", "other_s"]
 PHASE_COLUMNS = [STEP, "phase", "seconds"]
 
 
-def step_phases(trace: Trace) -> dict[str, pd.DataFrame]:
+def step_phases(trace: Trace, steps: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
     """`steps`: step, seconds (the step's time), other_s (its time outside every phase, at least 0);
     `phases`: step, phase, seconds, one row per step for each phase present, phases by their total time over the
-    run (largest first; ties by name), steps ascending. Both empty when no record has a step."""
-    steps = steps_table(trace)
+    run (largest first; ties by name), steps ascending. Both empty when no record has a step. `steps`:
+    `steps_table(trace)` when the caller has it."""
+    steps = steps_table(trace) if steps is None else steps
     if steps.empty:
         return {"steps": pd.DataFrame(columns=STEP_COLUMNS), "phases": pd.DataFrame(columns=PHASE_COLUMNS)}
     step = steps[STEP].to_numpy().astype(np.int64)

@@ -14,9 +14,10 @@ from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, NAME, RANK, START_NS, STEP, VALUE, Counter, Kind
 
 
-def layout(trace: Trace) -> tuple[int, int]:
-    """(ranks, threads per rank) seen in the trace: the largest thread count of any rank."""
-    pairs = threads(trace)
+def layout(trace: Trace, pairs: pd.DataFrame | None = None) -> tuple[int, int]:
+    """(ranks, threads per rank) seen in the trace: the largest thread count of any rank; `pairs`: `threads(trace)`
+    when the caller has it."""
+    pairs = threads(trace) if pairs is None else pairs
     return pairs[RANK].nunique(), int(pairs.groupby(RANK).size().max())
 
 
@@ -122,13 +123,14 @@ def token_ranks(pipe: dict | None, grid: rank_grid.Grid, ranks: np.ndarray) -> t
 
 
 def summary(trace: Trace, window: Window, peak_gflops: float | None = None,
-            token_ranks: tuple[int, ...] | None = None, grid: rank_grid.Grid | None = None) -> dict:
+            token_ranks: tuple[int, ...] | None = None, grid: rank_grid.Grid | None = None,
+            pairs: pd.DataFrame | None = None, steps: pd.DataFrame | None = None) -> dict:
     """Scalars of the run (seconds, FLOP/s; FLOPs and MFU None when the metadata does not allow them) and
     the `phases` table. `token_ranks`: see `tokens_per_step`; `grid`: the trace's rank grid (read from it when
-    not given)."""
-    ranks, threads = layout(trace)
+    not given); `pairs` and `steps`: `threads(trace)` and `steps_table(trace)` when the caller has them."""
+    ranks, threads = layout(trace, pairs)
     grid = grid if grid is not None else rank_grid.of_trace(trace)
-    steps = steps_table(trace)
+    steps = steps_table(trace) if steps is None else steps
     chosen = steps[steps[STEP].isin(window.steps)] if window.steps else steps.iloc[:0]
     secs = chosen["seconds"].to_numpy()
     flagged = outliers(steps["seconds"].to_numpy()) if len(steps) else np.zeros(0, dtype=bool)

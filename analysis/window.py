@@ -4,9 +4,11 @@ By default every step but the first (warm-up) is analyzed; steps come from `anal
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from analysis.records import NS, extent
 from analysis.steps import outliers, steps_table
@@ -46,18 +48,23 @@ def parse_steps(spec: str) -> tuple[int | None, int | None]:
 
 def select(trace: Trace, spec: str | None = None) -> Window:
     """The window of `--steps A:B`, or by default every step but the first (warm-up) when there are two or more."""
-    steps = steps_table(trace)
+    return of_steps(steps_table(trace), lambda: extent(trace), trace.name, spec)
+
+
+def of_steps(steps: pd.DataFrame, span: Callable[[], tuple[int, int]], name: str, spec: str | None = None) -> Window:
+    """`select` from the trace's steps table; `span()`: the trace's (first start, last end), for a trace without
+    steps."""
     if steps.empty:
         if spec:
-            raise WindowError(f"--steps {spec}: {trace.name} has no step numbers; analyze it without --steps")
-        return Window(*extent(trace))
+            raise WindowError(f"--steps {spec}: {name} has no step numbers; analyze it without --steps")
+        return Window(*span())
     step = steps[STEP].to_numpy()
     is_outlier = outliers(steps["seconds"].to_numpy())
     if spec:
         a, b = parse_steps(spec)
         keep = (step >= (a if a is not None else step.min())) & (step < (b if b is not None else step.max() + 1))
         if not keep.any():
-            raise WindowError(f"--steps {spec} selects no step; {trace.name} has steps {step.min()}..{step.max()}")
+            raise WindowError(f"--steps {spec} selects no step; {name} has steps {step.min()}..{step.max()}")
         excluded = False
     else:
         excluded = len(step) >= 2

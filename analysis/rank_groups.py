@@ -1,0 +1,195 @@
+"""`analyze` group of ranks by group of ranks: what each group contributes, in two passes over its records.
+
+A trace too large for memory is analyzed a group of its ranks at a time (a `Trace` that holds only those ranks, in
+the order of their lowest rank; no rank in two groups). Pass 1 (`gather`) takes from each group what every rank
+shares and is small next to its kernel and state records: its step bounds, (rank, thread) pairs, kernel names,
+and its phase, MPI and token / resident-memory counter records. From all of them, `context` fixes the window and
+builds one small `Trace` of the shared records of every rank, on which the analyses across ranks run (waits, root
+causes, delay costs, pipeline bubbles, communication matrix, network load, replay, critical path). Pass 2 (`part`)
+reduces each group's kernel and state records to a `Part`: per-thread and per-rank sums (integer nanoseconds,
+exact in any order), per-rank rows, its kernel segments and parallel regions (one per kernel invocation on a rank,
+not per thread). `analysis.analyze.combine` joins the parts and the shared records into `analyze`'s result: the
+in-memory `analyze` is the same path with the whole trace as the only group.
+
+Everything is picklable, so groups can be spread over processes (mpi4py) and their parts reduced on one.
+A task-based trace (task records) is not split yet: `context` refuses it with more than one group.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from analysis import bursts, counters, imbalance, kernel_threads, occupancy, pop, segments, state_profile, steps
+from analysis.critical_path import kernel_regions
+from analysis.records import Records, extent, records, threads
+from analysis.window import Window, of_steps
+from gpt2trace.format import communicators as comms
+from gpt2trace.format.reader import Trace, check_states
+from gpt2trace.format.schema import NAME, RANK, STATE, THREAD, Counter, Kind
+
+SHARED_KINDS = (Kind.PHASE, Kind.COMM)               # every rank's records of these kinds go to every analysis
+SHARED_COUNTERS = (Counter.TOKENS, Counter.RSS_BYTES)  # and these counters (one per phase or step and rank)
+
+
+class NotCombinable(ValueError):
+    """Groups of ranks that `analyze_groups` cannot combine (yet); the message says what to do instead."""
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """Pass 1: what a group of ranks tells every other (see the module docstring)."""
+    bounds: steps.Bounds
+    pairs: pd.DataFrame
+    extent: tuple[int, int] | None
+    kernel_names: tuple[str, ...]
+    shared: dict[str, pa.Table]
+    warnings: tuple[str, ...]
+    has_states: bool
+    has_tasks: bool
+
+
+def gather(group: Trace) -> Gathered:
+    """Pass 1 over one group (its state records are checked here: an overlap raises TraceError)."""
+    shared = {k: group.parts[k] for k in SHARED_KINDS if k in group.parts}
+    counter = group.records(Kind.COUNTER)
+    if counter.num_rows and NAME in counter.column_names:
+        keep = pc.is_in(counter.column(NAME).cast(pa.string()), pa.array(SHARED_COUNTERS, pa.string()))
+        counter = counter.filter(pc.fill_null(keep, False))
+        if counter.num_rows:
+            shared[Kind.COUNTER] = counter
+    kern = group.records(Kind.KERNEL)
+    names = tuple(kern.column(NAME).chunks[0].dictionary.to_pylist()) if (
+        NAME in kern.column_names and kern.column(NAME).num_chunks) else ()
+    bounds = steps.bounds(group)
+    span = extent(group) if bounds.level == steps.NO_STEPS else None         # the window of a trace without steps
+    return Gathered(bounds, threads(group), span, names, shared,
+                    tuple(check_states(group)), group.records(Kind.STATE).num_rows > 0,
+                    group.records(Kind.TASK).num_rows > 0)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What pass 2 and the combination need from pass 1: the window, the steps, every rank's (rank, thread) pairs,
+    the kernel names of all groups (their codes in every part), the shared records of all ranks as one `Trace` with
+    the trace's metadata, and the warnings about the state records."""
+    window: Window
+    steps: pd.DataFrame
+    pairs: pd.DataFrame
+    kernel_names: tuple[str, ...]
+    shared: Trace
+    warnings: tuple[str, ...]
+    groups: int
+
+
+def context(gathered: list[Gathered], meta: Trace, spec: str | None = None, whole: Trace | None = None) -> Context:
+    """The `Context` of the groups' `gathered` (in rank order); `meta`: any group (its metadata is the trace's);
+    `whole`: the trace itself when there is one group (its shared records are not copied). Raises WindowError for
+    a `spec` ('--steps A:B') that does not fit the trace and NotCombinable for what cannot be split yet."""
+    if len(gathered) > 1 and any(g.has_tasks for g in gathered):
+        raise NotCombinable(f"{meta.name}: a task-based trace (task records) is analyzed whole, not by groups of "
+                            "ranks; analyze it in one group")
+    firsts = [int(g.pairs[RANK].min()) for g in gathered if len(g.pairs)]
+    if firsts != sorted(firsts) or len(set().union(*(set(g.pairs[RANK]) for g in gathered))) != sum(
+            g.pairs[RANK].nunique() for g in gathered):
+        raise NotCombinable(f"{meta.name}: groups of ranks must be disjoint and ordered by their lowest rank")
+    table = steps.from_bounds([g.bounds for g in gathered])
+    window = of_steps(table, lambda: (min(g.extent[0] for g in gathered), max(g.extent[1] for g in gathered)),
+                      meta.name, spec)
+    pairs = (gathered[0].pairs if len(gathered) == 1 else
+             pd.concat([g.pairs for g in gathered], ignore_index=True))
+    names = tuple(dict.fromkeys(n for g in gathered for n in g.kernel_names))   # first appearance, group by group
+    shared = whole if whole is not None else _shared_trace(gathered, meta, pairs)
+    return Context(window, table, pairs, names, shared, _state_warnings(gathered), len(gathered))
+
+
+def _shared_trace(gathered: list[Gathered], meta: Trace, pairs: pd.DataFrame) -> Trace:
+    parts = {}
+    for kind in Kind.ALL:
+        tables = [g.shared[kind] for g in gathered if kind in g.shared]
+        if tables:
+            parts[kind] = pa.concat_tables(tables, promote_options="default").unify_dictionaries()
+    # a trace without a communicator table ran on the world of all its ranks, not only of those with shared records
+    table = meta.comm_table or {comms.WORLD_ID: comms.world(np.unique(pairs[RANK]))}
+    return Trace(parts=parts, path=meta.path, version=meta.version, run=meta.run, machine=meta.machine,
+                 peak=meta.peak, clock=meta.clock, extra_columns=meta.extra_columns, comm_table=table)
+
+
+_GAPS = re.compile(r"^(?P<name>.*): (?P<n>\d+) gap\(s\) between state records, (?P<rest>first on .*)$")
+
+
+def _state_warnings(gathered: list[Gathered]) -> tuple[str, ...]:
+    """`check_states`' warnings of the whole trace from those of its groups: 'no state records' only when no group
+    has any, the gaps counted over all groups with the first group's first gap."""
+    if len(gathered) == 1:
+        return gathered[0].warnings
+    if not any(g.has_states for g in gathered):
+        return gathered[0].warnings
+    gaps = [m for g in gathered if g.has_states for m in map(_GAPS.match, g.warnings) if m]
+    if not gaps:
+        return ()
+    total = sum(int(m["n"]) for m in gaps)
+    return (f"{gaps[0]['name']}: {total} gap(s) between state records, {gaps[0]['rest']}",)
+
+
+@dataclass(frozen=True)
+class Part:
+    """Pass 2: what one group of ranks contributes to the analyses (see the module docstring)."""
+    states: state_profile.LaneStates
+    occupancy: dict
+    pop: pop.Part
+    bursts: bursts.Counts
+    imbalance: tuple[pd.DataFrame, pd.DataFrame]
+    kernel_threads: pd.DataFrame
+    counters: dict[str, float]
+    segs: segments.Segments
+    regions: pd.DataFrame
+    kern: Records | None        # the records themselves, when the group is the whole trace (the critical path's)
+
+
+def part(group: Trace, ctx: Context, top: int = 10, bins: int = 100) -> Part:
+    """Pass 2 over one group: its window's kernel and state records, reduced."""
+    window = ctx.window
+    kern = _recode(segments.kernel_records(group, window), ctx.kernel_names)
+    segs = segments.segments(kern)
+    states = records(group, Kind.STATE, (RANK, THREAD, STATE), window)
+    return Part(states=state_profile.lane_states(states),
+                occupancy=occupancy.part(states, window, segs, top, bins),
+                pop=pop.part(states, kern), bursts=bursts.counts(states),
+                imbalance=imbalance.threads_part(kern), kernel_threads=kernel_threads.cells(kern),
+                counters=counters.part(group, window, states), segs=segs,
+                regions=kernel_regions(kern) if ctx.groups > 1 else None, kern=kern if ctx.groups == 1 else None)
+
+
+def _recode(kern: Records, names: tuple[str, ...]) -> Records:
+    """The kernel records with their name codes into `names` (the kernel names of every group)."""
+    if kern.names == names[:len(kern.names)]:
+        return Records(kern.cols, names)
+    lookup = np.array([names.index(n) for n in kern.names] + [-1], dtype=np.int32)
+    code = kern[NAME]
+    return Records({**kern.cols, NAME: lookup[np.where(code < 0, len(kern.names), code)]}, names)
+
+
+def metadata(trace: Trace) -> Trace:
+    """The trace's metadata without its records (what `context` keeps of a group)."""
+    return Trace(parts={}, path=trace.path, version=trace.version, run=trace.run, machine=trace.machine,
+                 peak=trace.peak, clock=trace.clock, extra_columns=trace.extra_columns, comm_table=trace.comm_table)
+
+
+def subset(trace: Trace, ranks) -> Trace:
+    """The records of `ranks` only, with the trace's metadata: a group of ranks of a trace already in memory."""
+    wanted = pa.array(sorted(int(r) for r in ranks), pa.int64())
+    parts = {k: t.filter(pc.is_in(t.column(RANK).cast(pa.int64()), wanted)) for k, t in trace.parts.items()}
+    return Trace(parts={k: t for k, t in parts.items() if t.num_rows}, path=trace.path, version=trace.version,
+                 run=trace.run, machine=trace.machine, peak=trace.peak, clock=trace.clock,
+                 extra_columns=trace.extra_columns, comm_table=trace.comm_table)
+
+
+def split(trace: Trace, groups: int) -> list[Trace]:
+    """The trace as `groups` groups of consecutive ranks (as even as the ranks allow; fewer when it has fewer)."""
+    ranks = np.unique(threads(trace)[RANK].to_numpy())
+    return [subset(trace, r) for r in np.array_split(ranks, min(groups, len(ranks))) if len(r)]

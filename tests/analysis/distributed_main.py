@@ -1,0 +1,26 @@
+"""Run under mpiexec by test_distributed.py: analyze TRACE in GROUPS rank groups over the processes of COMM_WORLD;
+process 0 writes the JSON result to OUT. Each group loads the trace and keeps its ranks (as a reader of one rank
+group would)."""
+import json
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+from analysis.distributed import analyze_comm
+from analysis.rank_groups import subset
+from analysis.records import threads
+from gpt2trace.format.reader import load
+
+
+def main(path: str, groups: int, out: str, steps: str | None = None) -> None:
+    ranks = np.unique(threads(load(path))["rank"].to_numpy())
+    loaders = [lambda r=r: subset(load(path), r) for r in np.array_split(ranks, groups)]
+    result = analyze_comm(loaders, MPI.COMM_WORLD, steps)
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        with open(out, "w") as f:
+            json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)

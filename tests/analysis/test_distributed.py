@@ -1,0 +1,55 @@
+"""`analyze_comm` on real MPI processes (mpiexec -n 2 and 3) and on COMM_SELF, against `analyze` of the whole."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mpi4py import MPI
+from test_rank_groups import SAMPLES, differences, plain
+
+from analysis.analyze import analyze
+from analysis.distributed import analyze_comm, block
+from analysis.rank_groups import split
+from gpt2trace.format.reader import load
+
+MAIN = Path(__file__).with_name("distributed_main.py")
+
+
+@pytest.mark.parametrize("groups,processes", [(5, 2), (4, 3), (2, 3), (1, 1)])
+def test_blocks_cover_the_groups_in_order(groups, processes):
+    blocks = [block(groups, p, processes) for p in range(processes)]
+    assert [i for b in blocks for i in b] == list(range(groups))
+    assert max(map(len, blocks)) - min(map(len, blocks)) <= 1
+
+
+def test_one_process_gives_the_whole_result():
+    trace = load(SAMPLES / "small_8ranks_3d.parquet")
+    loaders = [lambda g=g: g for g in split(trace, 3)]
+    assert differences(plain(analyze(trace)), plain(analyze_comm(loaders, MPI.COMM_SELF))) == []
+
+
+def _mpiexec(processes: int, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(["mpiexec", "-n", str(processes), sys.executable, str(MAIN), *args], capture_output=True,
+                          text=True, timeout=600, env=env)
+
+
+@pytest.mark.parametrize("name,groups,processes", [("small_8ranks_3d.parquet", 4, 2),
+                                                   ("small_8ranks_3d.parquet", 5, 3),
+                                                   ("small_2ranks_pp2_1f1b.parquet", 2, 3)])
+def test_mpiexec_gives_the_whole_result(tmp_path, name, groups, processes):
+    out = tmp_path / "result.json"
+    run = _mpiexec(processes, str(SAMPLES / name), str(groups), str(out))
+    assert run.returncode == 0, run.stderr[-3000:]
+    whole = plain(analyze(load(SAMPLES / name)))
+    assert differences(whole, json.loads(out.read_text())) == []
+
+
+def test_mpiexec_raises_on_every_process_for_a_bad_window(tmp_path):
+    out = tmp_path / "result.json"
+    run = _mpiexec(2, str(SAMPLES / "small_8ranks_3d.parquet"), "4", str(out), "50:60")
+    assert run.returncode != 0 and not out.exists()
+    assert run.stderr.count("WindowError: --steps 50:60 selects no step") == 2, run.stderr[-3000:]
