@@ -115,7 +115,8 @@ def write_file(path: str | Path, out: str | Path, group_records: int = GROUP_REC
     try:
         report = build_groups(groups, advance=advance, **kwargs)
     except rank_groups.NotCombinable:
-        report = build_groups([partial(load, path)], advance=advance, **kwargs)
+        # In memory, not as a loader: the analyses of a task graph read the whole trace (context's `whole`).
+        report = build_groups([load(path)], advance=advance, **kwargs)
     return _write(report, out)
 
 

@@ -8,6 +8,11 @@ write it before the first thread of the rank, "rank 3 · dp 1 tp 1 pp 0 · 3.0",
 Exact records: every record when the trace is small (`exact_budget` state + kernel records or fewer), else
 those of a detail window (by default the analyzed steps from the first one on, as many whole steps as fit the
 budget; `--steps`/`--window` choose it). Steps, phases and MPI calls are few and always exact.
+
+A trace bigger than memory is built group of ranks by group of ranks (`survey` each group, then `Fold.add` each
+group): lanes are binned independently, so the state and kernel views and the occupancy are folded group by group,
+and the steps, phases and MPI views come from every rank's shared records (analysis.rank_groups). `build` is the
+same path with the whole trace as the only group.
 """
 from __future__ import annotations
 
