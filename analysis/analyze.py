@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -29,6 +30,7 @@ from analysis import (
     scaling,
     segments,
     state_profile,
+    tasks,
     waits,
 )
 from analysis.comm_matrix import comm_matrix
@@ -36,7 +38,6 @@ from analysis.critical_path import critical_path_tables, main_threads
 from analysis.findings import findings
 from analysis.step_phases import step_phases
 from analysis.summary import summary, token_ranks
-from analysis.tasks import task_analysis
 from gpt2trace.format import grid as rank_grid
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import RANK
@@ -64,8 +65,7 @@ def analyze_groups(groups: Sequence[Trace | Callable[[], Trace]], steps: str | N
     """`analyze` of a trace given as groups of its ranks, in the order of their lowest rank: each a `Trace` of some
     ranks with the trace's metadata, or a function that loads one (called once per pass, so that only one group is
     in memory at a time). Two passes over each (`analysis.rank_groups`); the same result as `analyze` of the
-    whole. Raises rank_groups.NotCombinable for groups it cannot combine yet (a task-based trace in several
-    groups)."""
+    whole. Raises rank_groups.NotCombinable for groups that overlap or are out of rank order."""
     gathered, meta = [], None
     for g in groups:
         group = g() if callable(g) else g
@@ -75,12 +75,51 @@ def analyze_groups(groups: Sequence[Trace | Callable[[], Trace]], steps: str | N
     ctx = rank_groups.context(gathered, meta, steps, whole=whole)
     del gathered
     parts = [rank_groups.part(g() if callable(g) else g, ctx, top, bins) for g in groups]
-    return combine(ctx, parts, top, peak_gflops, bins, explain)
+    return combine(ctx, parts, top, peak_gflops, explain)
+
+
+@dataclass(frozen=True)
+class Explained:
+    """The explanations that need every rank's kernel segments or regions and take the longest to combine (root
+    causes, delay costs, the communication matrix and the critical path), JSON-ready: under MPI another process
+    than the one that combines the rest computes them (`analysis.distributed`)."""
+    root_causes: list
+    delay_costs: dict
+    comm_matrix: dict
+    critical_path: dict
+
+
+def kernel_view(ctx: rank_groups.Context, parts: list[rank_groups.Part]) -> dict:
+    """The critical path's view of the kernels: the records of a whole trace, else the regions of every group."""
+    if parts[0].kern is not None:
+        return {"kern": parts[0].kern}
+    return {"regions": (pd.concat([p.regions for p in parts], ignore_index=True), ctx.kernel_names)}
+
+
+def explanations(ctx: rank_groups.Context, segs: segments.Segments, kernel_view: dict,
+                 calls: pd.DataFrame | None = None, wait_rows: pd.DataFrame | None = None) -> Explained:
+    """The `Explained` part of the result, from the segments of every rank and the `kernel_view` (`calls` and
+    `wait_rows`: the window's MPI calls and their wait states, when the caller has them)."""
+    trace, window = ctx.shared, ctx.window
+    calls = mpi.calls(trace, window) if calls is None else calls
+    wait_rows = waits.wait_states(calls) if wait_rows is None else wait_rows
+    costs = delay.delay_costs(calls, wait_rows, segs, window, keys=(mpi.GROUP,))
+    path = critical_path_tables(trace, window, calls, main=main_threads(trace, ctx.pairs), steps=ctx.steps,
+                                **kernel_view)
+    return Explained(
+        root_causes=[{**r, "text": rootcause.sentence(r)} for r in rows(rootcause.table(costs))],
+        delay_costs={k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in delay.summary(costs).items()},
+        comm_matrix={k: rows(v) for k, v in comm_matrix(calls).items()},                       # per rank pair
+        # the path's segments as columns: one row per stretch would be most of the JSON on a large trace
+        critical_path={k: (columns(v) if k == "segments" else rows(v) if isinstance(v, pd.DataFrame) else v)
+                       for k, v in path.items()})
 
 
 def combine(ctx: rank_groups.Context, parts: list[rank_groups.Part], top: int = 10,
-            peak_gflops: float | None = None, bins: int = 100, explain: bool = True) -> dict:
-    """`analyze`'s result from the groups' `Part`s (in rank order) and the `Context` of all of them."""
+            peak_gflops: float | None = None, explain: bool = True,
+            explained: Explained | Callable[[], Explained] | None = None) -> dict:
+    """`analyze`'s result from the groups' `Part`s (in rank order) and the `Context` of all of them; `explained`:
+    `explanations` (or what waits for them) when another process computes them."""
     trace, window = ctx.shared, ctx.window
     warnings = list(ctx.warnings)
     ranks = np.unique(ctx.pairs[RANK].to_numpy())
@@ -90,7 +129,6 @@ def combine(ctx: rank_groups.Context, parts: list[rank_groups.Part], top: int = 
     segs = segments.concat([p.segs for p in parts])
     calls = mpi.calls(trace, window)
     wait_rows = waits.wait_states(calls)
-    costs = delay.delay_costs(calls, wait_rows, segs, window, keys=(mpi.GROUP,)) if explain else None
     total_wait = wait_rows["wait_ns"].sum() / 1e9
     by_state = (wait_rows.groupby("wait_state", as_index=False)
               .agg(count=("wait_ns", "size"), wait_s=("wait_ns", "sum")).sort_values("wait_s", ascending=False))
@@ -112,17 +150,14 @@ def combine(ctx: rank_groups.Context, parts: list[rank_groups.Part], top: int = 
     mem = memory.memory(trace, window)                                          # resident memory per rank
     summ = summary(trace, window, peak_gflops, first_stage, grid, ctx.pairs, ctx.steps)
     links = network_load.link_load(trace, calls, len(window.steps), summ.get("step_s_median"))
-    task_tables = task_analysis(trace, window) if ctx.groups == 1 else None    # None: a fork-join trace
+    task_tables = tasks.from_parts([p.tasks for p in parts])                    # None: a fork-join trace
     if task_tables and not task_tables["totals"]["edges_known"]:
         warnings.append(f"{trace.name}: its task records have no predecessors (a .prv import keeps none), so the "
                         "task graph's critical path, the ready tasks and the starvation are not known")
     running_ns = sum(float(p.pop.times["useful_ns"].sum()) for p in parts)
-    path = None
-    if explain:
-        given = ({"kern": parts[0].kern} if parts[0].kern is not None else
-                 {"regions": (pd.concat([p.regions for p in parts], ignore_index=True), ctx.kernel_names)})
-        path = critical_path_tables(trace, window, calls, main=main_threads(trace, ctx.pairs), steps=ctx.steps,
-                                    **given)
+    if explain:                             # last: under MPI, another process computes them meanwhile
+        explained = explained() if callable(explained) else (
+            explained or explanations(ctx, segs, kernel_view(ctx, parts), calls, wait_rows))
     result = {
         "trace": trace.name,
         "window": {"t0_s": window.t0_ns / 1e9, "t1_s": window.t1_ns / 1e9, "steps": list(window.steps)},
@@ -139,12 +174,11 @@ def combine(ctx: rank_groups.Context, parts: list[rank_groups.Part], top: int = 
         "comm_dimensions": rows(comm_groups.per_dimension(calls, wait_rows, grid, trace.communicators, len(ranks),
                                                           window)),
         "pipeline": {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in pipe.items()} if pipe else None,
-        "comm_matrix": {k: rows(v) for k, v in comm_matrix(calls).items()} if explain else None,   # per rank pair
+        "comm_matrix": explained.comm_matrix if explain else None,                            # per rank pair
         "memory": {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in mem.items()} if mem else None,
         "network_links": rows(links) if links is not None else None,          # an emulated cluster's link load
-        "root_causes": [{**r, "text": rootcause.sentence(r)} for r in rows(rootcause.table(costs))] if explain else [],
-        "delay_costs": ({k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in delay.summary(costs).items()}
-                        if explain else None),                                  # root causes through chains
+        "root_causes": explained.root_causes if explain else [],
+        "delay_costs": explained.delay_costs if explain else None,               # root causes through chains
         "states": {k: rows(v) for k, v in
                    state_profile.from_lanes(state_profile.LaneStates.concat([p.states for p in parts]),
                                             window).items()},
@@ -153,9 +187,7 @@ def combine(ctx: rank_groups.Context, parts: list[rank_groups.Part], top: int = 
                       **{k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in occ.items()}},
         "step_phases": {k: rows(v) for k, v in step_phases(trace, ctx.steps).items()},   # every step, not only the
         "kernel_threads": rows(kernel_threads.from_cells([p.kernel_threads for p in parts])),           # window
-        # the path's segments as columns: one row per stretch would be most of the JSON on a large trace
-        "critical_path": {k: (columns(v) if k == "segments" else rows(v) if isinstance(v, pd.DataFrame) else v)
-                          for k, v in path.items()} if explain else None,
+        "critical_path": explained.critical_path if explain else None,
         "bursts": {"edges_s": burst_hist["edges_s"], "cells": rows(burst_hist["cells"])},
         "tasks": _tasks_json(task_tables) if task_tables else None,
         "warnings": warnings,

@@ -9,10 +9,12 @@ object with mpi4py's `Get_rank`, `Get_size`, `allgather` and `gather`), so `COMM
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 
-from analysis import rank_groups
+from analysis import analyze, rank_groups, segments
 from analysis.analyze import combine
 from gpt2trace.format.reader import Trace
 
@@ -20,17 +22,29 @@ from gpt2trace.format.reader import Trace
 def analyze_comm(groups: Sequence[Callable[[], Trace]], comm, steps: str | None = None, top: int = 10,
                  peak_gflops: float | None = None, bins: int = 100, explain: bool = True) -> dict | None:
     """`analyze` of the trace whose rank groups `groups` load (in the order of their lowest rank), on the processes
-    of `comm`; the result on process 0, None on the others. An error in pass 1 on any process (an invalid trace, a
-    --steps that does not fit) is raised on every process, so that none waits for the others forever."""
-    mine = block(len(groups), comm.Get_rank(), comm.Get_size())
-    gathered, meta = _exchange(comm.allgather(_attempt(lambda: _gather(groups, mine))))
-    ctx = rank_groups.context(gathered, meta, steps)
-    everything = comm.gather(_attempt(lambda: ([rank_groups.part(groups[i](), ctx, top, bins) for i in mine],
-                                               None)), root=0)
+    of `comm`; the result on process 0, None on the others. An error on any process in pass 1 (an invalid trace, a
+    --steps that does not fit) is raised on every process, so that none waits for the others forever; one in pass
+    2 on process 0."""
+    process = comm.Get_rank()
+    mine = block(len(groups), process, comm.Get_size())
+    gathered = _values(comm.allgather(_attempt(lambda: _gather(groups, mine))))
+    meta = next(m for _, m in gathered if m is not None)
+    ctx = rank_groups.context([g for gs, _ in gathered for g in gs], meta, steps)
+    parts = _attempt(lambda: [rank_groups.part(groups[i](), ctx, top, bins) for i in mine])
+    helper = explain and comm.Get_size() > 1 and len(groups) > 1
+    if helper:         # process 1 computes the explanations across ranks while process 0 combines the rest
+        kernels = comm.gather(_then(parts, lambda ps: [(p.segs, p.regions) for p in ps]), root=HELPER)
+        parts = _then(parts, lambda ps: [replace(p, regions=None) for p in ps])     # process 0 does not need them
+    everything = comm.gather(parts, root=0)
+    if helper and process == HELPER:
+        comm.send(_attempt(lambda: _explain(ctx, [k for ks in _values(kernels) for k in ks])), dest=0)
     if everything is None:
         return None
-    parts, _ = _exchange(everything)
-    return combine(ctx, parts, top, peak_gflops, bins, explain)
+    explained = (lambda: _values([comm.recv(source=HELPER)])[0]) if helper else None
+    return combine(ctx, [p for ps in _values(everything) for p in ps], top, peak_gflops, explain, explained)
+
+
+HELPER = 1         # the process that computes the explanations (analysis.analyze.Explained)
 
 
 def block(groups: int, process: int, processes: int) -> range:
@@ -49,20 +63,28 @@ def _gather(groups: Sequence[Callable[[], Trace]], mine: range) -> tuple[list, T
     return out, meta
 
 
-def _attempt(work: Callable[[], tuple]) -> tuple:
-    """(result, None), or (None, the exception) for the processes to share."""
+def _explain(ctx: rank_groups.Context, kernel_parts: list) -> analyze.Explained:
+    segs = segments.concat([s for s, _ in kernel_parts])
+    regions = pd.concat([r for _, r in kernel_parts], ignore_index=True)
+    return analyze.explanations(ctx, segs, {"regions": (regions, ctx.kernel_names)})
+
+
+# What a process sends: (value, None), or (None, the exception it raised) for every process to raise.
+def _attempt(work: Callable[[], object]) -> tuple:
     try:
         return work(), None
-    except Exception as exc:            # noqa: BLE001 - sent to every process, raised there
+    except Exception as exc:            # noqa: BLE001 - sent to the other processes, raised there
         return None, exc
 
 
-def _exchange(items: list[tuple]) -> tuple[list, Trace | None]:
-    """The processes' results (in process order: their blocks are in group order) joined, and the first metadata;
-    the first process's exception raised if any had one."""
-    for _, exc in items:
+def _then(outcome: tuple, f: Callable) -> tuple:
+    value, exc = outcome
+    return (f(value), None) if exc is None else outcome
+
+
+def _values(outcomes: list[tuple]) -> list:
+    """The processes' values in process order (their blocks are in group order); the first exception raised."""
+    for _, exc in outcomes:
         if exc is not None:
             raise exc
-    joined = [x for (results, _), _ in items for x in results]
-    meta = next((m for (_, m), _ in items if m is not None), None)
-    return joined, meta
+    return [value for value, _ in outcomes]

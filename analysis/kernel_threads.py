@@ -40,9 +40,10 @@ def cells(kern: Records) -> pd.DataFrame:
 
 def from_cells(parts: list[pd.DataFrame]) -> pd.DataFrame:
     """`kernel_threads` of the threads of all `parts` (`cells` of groups of ranks)."""
-    df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-    if not len(df):
+    parts = [p for p in parts if len(p)]                # an empty table would make the ids floats
+    if not parts:
         return pd.DataFrame(columns=COLUMNS)
+    df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     lanes = df[[RANK, THREAD]].drop_duplicates().sort_values([RANK, THREAD], kind="stable")
     lane = pd.MultiIndex.from_frame(lanes).get_indexer(pd.MultiIndex.from_frame(df[[RANK, THREAD]]))
     named = df["kernel"].notna().to_numpy()

@@ -6,13 +6,13 @@ shares and is small next to its kernel and state records: its step bounds, (rank
 and its phase, MPI and token / resident-memory counter records. From all of them, `context` fixes the window and
 builds one small `Trace` of the shared records of every rank, on which the analyses across ranks run (waits, root
 causes, delay costs, pipeline bubbles, communication matrix, network load, replay, critical path). Pass 2 (`part`)
-reduces each group's kernel and state records to a `Part`: per-thread and per-rank sums (integer nanoseconds,
-exact in any order), per-rank rows, its kernel segments and parallel regions (one per kernel invocation on a rank,
-not per thread). `analysis.analyze.combine` joins the parts and the shared records into `analyze`'s result: the
+reduces each group's kernel, state, counter and task records to a `Part`: per-thread and per-rank sums (integer
+nanoseconds, exact in any order), per-rank and per-step rows, its kernel segments and parallel regions (one per
+kernel invocation on a rank, not per thread: what the delay costs, the pipeline's late senders and the critical
+path read of every rank). `analysis.analyze.combine` joins the parts and the shared records into `analyze`'s result: the
 in-memory `analyze` is the same path with the whole trace as the only group.
 
 Everything is picklable, so groups can be spread over processes (mpi4py) and their parts reduced on one.
-A task-based trace (task records) is not split yet: `context` refuses it with more than one group.
 """
 from __future__ import annotations
 
@@ -24,7 +24,18 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis import bursts, counters, imbalance, kernel_threads, occupancy, pop, segments, state_profile, steps
+from analysis import (
+    bursts,
+    counters,
+    imbalance,
+    kernel_threads,
+    occupancy,
+    pop,
+    segments,
+    state_profile,
+    steps,
+    tasks,
+)
 from analysis.critical_path import kernel_regions
 from analysis.records import Records, extent, records, threads
 from analysis.window import Window, of_steps
@@ -37,7 +48,7 @@ SHARED_COUNTERS = (Counter.TOKENS, Counter.RSS_BYTES)  # and these counters (one
 
 
 class NotCombinable(ValueError):
-    """Groups of ranks that `analyze_groups` cannot combine (yet); the message says what to do instead."""
+    """Groups of ranks that overlap or are out of rank order; the message says so."""
 
 
 @dataclass(frozen=True)
@@ -50,7 +61,6 @@ class Gathered:
     shared: dict[str, pa.Table]
     warnings: tuple[str, ...]
     has_states: bool
-    has_tasks: bool
 
 
 def gather(group: Trace) -> Gathered:
@@ -68,8 +78,7 @@ def gather(group: Trace) -> Gathered:
     bounds = steps.bounds(group)
     span = extent(group) if bounds.level == steps.NO_STEPS else None         # the window of a trace without steps
     return Gathered(bounds, threads(group), span, names, shared,
-                    tuple(check_states(group)), group.records(Kind.STATE).num_rows > 0,
-                    group.records(Kind.TASK).num_rows > 0)
+                    tuple(check_states(group)), group.records(Kind.STATE).num_rows > 0)
 
 
 @dataclass(frozen=True)
@@ -89,10 +98,8 @@ class Context:
 def context(gathered: list[Gathered], meta: Trace, spec: str | None = None, whole: Trace | None = None) -> Context:
     """The `Context` of the groups' `gathered` (in rank order); `meta`: any group (its metadata is the trace's);
     `whole`: the trace itself when there is one group (its shared records are not copied). Raises WindowError for
-    a `spec` ('--steps A:B') that does not fit the trace and NotCombinable for what cannot be split yet."""
-    if len(gathered) > 1 and any(g.has_tasks for g in gathered):
-        raise NotCombinable(f"{meta.name}: a task-based trace (task records) is analyzed whole, not by groups of "
-                            "ranks; analyze it in one group")
+    a `spec` ('--steps A:B') that does not fit the trace and NotCombinable for groups that overlap or are out of
+    rank order."""
     firsts = [int(g.pairs[RANK].min()) for g in gathered if len(g.pairs)]
     if firsts != sorted(firsts) or len(set().union(*(set(g.pairs[RANK]) for g in gathered))) != sum(
             g.pairs[RANK].nunique() for g in gathered):
@@ -146,8 +153,9 @@ class Part:
     imbalance: tuple[pd.DataFrame, pd.DataFrame]
     kernel_threads: pd.DataFrame
     counters: dict[str, float]
+    tasks: dict | None          # a task-based run's (None: fork-join)
     segs: segments.Segments
-    regions: pd.DataFrame
+    regions: pd.DataFrame | None   # the critical path's view of the kernels (None: see `kern`)
     kern: Records | None        # the records themselves, when the group is the whole trace (the critical path's)
 
 
@@ -161,7 +169,7 @@ def part(group: Trace, ctx: Context, top: int = 10, bins: int = 100) -> Part:
                 occupancy=occupancy.part(states, window, segs, top, bins),
                 pop=pop.part(states, kern), bursts=bursts.counts(states),
                 imbalance=imbalance.threads_part(kern), kernel_threads=kernel_threads.cells(kern),
-                counters=counters.part(group, window, states), segs=segs,
+                counters=counters.part(group, window, states), tasks=tasks.part(group, window, ctx.steps), segs=segs,
                 regions=kernel_regions(kern) if ctx.groups > 1 else None, kern=kern if ctx.groups == 1 else None)
 
 

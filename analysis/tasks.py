@@ -35,26 +35,51 @@ def task_analysis(trace: Trace, window: Window) -> dict | None:
     step), `profile` (piecewise-constant ready/running per rank and step), `histogram` (all tasks, then per
     kernel), `on_path` (the critical paths' tasks), `path_kernels` (their time by kernel and layer) and `totals`
     (the window's numbers, summed over ranks and steps)."""
+    return from_parts([part(trace, window)])
+
+
+def part(trace: Trace, window: Window, steps: pd.DataFrame | None = None) -> dict | None:
+    """What the ranks of `trace` contribute (the tables per rank and step, and each task's duration and name for
+    the histogram; the tasks' edges stay on their rank); None without tasks. `steps`: the steps table of the whole
+    trace, when `trace` holds some of its ranks."""
     graph = task_graph(trace, window, window.steps)
     if graph is None or len(graph.tasks) == 0:
         return None
     threads = _threads_per_rank(trace)
     prof = profile(graph)
     cp, on_path = critical_paths(graph)
-    shares = state_shares(trace, graph, threads)
+    shares = state_shares(trace, graph, threads, steps)
     starved = starvation(prof, threads)
     steps = cp.merge(shares, on=[RANK, STEP], how="left").merge(starved, on=[RANK, STEP], how="left")
     med = graph.tasks.assign(d=graph.duration_ns).groupby([RANK, STEP])["d"].median().rename("median_task_s") / NS
     steps = steps.merge(med.reset_index(), on=[RANK, STEP], how="left")
     steps["per_task_runtime_s"] = steps["scheduling_s"] / steps["tasks"]
     steps["threads"] = steps[RANK].map(lambda r: threads.get(int(r), 1))
-    if not graph.edges_known:
+    return {"steps": steps, "profile": prof, "on_path": on_path, "durations": _durations(graph),
+            "edges_known": graph.edges_known}
+
+
+def from_parts(parts: list[dict | None]) -> dict | None:
+    """`task_analysis` of the ranks of all `parts` (in rank order); None when none has tasks."""
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return None
+    join = (lambda key: parts[0][key]) if len(parts) == 1 else (
+        lambda key: pd.concat([p[key] for p in parts], ignore_index=True))
+    steps, prof, on_path = join("steps"), join("profile"), join("on_path")
+    edges_known = all(p["edges_known"] for p in parts)
+    if not edges_known:
         # without the edges, every task would count as a root: no critical path, no ready counts
         steps[list(NEEDS_EDGES)] = np.nan
         prof["ready"] = UNKNOWN
         on_path = on_path.iloc[:0]
-    return {"steps": steps, "profile": prof, "histogram": histogram(graph), "on_path": on_path,
-            "path_kernels": path_by_kernel(on_path), "totals": {**totals(steps), "edges_known": graph.edges_known}}
+    # the histogram sums the tasks' times in the graph's order, so it takes every task's duration (the result's
+    # profile has two rows per task anyway)
+    durations = np.concatenate([p["durations"][0] for p in parts])
+    names = np.concatenate([np.asarray(p["durations"][1], dtype=object) for p in parts])
+    return {"steps": steps, "profile": prof, "histogram": _histogram(durations, names),
+            "on_path": on_path, "path_kernels": path_by_kernel(on_path),
+            "totals": {**totals(steps), "edges_known": edges_known}}
 
 
 def ready_ns(graph: TaskGraph) -> np.ndarray:
@@ -94,10 +119,18 @@ def profile(graph: TaskGraph) -> pd.DataFrame:
 def histogram(graph: TaskGraph, per_decade: int = BINS_PER_DECADE) -> pd.DataFrame:
     """Task durations in log bins (edges 10^(k / per_decade) s): kernel (ALL_KERNELS first, then each kernel by
     total time), lo_s, hi_s, count, seconds. Bins from the shortest to the longest task, empty ones included."""
-    dur = np.maximum(graph.duration_ns, 1) / NS
+    return _histogram(graph.duration_ns, graph.tasks[NAME].to_numpy(), per_decade)
+
+
+def _durations(graph: TaskGraph) -> tuple[np.ndarray, pd.Categorical]:
+    """Each task's duration and kernel name (categorical: compact when pickled), in the graph's order."""
+    return graph.duration_ns, pd.Categorical(graph.tasks[NAME].to_numpy())
+
+
+def _histogram(duration_ns: np.ndarray, names: np.ndarray, per_decade: int = BINS_PER_DECADE) -> pd.DataFrame:
+    dur = np.maximum(duration_ns, 1) / NS
     k = np.floor(np.log10(dur) * per_decade + 1e-9).astype(np.int64)
     ks = np.arange(k.min(), k.max() + 1)
-    names = graph.tasks[NAME].to_numpy()
     by_time = pd.Series(dur).groupby(names).sum().sort_values(ascending=False, kind="stable")
     out = []
     for kernel in [ALL_KERNELS, *by_time.index]:
@@ -109,9 +142,11 @@ def histogram(graph: TaskGraph, per_decade: int = BINS_PER_DECADE) -> pd.DataFra
     return pd.concat(out, ignore_index=True)
 
 
-def state_shares(trace: Trace, graph: TaskGraph, threads: dict[int, int]) -> pd.DataFrame:
-    """Per rank and step of the graph: thread_s (threads x step time), scheduling_s, idle_s and their shares."""
-    steps = steps_table(trace)
+def state_shares(trace: Trace, graph: TaskGraph, threads: dict[int, int],
+                 steps: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per rank and step of the graph: thread_s (threads x step time), scheduling_s, idle_s and their shares.
+    `steps`: `steps_table(trace)`, or that of the whole trace when `trace` holds some of its ranks."""
+    steps = steps_table(trace) if steps is None else steps
     steps = steps[steps[STEP].isin(graph.tasks[STEP].unique())]
     st = records(trace, Kind.STATE, (RANK, THREAD, STATE))
     rows = []

@@ -18,10 +18,10 @@ from gpt2trace.format.schema import NAME, Kind
 from gpt2trace.testing import synthetic
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
-MULTI_RANK = sorted(p.name for p in SAMPLES.glob("*.parquet") if "tasks" not in p.name
-                    and load(p).parts[Kind.STATE].column("rank").to_numpy().max() > 0)
+MULTI_RANK = sorted(p.name for p in SAMPLES.glob("*.parquet")
+                    if load(p).parts[Kind.STATE].column("rank").to_numpy().max() > 0)
 # Seconds summed over the records of several ranks in the file's order (phases per name, per step): groups add
-# them in another order when a file interleaves ranks, so they may differ in the last bits there only.
+# them in rank order, another order when a file interleaves ranks, so they may differ in the last bits there only.
 ORDER_DEPENDENT = ("/summary/phases", "/step_phases/")
 
 
@@ -120,11 +120,12 @@ def test_steps_from_kernels_when_one_group_has_no_phases():
     assert differences(plain(analyze(no_phases)), plain(analyze_groups(rank_groups.split(no_phases, 2)))) == []
 
 
-def test_a_task_trace_in_several_groups_is_refused():
-    trace = load(SAMPLES / "tiny_2ranks_tasks.parquet")
-    with pytest.raises(rank_groups.NotCombinable, match="task-based trace"):
-        analyze_groups(rank_groups.split(trace, 2))
-    assert analyze_groups(rank_groups.split(trace, 1))["tasks"] is not None
+@pytest.mark.parametrize("name", ["tiny_2ranks_tasks.parquet", "small_2threads_tasks.parquet"])
+def test_groups_of_a_task_trace_give_the_whole_result(name):
+    trace = load(SAMPLES / name)
+    whole = plain(analyze(trace))
+    assert whole["tasks"] is not None
+    assert differences(whole, plain(analyze_groups(rank_groups.split(trace, 2)))) == []
 
 
 def test_groups_out_of_rank_order_or_overlapping_are_refused():
@@ -163,3 +164,12 @@ def test_state_gaps_of_several_groups_are_counted_together():
     assert len(gaps) == 1 and int(gaps[0].split(": ")[1].split()[0]) > 2
     assert differences(whole, plain(analyze_groups(rank_groups.split(trace, 2)))) == []
     assert differences(whole, plain(analyze_groups(rank_groups.split(trace, 4)))) == []
+
+
+def test_a_group_without_state_or_kernel_records():
+    # rank 2 keeps its phases, MPI calls and counters only: its group contributes empty parts
+    trace = Trace.from_table(synthetic.generate(synthetic.SyntheticConfig(ranks=3, threads=2, steps=3)))
+    parts = {k: (t.filter(pa.compute.not_equal(t.column("rank"), 2)) if k in (Kind.STATE, Kind.KERNEL) else t)
+             for k, t in trace.parts.items()}
+    trace = Trace(parts=parts, run=trace.run, comm_table=trace.comm_table)
+    assert differences(plain(analyze(trace)), plain(analyze_groups(rank_groups.split(trace, 3)))) == []
