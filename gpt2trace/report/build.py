@@ -52,7 +52,7 @@ def build_groups(groups: Sequence[Trace | Callable[[], Trace]], result: dict | N
     """`build` of a trace given as groups of its ranks, in rank order (analyze_groups' `groups`: a function that
     loads a group is called once per pass, so one group is in memory at a time): the same page. Two passes over
     the groups, the analysis's and the timeline's together; `advance(n)` is called with each group's records
-    in each pass. Raises NotCombinable as analyze_groups does."""
+    in each pass. Raises TraceError / WindowError as `build`, NotCombinable for groups out of rank order."""
     began = time.perf_counter()
     gathered, surveys, meta = [], [], None
     for g in groups:
@@ -109,14 +109,10 @@ def write(trace: Trace, out: str | Path, **kwargs) -> Report:
 def write_file(path: str | Path, out: str | Path, group_records: int = GROUP_RECORDS,
                advance: Callable[[int], None] = lambda n: None, **kwargs) -> Report:
     """The report of the Parquet trace at `path` (`build`'s other arguments), built group of ranks by group of
-    ranks of at most `group_records` records (reader.rank_groups), written as `write` does; a task-based trace,
-    which the analysis does not split yet, is built whole. `advance(n)`: records done, of twice the trace's."""
+    ranks of at most `group_records` records (reader.rank_groups), written as `write` does. `advance(n)`: records
+    done, of twice the trace's."""
     groups = [partial(load, path, ranks) for ranks in rank_groups_of(path, group_records)]
-    try:
-        report = build_groups(groups, advance=advance, **kwargs)
-    except rank_groups.NotCombinable:
-        # In memory, not as a loader: the analyses of a task graph read the whole trace (context's `whole`).
-        report = build_groups([load(path)], advance=advance, **kwargs)
+    report = build_groups(groups, advance=advance, **kwargs)
     return _write(report, out)
 
 

@@ -13,7 +13,7 @@ from gpt2trace.testing import synthetic as syn
 
 SAMPLES = Path(__file__).resolve().parents[3] / "sample_traces"
 MULTI_RANK = ["tiny_2ranks_allreduce.parquet", "tiny_2ranks_overlap.parquet", "small_2ranks_pp2_1f1b.parquet",
-              "small_2ranks_tp2.parquet", "small_8ranks_3d.parquet"]
+              "small_2ranks_tp2.parquet", "small_8ranks_3d.parquet", "tiny_2ranks_tasks.parquet"]
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def test_exact_records_cut_by_the_budget_in_any_grouping(four_ranks):
     assert (grouped.detail_ns, grouped.detail_note, grouped.html) == (whole.detail_ns, whole.detail_note, whole.html)
 
 
-def test_task_trace_is_built_whole(tmp_path):
+def test_task_trace_one_rank_a_group(tmp_path):
     path = SAMPLES / "tiny_2ranks_tasks.parquet"
     made = write_file(path, tmp_path / "t.html", group_records=1)
     assert (tmp_path / "t.html").read_text() == build(load(path)).html
