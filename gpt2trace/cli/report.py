@@ -54,15 +54,30 @@ def report(
     window_s = parse_window(window) if window else None
 
     from analysis.window import WindowError, parse_steps
-    from gpt2trace.interop.loader import load
+    from gpt2trace.interop.loader import PARAVER_SUFFIXES, is_otf2, load
     from gpt2trace.report import write
-    budget = {} if exact_records is None else {"exact_budget": exact_records}
+    options = dict(steps=steps, window_s=window_s, top=top,
+                   **({} if exact_records is None else {"exact_budget": exact_records}))
     try:
         if steps is not None:
             parse_steps(steps)
-        made = write(load(trace), out.path, steps=steps, window_s=window_s, top=top, **budget)
+        if is_otf2(trace) or trace.name.endswith(PARAVER_SUFFIXES):
+            made = write(load(trace), out.path, **options)
+        else:
+            made = _write_parquet(trace, out.path, options)
     except (TraceError, WindowError, OutputError) as exc:
         fail(str(exc))
     size = out.path.stat().st_size / 2**20
     console.print(f"report: {out.shown()}; {size:.1f} MB, {made.records:,} records, built in {made.build_s:.1f} s; "
                   f"{made.detail_note}", soft_wrap=True)
+
+
+def _write_parquet(trace: Path, out: Path, options: dict):
+    """A Parquet trace's report group of ranks by group of ranks (bounded memory), with a progress bar: two passes
+    over the trace's records."""
+    from gpt2trace.cli.progress import progress
+    from gpt2trace.format.reader import rank_records
+    from gpt2trace.report import write_file
+    total = sum(rank_records(trace).values())
+    with progress(f"report of {trace.name} (2 passes)", total=2 * total) as advance:
+        return write_file(trace, out, advance=advance, **options)

@@ -8,6 +8,6 @@ Modules: `colors` (fixed colors per state / kernel / phase / MPI call), `lod` (d
 and `pack` (data into the page), `figures` and `tables` (the charts and tables beside the timeline, drawn from
 the analysis), `page` and `report.js` (the HTML and its JavaScript), `build` (all of it from a trace).
 """
-from gpt2trace.report.build import Report, build, write
+from gpt2trace.report.build import Report, build, build_groups, write, write_file
 
-__all__ = ["Report", "build", "write"]
+__all__ = ["Report", "build", "build_groups", "write", "write_file"]

@@ -4,23 +4,26 @@ writes one HTML page. What `gpt2trace report` and `gpt2trace analyze --html` cal
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
-from analysis.analyze import analyze
-from analysis.window import select
+from analysis import rank_groups
+from analysis.analyze import combine
 from gpt2trace.format.outputs import atomic_output
-from gpt2trace.format.reader import Trace
-from gpt2trace.report import colors, figures, page, tables
+from gpt2trace.format.reader import Trace, load
+from gpt2trace.format.reader import rank_groups as rank_groups_of
+from gpt2trace.report import colors, figures, page, tables, timeline
 from gpt2trace.report.comm_matrix import heatmap as comm_heatmap
 from gpt2trace.report.memory_figure import memory_per_rank
 from gpt2trace.report.pack import Blobs
 from gpt2trace.report.payload import page_data
 from gpt2trace.report.tables import esc
 from gpt2trace.report.timeline import EXACT_BUDGET, RUN_BUDGET
-from gpt2trace.report.timeline import build as build_timeline
 
 MAX_BYTES = 24 * 2**20        # the issue's target is 25 MB for a 10-million-record trace
+GROUP_RECORDS = 4_000_000     # records of one group of ranks in memory (write_file): ~1 GB at its peak
 
 
 @dataclass(frozen=True)
@@ -39,13 +42,48 @@ def build(trace: Trace, result: dict | None = None, steps: str | None = None,
     analyzed window; `window_s` (seconds since the trace start) chooses where records are exact in a big trace.
     A page over `max_bytes` loses its finest overview levels until it fits.
     Raises TraceError / WindowError as `analyze` does."""
+    return build_groups([trace], result, steps, window_s, top, exact_budget, run_budget, max_bytes)
+
+
+def build_groups(groups: Sequence[Trace | Callable[[], Trace]], result: dict | None = None, steps: str | None = None,
+                 window_s: tuple[float, float] | None = None, top: int = 15, exact_budget: int = EXACT_BUDGET,
+                 run_budget: int = RUN_BUDGET, max_bytes: int = MAX_BYTES,
+                 advance: Callable[[int], None] = lambda n: None) -> Report:
+    """`build` of a trace given as groups of its ranks, in rank order (analyze_groups' `groups`: a function that
+    loads a group is called once per pass, so one group is in memory at a time): the same page. Two passes over
+    the groups, the analysis's and the timeline's together; `advance(n)` is called with each group's records
+    in each pass. Raises TraceError / WindowError as `build`, NotCombinable for groups out of rank order."""
     began = time.perf_counter()
-    if result is None:
-        result = analyze(trace, steps=steps, top=top)
-    window = select(trace, steps)
-    analyzed = (window.t0_ns, window.t1_ns)
+    gathered, surveys, meta = [], [], None
+    for g in groups:
+        group = g() if callable(g) else g
+        gathered.append(rank_groups.gather(group))
+        surveys.append(timeline.survey(group))
+        meta = meta or rank_groups.metadata(group)
+        advance(group.num_rows)
+        del group
+    whole = groups[0] if len(groups) == 1 and isinstance(groups[0], Trace) else None
+    ctx = rank_groups.context(gathered, meta, steps, whole=whole)
+    del gathered
+    analyzed = (ctx.window.t0_ns, ctx.window.t1_ns)
     detail_ns = (int(round(window_s[0] * 1e9)), int(round(window_s[1] * 1e9))) if window_s else None
-    tl = build_timeline(trace, analyzed, detail_ns, exact_budget, run_budget)
+    fold = timeline.Fold(surveys, ctx.shared, ctx.pairs, ctx.steps, analyzed, detail_ns, exact_budget, run_budget)
+    parts = []
+    for g in groups:
+        group = g() if callable(g) else g
+        if result is None:
+            parts.append(rank_groups.part(group, ctx, top))
+        fold.add(group)
+        advance(group.num_rows)
+        del group
+    if result is None:
+        result = combine(ctx, parts, top)
+    del parts
+    return _page(meta, sum(s.records for s in surveys), result, fold.timeline(), analyzed, top, max_bytes, began)
+
+
+def _page(meta: Trace, records: int, result: dict, tl: timeline.Timeline, analyzed: tuple[int, int], top: int,
+          max_bytes: int, began: float) -> Report:
     blobs = Blobs()
     figs = {"fig-steps": figures.step_durations(result), "fig-occupancy": figures.occupancy_levels(result),
             "fig-imbalance": figures.imbalance_heatmap(result), "fig-useful": figures.useful_histogram(result),
@@ -53,19 +91,32 @@ def build(trace: Trace, result: dict | None = None, steps: str | None = None,
             "fig-memory": memory_per_rank(result)}
     data = page_data(tl, blobs, analyzed, figs, [colors.rank_color(i) for i in range(len(colors.RANK_RGB))],
                      (result.get("critical_path") or {}).get("segments"), result.get("tasks"))
-    name = Path(trace.name).name
-    header = _header(trace, result, name)
+    name = Path(meta.name).name
+    header = _header(meta, records, result, name)
     sections = _sections(result, tl, figs, top, data["criticalPath"] is not None)
     html = page.render(f"gpt2trace report: {name}", header, sections, data, blobs)
     while len(html.encode("utf-8")) > max_bytes and _drop_finest_level(data, blobs):
         html = page.render(f"gpt2trace report: {name}", header, sections, data, blobs)
-    return Report(html, trace.num_rows, tl.detail, tl.detail_note, time.perf_counter() - began)
+    return Report(html, records, tl.detail, tl.detail_note, time.perf_counter() - began)
 
 
 def write(trace: Trace, out: str | Path, **kwargs) -> Report:
     """Builds the report (`build`'s arguments) and writes it to `out` under a temporary name, renamed when complete:
     a full disk or a signal leaves no half-written page. Raises OutputError when it cannot write."""
-    report = build(trace, **kwargs)
+    return _write(build(trace, **kwargs), out)
+
+
+def write_file(path: str | Path, out: str | Path, group_records: int = GROUP_RECORDS,
+               advance: Callable[[int], None] = lambda n: None, **kwargs) -> Report:
+    """The report of the Parquet trace at `path` (`build`'s other arguments), built group of ranks by group of
+    ranks of at most `group_records` records (reader.rank_groups), written as `write` does. `advance(n)`: records
+    done, of twice the trace's."""
+    groups = [partial(load, path, ranks) for ranks in rank_groups_of(path, group_records)]
+    report = build_groups(groups, advance=advance, **kwargs)
+    return _write(report, out)
+
+
+def _write(report: Report, out: str | Path) -> Report:
     with atomic_output(out) as tmp:
         tmp.write_text(report.html, encoding="utf-8")
     return report
@@ -83,9 +134,9 @@ def _drop_finest_level(data: dict, blobs: Blobs) -> bool:
     return True
 
 
-def _header(trace: Trace, res: dict, name: str) -> str:
+def _header(trace: Trace, records: int, res: dict, name: str) -> str:
     s = res["summary"]
-    trace_items = [("file", trace.name), ("records", f"{trace.num_rows:,}"),
+    trace_items = [("file", trace.name), ("records", f"{records:,}"),
                    ("ranks x threads", f"{s['ranks']} x {s['threads_per_rank']}"),
                    ("schema version", trace.version)]
     blocks = [("Run", tables.run_config(trace.run)), ("Machine", tables.machine(trace.machine, trace.peak)),

@@ -184,3 +184,81 @@ def pyramid(lane, start_ns, end_ns, cat, lanes: int, t0: int, t1: int, ncat: int
             break
         bins *= factor
     return levels
+
+
+class PyramidFold:
+    """`pyramid` of records given a group of lanes at a time (groups of consecutive lanes, in lane order): the same
+    levels, while only one group's records are in memory.
+
+    Lanes are binned independently, so a level is its groups' levels side by side. Where the pyramid stops depends
+    on the runs of all lanes: a group builds its levels while the runs of the groups so far (a lower bound of the
+    whole's) leave room in the budget, and `levels` applies `pyramid`'s rule to the summed runs at the end.
+    `records` and `lanes` are the whole's (`pyramid`'s `len(start_ns)` and `lanes`).
+    """
+
+    def __init__(self, records: int, lanes: int, t0: int, t1: int, ncat: int, empty_competes: bool = True,
+                 base_bins: int = 2048, factor: int = 4, budget_runs: int = 1_000_000, max_levels: int = 12):
+        self.n, self.lanes, self.t0, self.t1, self.ncat = records, lanes, t0, t1, ncat
+        self.empty_competes, self.base_bins, self.factor = empty_competes, base_bins, factor
+        self.budget, self.cap = budget_runs, max_levels
+        self.groups: list[list[Level]] = []
+        self.runs: list[int] = []          # per level, the runs of the groups so far
+        self.next_lane = 0
+
+    def add(self, lane, start_ns, end_ns, cat, first_lane: int, lanes: int) -> None:
+        """One group's records; `lane` counts from the group's first lane, `first_lane` (its index in the whole)."""
+        if first_lane != self.next_lane:
+            raise ValueError(f"lane groups must come in order: expected lane {self.next_lane}, got {first_lane}")
+        self.next_lane += lanes
+        levels: list[Level] = []
+        bins, total = self.base_bins, 0
+        for k in range(self.cap):
+            # The dense or sorted summation as the whole would choose it: both agree, this keeps even the order.
+            dense = DENSE_MAX if self.lanes * bins * self.ncat <= DENSE_MAX else 0
+            level = dominant(lane, start_ns, end_ns, cat, lanes, self.t0, self.t1, bins, self.ncat,
+                             self.empty_competes, dense_max=dense)
+            runs = level.runs + (self.runs[k] if k < len(self.runs) else 0)
+            if k and total + runs > self.budget:
+                self.cap = k                     # the whole's runs are at least these: it stops before level k
+                break
+            levels.append(level)
+            total += runs
+            if self._last(runs, total, bins):
+                self.cap = k + 1
+                break
+            bins *= self.factor
+        self.runs = [(self.runs[k] if k < len(self.runs) else 0) + lv.runs for k, lv in enumerate(levels)]
+        self.groups.append(levels)
+
+    def _last(self, runs: int, total: int, bins: int) -> bool:
+        """`pyramid`'s test after a level (true for the whole once true for some of its groups)."""
+        guess = min(runs * self.factor, 2 * self.n + self.lanes)
+        return (runs >= self.n / 2 or (self.t1 - self.t0) / (bins * self.factor) < 1.0
+                or bins * self.factor >= 2**31 or total + guess > self.budget)
+
+    def levels(self) -> list[Level]:
+        """The whole's levels, as `pyramid` of all the records gives them."""
+        if self.next_lane != self.lanes:
+            raise ValueError(f"lanes {self.next_lane}..{self.lanes - 1} were never added")
+        built = min(len(g) for g in self.groups)
+        runs = [sum(g[k].runs for g in self.groups) for k in range(built)]
+        keep, total, bins = 0, 0, self.base_bins
+        for k in range(built):
+            if k and total + runs[k] > self.budget:
+                break
+            keep, total = k + 1, total + runs[k]
+            if self._last(runs[k], total, bins):
+                break
+            bins *= self.factor
+        return [_joined([g[k] for g in self.groups]) for k in range(keep)]
+
+
+def _joined(parts: list[Level]) -> Level:
+    """One level from the levels of consecutive lane groups."""
+    if len(parts) == 1:
+        return parts[0]
+    base = np.cumsum([0] + [p.runs for p in parts[:-1]])
+    offsets = np.concatenate([[0]] + [p.offsets[1:] + b for p, b in zip(parts, base)]).astype(np.int64)
+    return Level(bins=parts[0].bins, bin_ns=parts[0].bin_ns, offsets=offsets,
+                 start=np.concatenate([p.start for p in parts]), length=np.concatenate([p.length for p in parts]),
+                 cat=np.concatenate([p.cat for p in parts]))

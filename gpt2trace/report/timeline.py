@@ -8,6 +8,11 @@ write it before the first thread of the rank, "rank 3 · dp 1 tp 1 pp 0 · 3.0",
 Exact records: every record when the trace is small (`exact_budget` state + kernel records or fewer), else
 those of a detail window (by default the analyzed steps from the first one on, as many whole steps as fit the
 budget; `--steps`/`--window` choose it). Steps, phases and MPI calls are few and always exact.
+
+A trace bigger than memory is built group of ranks by group of ranks (`survey` each group, then `Fold.add` each
+group): lanes are binned independently, so the state and kernel views and the occupancy are folded group by group,
+and the steps, phases and MPI views come from every rank's shared records (analysis.rank_groups). `build` is the
+same path with the whole trace as the only group.
 """
 from __future__ import annotations
 
@@ -44,13 +49,14 @@ from gpt2trace.format.schema import (
     State,
 )
 from gpt2trace.report import colors
-from gpt2trace.report.lod import Level, coverage, pyramid
+from gpt2trace.report.lod import Level, PyramidFold, coverage, pyramid
 
 EXACT_BUDGET = 300_000        # state + kernel records drawn exactly (~6 MB in the page)
 ALWAYS_EXACT = 200_000        # views with at most this many records are exact over the whole trace
 RUN_BUDGET = 3_000_000        # runs per view over all its levels (build.py drops levels if the page gets too big)
 OCCUPANCY_MAX_BINS = 32_768   # finest binned occupancy (beyond it: exact from the state records, in the page)
 MICRO_BATCH_PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.DATALOAD)
+NO_NAME = "(no name)"        # the category of records without a name
 NPREDS = "npreds"             # a task's number of predecessors, beside its id and block in the kernels' hover
 
 
@@ -105,37 +111,202 @@ def build(trace: Trace, analyzed: tuple[int, int], window: tuple[int, int] | Non
     """The timeline of a trace. `analyzed` is the analysis window (ns); when the trace is too big to draw every
     record exactly, the exact records are those of `window` (ns, cut to the budget) or else of the analyzed
     steps from the first one on."""
-    t0, t1 = _extent(trace)
-    pairs = threads(trace)
-    grid = rank_grid.of_trace(trace)
-    names = rank_names(grid, pairs[RANK].unique())
-    lane_of = _lane_index(pairs)
-    labels = tuple(f"{r}.{t}" for r, t in zip(pairs[RANK], pairs[THREAD]))
-    lane_rank = tuple(int(r) for r in pairs[RANK])
-    steps = steps_table(trace)
-    budgeted = trace.records(Kind.STATE).num_rows + trace.records(Kind.KERNEL).num_rows
-    if budgeted <= exact_budget:
-        detail, note = (t0, t1), "every record is exact: zoom in to see each one"
-    elif window is not None:
-        detail, note = _detail_window(trace, steps, window, False, exact_budget)
-    else:
-        detail, note = _detail_window(trace, steps, analyzed, True, exact_budget)
-    views = [_steps_view(steps, analyzed, t0, t1, run_budget),
-             _phases_view(trace, names, grid.degree(rank_grid.PP) > 1, t0, t1, detail, run_budget),
-             _states_view(trace, lane_of, labels, lane_rank, t0, t1, detail, run_budget),
-             _kernels_view(trace, lane_of, labels, lane_rank, t0, t1, detail, run_budget)]
-    comm = _mpi_view(trace, lane_of, labels, t0, t1, detail, run_budget)
-    notes = ()
-    if comm is not None:
-        views.append(comm)
-    else:
-        notes = ("MPI: this trace has no MPI calls (one rank, or traced without MPI), so there is no MPI view.",)
-    views = [v for v in views if v is not None]
-    if any(" · " in n for n in names.values()):
-        views = [_with_rank_names(v, names) for v in views]
-    occ = _occupancy(trace, lane_of, pairs, t0, t1)
-    return Timeline(t0, t1, tuple(views), occ, steps[[STEP, START_NS, END_NS]].reset_index(drop=True), detail, note,
-                    notes)
+    fold = Fold([survey(trace)], trace, threads(trace), steps_table(trace), analyzed, window, exact_budget,
+                run_budget)
+    fold.add(trace)
+    return fold.timeline()
+
+
+@dataclass(frozen=True)
+class Survey:
+    """Pass 1 over one group of ranks: what fixes the whole timeline's extent, categories and exact records."""
+    extent: tuple[int, int] | None         # earliest start, latest end of any record; None: no records
+    top_rank: int                          # -1: no records
+    kernel_ns: dict                        # kernel name (None: no name) -> total ns, for every name used
+    state_ns: np.ndarray                   # total ns per state id
+    states: int
+    kernels: int
+    records: int                           # of every kind
+
+
+def survey(group: Trace) -> Survey:
+    parts = [p for p in group.parts.values() if p.num_rows]
+    extent = ((min(int(pc.min(p.column(START_NS)).as_py()) for p in parts),
+               max(int(pc.max(p.column(END_NS)).as_py()) for p in parts)) if parts else None)
+    top = max((int(pc.max(p.column(RANK)).as_py()) for p in parts), default=-1)
+    kern = records(group, Kind.KERNEL, (NAME,))
+    codes = np.where(kern[NAME] < 0, len(kern.names), kern[NAME])
+    ns = np.bincount(codes, weights=kern[END_NS] - kern[START_NS], minlength=len(kern.names) + 1)
+    used = np.bincount(codes, minlength=len(kern.names) + 1) > 0
+    names = list(kern.names) + [None]
+    st = records(group, Kind.STATE, (STATE,))
+    state = st[STATE].astype(np.int64)
+    state_ns = np.bincount(state, weights=st[END_NS] - st[START_NS]) if len(state) else np.zeros(0)
+    # Sums of integer ns in float64 are exact below 2**53 ns (104 days): the same in any grouping.
+    return Survey(extent, top, {names[i]: int(ns[i]) for i in np.flatnonzero(used)}, state_ns.astype(np.int64),
+                  len(st), len(kern), group.num_rows)
+
+
+class Fold:
+    """The timeline built group of ranks by group of ranks (groups of consecutive ranks, in rank order), the same
+    as from the whole trace: `add` each group once (pass 2), then `timeline()`.
+
+    `surveys` are every group's pass 1; `shared` holds every rank's phase and MPI records (analysis.rank_groups),
+    `pairs` the (rank, thread) pairs of all ranks, `steps` the steps table. The levels of the state and kernel views
+    are folded lane group by lane group (lod.PyramidFold), the occupancy rank by rank; exact records are kept only
+    from the detail window's start on, at most the budget's worth of starts after it (the window ends before the
+    budget runs out, whatever the groups hold), so memory follows the group and the budgets.
+    """
+
+    def __init__(self, surveys: list[Survey], shared: Trace, pairs: pd.DataFrame, steps: pd.DataFrame,
+                 analyzed: tuple[int, int], window: tuple[int, int] | None = None, exact_budget: int = EXACT_BUDGET,
+                 run_budget: int = RUN_BUDGET):
+        extents = [s.extent for s in surveys if s.extent]
+        self.t0 = min(e[0] for e in extents)
+        self.t1 = max(max(e[1] for e in extents), self.t0 + 1)
+        self.shared, self.pairs, self.steps, self.analyzed, self.run_budget = shared, pairs, steps, analyzed, run_budget
+        top = max(s.top_rank for s in surveys)
+        self.grid = rank_grid.from_run(shared.run, top + 1 if top >= 0 else 1, (shared.comm_table or {}).values())
+        self.names = rank_names(self.grid, pairs[RANK].unique())
+        self.lane_of = _lane_index(pairs)
+        self.labels = tuple(f"{r}.{t}" for r, t in zip(pairs[RANK], pairs[THREAD]))
+        self.lane_rank = tuple(int(r) for r in pairs[RANK])
+        self.states = sum(s.states for s in surveys)
+        self.kernels = sum(s.kernels for s in surveys)
+        self.state_cats = _state_categories([s.state_ns for s in surveys])
+        self.kernel_cats, self.kernel_code = _kernel_categories([s.kernel_ns for s in surveys])
+        lanes = len(pairs)
+        self.folds = {key: PyramidFold(n, lanes, self.t0, self.t1, max(len(cats), 1), True, budget_runs=run_budget)
+                      for key, n, cats in ((ViewKey.STATES, self.states, self.state_cats),
+                                           (ViewKey.KERNELS, self.kernels, self.kernel_cats)) if n}
+        self.budget = exact_budget
+        self.everywhere = self.states + self.kernels <= exact_budget
+        self.want, self.by_steps = (window, False) if window is not None else (analyzed, True)
+        self.start = self.t0 if self.everywhere else self._detail_start()
+        self.exact: dict[str, dict[str, np.ndarray]] = {}
+        self.per_step = np.zeros(len(steps), dtype=np.int64)
+        self.occ_ranks = np.unique(pairs[RANK].to_numpy())
+        self.rank_of_lane = np.searchsorted(self.occ_ranks, pairs[RANK].to_numpy())
+        self.occ_bins = [2048 * 4**k for k in range(8) if 2048 * 4**k <= OCCUPANCY_MAX_BINS]
+        self.occ = [np.zeros((len(self.occ_ranks), b)) for b in self.occ_bins]
+
+    def _detail_start(self) -> int:
+        """Where the detail window starts (`_detail_window` starts it there in every case)."""
+        if self.by_steps and not self.steps.empty:
+            s = self.steps[START_NS].to_numpy().astype(np.int64)
+            return int(s[max(int(np.searchsorted(s, self.want[0], side="right")) - 1, 0)])
+        return int(self.want[0])
+
+    def add(self, group: Trace) -> None:
+        """Pass 2 over one group of ranks."""
+        pairs = threads(group)
+        if not len(pairs):
+            return
+        lanes = self.lane_of[pairs[RANK].to_numpy(), pairs[THREAD].to_numpy()]
+        first = int(lanes[0])
+        st = records(group, Kind.STATE, (RANK, THREAD, STATE))
+        states = {"lane": self.lane_of[st[RANK], st[THREAD]], START_NS: st[START_NS], END_NS: st[END_NS],
+                  "cat": st[STATE].astype(np.int64)}
+        self._occupancy(states, first, len(lanes))
+        kern = records(group, Kind.KERNEL, (RANK, THREAD, NAME, STEP, LAYER))
+        lookup = np.array([self.kernel_code.get(n, -1) for n in kern.names] + [self.kernel_code.get(None, -1)],
+                          dtype=np.int64)
+        kernels = {"lane": self.lane_of[kern[RANK], kern[THREAD]], START_NS: kern[START_NS], END_NS: kern[END_NS],
+                   "cat": lookup[np.where(kern[NAME] < 0, len(kern.names), kern[NAME])], STEP: kern[STEP],
+                   LAYER: kern[LAYER], **_task_columns(group, kern)}
+        if len(self.steps):
+            s = self.steps[START_NS].to_numpy().astype(np.int64)
+            starts = np.concatenate([states[START_NS], kernels[START_NS]])
+            self.per_step += np.bincount(np.clip(np.searchsorted(s, starts, side="right") - 1, 0, len(s) - 1),
+                                         minlength=len(s))
+        for key, cols in ((ViewKey.STATES, states), (ViewKey.KERNELS, kernels)):
+            if key in self.folds:
+                cols = _sorted(cols)
+                self.folds[key].add(cols["lane"] - first, cols[START_NS], cols[END_NS], cols["cat"], first, len(lanes))
+                self._keep_exact(key, cols)
+        self._trim_exact()
+
+    def _occupancy(self, states: dict, first: int, lanes: int) -> None:
+        run = states["cat"] == State.RUNNING
+        rank_of_lane = self.rank_of_lane[first:first + lanes]
+        for bins, per_rank in zip(self.occ_bins, self.occ):
+            cov = coverage(states["lane"][run] - first, states[START_NS][run], states[END_NS][run], lanes, self.t0,
+                           self.t1, bins)
+            np.add.at(per_rank, rank_of_lane, cov)
+
+    def _keep_exact(self, key: str, cols: dict) -> None:
+        if not self.everywhere:
+            keep = cols[END_NS] > self.start
+            cols = {k: v[keep] for k, v in cols.items()}
+        held = self.exact.get(key)
+        self.exact[key] = cols if held is None else {k: np.concatenate([held[k], cols[k]]) for k in held}
+
+    def _trim_exact(self) -> None:
+        """Drops the records that start after the budget's worth of starts from the detail window's start on: the
+        window ends before them whatever the other groups hold (they can only add starts)."""
+        if self.everywhere:
+            return
+        starts = np.concatenate([c[START_NS] for c in self.exact.values()])
+        after = starts[starts >= self.start]
+        if len(after) <= self.budget:
+            return
+        last = np.partition(after, self.budget)[self.budget]       # kept: `_detail_window` may cut there
+        for key, cols in self.exact.items():
+            keep = cols[START_NS] <= last
+            self.exact[key] = {k: v[keep] for k, v in cols.items()}
+
+    def timeline(self) -> Timeline:
+        t0, t1, run_budget = self.t0, self.t1, self.run_budget
+        if self.everywhere:
+            detail, note = (t0, t1), "every record is exact: zoom in to see each one"
+        else:
+            starts = np.concatenate([c[START_NS] for c in self.exact.values()])
+            detail, note = _detail_window(self.steps, self.want, self.by_steps, self.budget, self.per_step, starts)
+        views = [_steps_view(self.steps, self.analyzed, t0, t1, run_budget),
+                 _phases_view(self.shared, self.names, self.grid.degree(rank_grid.PP) > 1, t0, t1, detail,
+                              run_budget)]
+        for key, cats in ((ViewKey.STATES, self.state_cats), (ViewKey.KERNELS, self.kernel_cats)):
+            if key in self.folds:
+                n = self.states if key == ViewKey.STATES else self.kernels
+                exact, span = _exact(self.exact[key], detail, detail == (t0, t1), t0, t1)
+                views.append(View(key, self.labels, self.lane_rank, tuple(cats), tuple(self.folds[key].levels()),
+                                  exact, span, n))
+        comm = _mpi_view(self.shared, self.lane_of, self.labels, t0, t1, detail, run_budget)
+        notes = ()
+        if comm is not None:
+            views.append(comm)
+        else:
+            notes = ("MPI: this trace has no MPI calls (one rank, or traced without MPI), so there is no MPI view.",)
+        views = [v for v in views if v is not None]
+        if any(" · " in n for n in self.names.values()):
+            views = [_with_rank_names(v, self.names) for v in views]
+        nthreads = self.pairs.groupby(RANK).size().reindex(self.occ_ranks).to_numpy()
+        levels = (tuple((b, (t1 - t0) / b, per_rank.astype(np.float32)) for b, per_rank in zip(self.occ_bins, self.occ))
+                  if self.states else ())
+        occ = Occupancy(tuple(int(r) for r in self.occ_ranks), tuple(int(t) for t in nthreads), levels)
+        return Timeline(t0, t1, tuple(views), occ, self.steps[[STEP, START_NS, END_NS]].reset_index(drop=True),
+                        detail, note, notes)
+
+
+def _state_categories(per_group: list[np.ndarray]) -> list[Category]:
+    ids = max((len(a) for a in per_group), default=0)
+    ns = np.zeros(ids, dtype=np.int64)
+    for a in per_group:
+        ns[:len(a)] += a
+    seconds = ns.astype(np.float64) / 1e9
+    return [Category(colors.state_name(i), colors.state_color(i), float(seconds[i])) for i in range(ids)]
+
+
+def _kernel_categories(per_group: list[dict]) -> tuple[list[Category], dict]:
+    """The kernel names used, by total time (then name), as `_compact` orders them; their codes by name."""
+    ns: dict = {}
+    for d in per_group:
+        for name, v in d.items():
+            ns[name] = ns.get(name, 0) + v
+    shown = {name: NO_NAME if name is None else name for name in ns}
+    order = sorted(ns, key=lambda n: (-(ns[n] / 1e9), shown[n]))
+    cats = [Category(shown[n], colors.kernel_color(shown[n]), ns[n] / 1e9) for n in order]
+    return cats, {n: i for i, n in enumerate(order)}
 
 
 def rank_names(grid: rank_grid.Grid, ranks) -> dict[int, str]:
@@ -154,12 +325,6 @@ def _with_rank_names(v: View, names: dict[int, str]) -> View:
     return replace(v, ticks=ticks)
 
 
-def _extent(trace: Trace) -> tuple[int, int]:
-    lo = min(int(p.column(START_NS).to_numpy().min()) for p in trace.parts.values() if p.num_rows)
-    hi = max(int(p.column(END_NS).to_numpy().max()) for p in trace.parts.values() if p.num_rows)
-    return lo, max(hi, lo + 1)
-
-
 def _lane_index(pairs: pd.DataFrame) -> np.ndarray:
     """A lookup [rank, thread] -> lane row, -1 where no such thread."""
     width = key_width(pairs[THREAD].to_numpy())
@@ -170,7 +335,7 @@ def _lane_index(pairs: pd.DataFrame) -> np.ndarray:
 
 def _compact(codes: np.ndarray, durations: np.ndarray, names, color) -> tuple[np.ndarray, list]:
     """Dictionary codes -> codes of the names present, ordered by total time (then name); -1 (null) is named."""
-    names = list(names) + ["(no name)"]
+    names = list(names) + [NO_NAME]
     codes = np.where(codes < 0, len(names) - 1, codes)
     used = np.unique(codes)
     seconds = np.bincount(np.searchsorted(used, codes), weights=durations, minlength=len(used)) / 1e9
@@ -241,31 +406,6 @@ def _micro_batches(rec) -> np.ndarray:
     return np.where(per_micro, rec[MICROSTEP], -1)
 
 
-def _states_view(trace, lane_of, labels, lane_rank, t0, t1, detail, run_budget) -> View | None:
-    rec = records(trace, Kind.STATE, (RANK, THREAD, STATE))
-    if not len(rec):
-        return None
-    s, e, state = rec[START_NS], rec[END_NS], rec[STATE].astype(np.int64)
-    ids = int(state.max()) + 1
-    seconds = np.bincount(state, weights=e - s, minlength=ids) / 1e9
-    cats = [Category(colors.state_name(i), colors.state_color(i), float(seconds[i])) for i in range(ids)]
-    cols = {"lane": lane_of[rec[RANK], rec[THREAD]], START_NS: s, END_NS: e, "cat": state}
-    return _view(ViewKey.STATES, labels, lane_rank, cats, _sorted(cols), t0, t1, detail, run_budget,
-                 everywhere=detail == (t0, t1))
-
-
-def _kernels_view(trace, lane_of, labels, lane_rank, t0, t1, detail, run_budget) -> View | None:
-    rec = records(trace, Kind.KERNEL, (RANK, THREAD, NAME, STEP, LAYER))
-    if not len(rec):
-        return None
-    s, e = rec[START_NS], rec[END_NS]
-    cat, cats = _compact(rec[NAME], e - s, rec.names, colors.kernel_color)
-    cols = {"lane": lane_of[rec[RANK], rec[THREAD]], START_NS: s, END_NS: e, "cat": cat, STEP: rec[STEP],
-            LAYER: rec[LAYER], **_task_columns(trace, rec)}
-    return _view(ViewKey.KERNELS, labels, lane_rank, cats, _sorted(cols), t0, t1, detail, run_budget,
-                 everywhere=detail == (t0, t1))
-
-
 def _task_columns(trace: Trace, kern) -> dict[str, np.ndarray]:
     """For a task trace, each kernel record's task (the task record of the same thread and times): its id, block
     and number of predecessors, -1 for a kernel record that is no task's body; nothing for a fork-join trace."""
@@ -311,12 +451,12 @@ def _sorted(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: v[order] for k, v in cols.items()}
 
 
-def _detail_window(trace: Trace, steps: pd.DataFrame, want: tuple[int, int], by_steps: bool,
-                   budget: int) -> tuple[tuple[int, int], str]:
+def _detail_window(steps: pd.DataFrame, want: tuple[int, int], by_steps: bool, budget: int, per_step: np.ndarray,
+                   starts: np.ndarray) -> tuple[tuple[int, int], str]:
     """With `by_steps`, whole steps from the one holding want[0] to the one holding want[1], as many as the
     state + kernel records budget allows; else the window itself. Cut in time when even one step (or the
-    window) holds more records than the budget."""
-    starts = np.concatenate([trace.records(k).column(START_NS).to_numpy() for k in (Kind.STATE, Kind.KERNEL)])
+    window) holds more records than the budget. `per_step`: the state and kernel records starting in each step;
+    `starts`: their starts, at least all of them from the window's start to the budget's worth after it."""
     a, b = want
     tail = "; elsewhere each pixel column shows its dominant category"
     if by_steps and not steps.empty:
@@ -325,8 +465,6 @@ def _detail_window(trace: Trace, steps: pd.DataFrame, want: tuple[int, int], by_
         step = steps[STEP].to_numpy()
         first = max(int(np.searchsorted(s, a, side="right")) - 1, 0)
         last_wanted = max(int(np.searchsorted(s, b - 1, side="right")) - 1, first)
-        per_step = np.bincount(np.clip(np.searchsorted(s, starts, side="right") - 1, 0, len(s) - 1),
-                               minlength=len(s))
         fits = np.cumsum(per_step[first:last_wanted + 1]) <= budget     # True up to the last step that fits
         last = first + int(fits.sum()) - 1
         if last >= first:
@@ -340,23 +478,3 @@ def _detail_window(trace: Trace, steps: pd.DataFrame, want: tuple[int, int], by_
         return (a, b), (f"exact records from {a / 1e9:.6f} s to {b / 1e9:.6f} s (the first {budget:,} records "
                         f"of the selection, the budget){tail}")
     return (a, b), f"exact records from {a / 1e9:.6f} s to {b / 1e9:.6f} s ({len(inside):,} records){tail}"
-
-
-def _occupancy(trace: Trace, lane_of, pairs: pd.DataFrame, t0: int, t1: int) -> Occupancy:
-    """Threads Running per rank, averaged over each bin, at levels 2048 x 4^k bins up to OCCUPANCY_MAX_BINS."""
-    ranks = np.unique(pairs[RANK].to_numpy())
-    nthreads = pairs.groupby(RANK).size().reindex(ranks).to_numpy()
-    st = records(trace, Kind.STATE, (RANK, THREAD, STATE))
-    if not len(st):
-        return Occupancy(tuple(int(r) for r in ranks), tuple(int(t) for t in nthreads), ())
-    run = st.take(st[STATE] == State.RUNNING)
-    lane, s, e = lane_of[run[RANK], run[THREAD]], run[START_NS], run[END_NS]
-    rank_of_lane = np.searchsorted(ranks, pairs[RANK].to_numpy())
-    levels, bins = [], 2048
-    while bins <= OCCUPANCY_MAX_BINS:
-        cov = coverage(lane, s, e, len(pairs), t0, t1, bins)               # (lanes, bins)
-        per_rank = np.zeros((len(ranks), bins))
-        np.add.at(per_rank, rank_of_lane, cov)
-        levels.append((bins, (t1 - t0) / bins, per_rank.astype(np.float32)))
-        bins *= 4
-    return Occupancy(tuple(int(r) for r in ranks), tuple(int(t) for t in nthreads), tuple(levels))
