@@ -8,9 +8,9 @@ traced (A) and untraced (B) as A B B A A B B A, so drift in the machine's speed 
 alike. The same weights, buffers and caches serve both, so the difference is what tracing costs, not process
 start-up or memory placement. Per configuration:
 
-- ms/step, traced and untraced: a block's wall time / its steps (everything between steps included; a traced
-  block also includes closing its tracer, i.e. writing its last window without overlap: an upper bound on the
-  steady state), median over the blocks of each kind;
+- ms/step, traced and untraced: a block's wall time / its steps (everything between steps included, the parts
+  cut during the steps too), median over the blocks of each kind. Closing a block's tracer (writing its last
+  window, once per run, like the merge after it) is timed apart: close ms, per block;
 - overhead: median traced / median untraced - 1, and its spread: the lowest and highest ratio of a traced block
   to the untraced block next to it (A B, B A pairs);
 - flush share: the tracer's time on the training loop's thread (the `trace_flush` phases it records at each
@@ -42,6 +42,8 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+
+from trainer.cpu import cpu_model
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # name: (model, B, T, threads, steps per block)
@@ -81,7 +83,8 @@ def worker(model: str, B: int, T: int, threads: int, steps: int, blocks: int, tm
     warm.close()
     merge_parts(Path(tmp) / "warm.parquet").path.unlink()
     out = {"blocks": [], "records": 0, "bytes": 0, "traced_steps": 0, "flush_ns": 0, "cut_ns": 0, "parts": 0,
-           "part_bytes": 0, "merge_ns": 0}
+           "part_bytes": 0, "merge_ns": 0,
+           "close_ns": 0}
     for i in range(blocks):
         traced = (i % 4) in (0, 3)                               # A B B A: drift cancels in pairs
         path = Path(tmp) / f"block{i}.parquet"
@@ -90,11 +93,13 @@ def worker(model: str, B: int, T: int, threads: int, steps: int, blocks: int, tm
             launcher.recorder = tracer.recorder
             t0, c0 = time.perf_counter_ns(), time.process_time_ns()
             train(m, data, tcfg, dp, observer=tracer)
-            tracer.close()
             wall, cpu = time.perf_counter_ns() - t0, time.process_time_ns() - c0
+            out["cut_ns"] += tracer.cut_ns           # the parts written during the steps
+            t1 = time.perf_counter_ns()
+            tracer.close()                           # the last window, once per run: timed apart
+            out["close_ns"] += time.perf_counter_ns() - t1
             out["parts"] += tracer.writer.seq
             out["part_bytes"] += tracer.writer.bytes
-            out["cut_ns"] += tracer.cut_ns
             t0 = time.perf_counter_ns()
             merged = merge_parts(path)
             out["merge_ns"] += time.perf_counter_ns() - t0
@@ -190,6 +195,7 @@ def measure(name: str, blocks: int, steps: int, tmp: Path) -> dict:
             "parts": res["parts"], "records_per_step": per_step, "bytes_per_record": res["bytes"] / res["records"],
             "part_bytes_per_record": res["part_bytes"] / res["records"],
             "merge_ns_per_record": res["merge_ns"] / res["records"],
+            "close_ms_per_block": res["close_ns"] / 1e6 / len(traced),
             "blocks_ms_traced": traced, "blocks_ms_untraced": untraced}
 
 
@@ -224,15 +230,15 @@ def main() -> None:
         for name in args.configs:
             before = os.getloadavg()
             row = measure(name, args.blocks, args.steps or CONFIGS[name][4], Path(tmp))
-            rows.append(row | {"load_before": before, "load_after": os.getloadavg()})
+            rows.append(row | {"load_before": before, "load_after": os.getloadavg(), "cpu": cpu_model()})
 
-    print(f"\n{os.cpu_count()} CPUs; load average (1, 5, 15 min) per configuration, before -> after:")
+    print(f"\n{cpu_model()}, {os.cpu_count()} CPUs; load average (1, 5, 15 min) per configuration, before -> after:")
     for r in rows:
         print(f"  {r['config']}: {' '.join(f'{x:.2f}' for x in r['load_before'])} -> "
               f"{' '.join(f'{x:.2f}' for x in r['load_after'])}")
     print(f"{'config':<7} {'threads':>7} {'traced ms':>10} {'untraced':>9} {'overhead':>9} {'pairs min..max':>16} "
           f"{'flush %':>8} {'cut %':>6} {'rec/step':>9} {'B/rec':>6} "
-          f"{'part B/rec':>10} {'merge ns/rec':>12} {'CPU ms/step on/off':>19} {'CPU overhead':>12}")
+          f"{'part B/rec':>10} {'merge ns/rec':>12} {'close ms':>8} {'CPU ms/step on/off':>19} {'CPU overhead':>12}")
     for r in rows:
         lo, hi = min(r["overhead_pairs"]), max(r["overhead_pairs"])
         print(f"{r['config']:<7} {r['threads']:>7} {r['ms_traced']:>10.2f} {r['ms_untraced']:>9.2f} "
@@ -240,19 +246,22 @@ def main() -> None:
               f"{100 * r['cut_share']:>5.2f}% {r['records_per_step']:>9.0f} "
               f"{r['bytes_per_record']:>6.2f} {r.get('part_bytes_per_record', float('nan')):>10.2f} "
               f"{r.get('merge_ns_per_record', float('nan')):>12.0f} "
+              f"{r.get('close_ms_per_block', float('nan')):>8.2f} "
               f"{r['cpu_ms_traced']:>9.2f}/{r['cpu_ms_untraced']:<9.2f} "
               f"{100 * r['cpu_overhead']:>11.2f}%")
     print("ms: block wall time / steps, median over blocks; overhead: traced/untraced - 1 (pairs: each traced block "
           "against its neighbour); flush: the tracer's time on the loop's thread, of which cut: writing the parts; "
-          "both as a share of the traced wall time; CPU ms/step: the process's CPU time (all threads) / steps, "
+          "both as a share of the traced wall time; close: writing the last window at a run's end, per block; "
+          "CPU ms/step: the process's CPU time (all threads) / steps, "
           "median over blocks, which time stolen by other load on the machine does not stretch")
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / "trace_overhead.json"
     previous = json.loads(out.read_text()) if out.exists() else {}
-    # rows of this layout only (earlier versions' writer thread was measured differently)
-    merged = ({r["config"]: r for r in previous.get("rows", []) if "cut_share" in r}
+    # rows of this layout only (earlier versions timed each tracer's close with the steps)
+    merged = ({r["config"]: r for r in previous.get("rows", []) if "close_ms_per_block" in r}
               | {r["config"]: r for r in rows})
-    out.write_text(json.dumps(previous | {"rows": list(merged.values()), "cpus": os.cpu_count()}, indent=1) + "\n")
+    out.write_text(json.dumps(previous | {"rows": list(merged.values()), "cpus": os.cpu_count(),
+                                          "cpu": cpu_model()}, indent=1) + "\n")
     print(f"wrote {out}")
 
 

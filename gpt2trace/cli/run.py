@@ -18,7 +18,7 @@ import typer
 from rich.text import Text
 
 from gpt2trace.cli.common import console, err_console, fail, plain
-from gpt2trace.run.runner import DEFAULT_TRACE
+from gpt2trace.run.runner import DEFAULT_TRACE, TraceConfig
 from trainer.config import DEFAULT_TASK_BLOCK, DataLoading, DPSync, PPSchedule, Schedule, SPReduce, SPSplit
 
 _MODEL_HELP = "GPT-2 config by name: d12 (124M), d24, d36, d48, small (the default, the demo), tiny (tests)."
@@ -126,7 +126,8 @@ def run(
     no_trace: Annotated[bool, typer.Option("--no-trace", help="Switch tracing off entirely.")] = False,
     flush_every: Annotated[float, typer.Option(
         "--flush-every", help="Seconds between the trace parts written during the run: a kill loses at most "
-                              "about this much plus a step. 0: write every step before the next starts.")] = 0.5,
+                              "about this much plus a step. 0: write every step before the next starts.")
+    ] = TraceConfig.flush_every_s,
     n_layer: Annotated[int | None, typer.Option("--n-layer", show_default=False)] = None,
     n_head: Annotated[int | None, typer.Option("--n-head", show_default=False)] = None,
     n_embd: Annotated[int | None, typer.Option("--n-embd", show_default=False)] = None,
@@ -185,7 +186,7 @@ def _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay
     """The RunConfig the options describe (trainer.errors.ConfigError for a value out of range). `sequence` is
     (--sp, --sp-split, --sp-reduce), `pipeline` (--pp, --pp-schedule, --pp-layers, --recompute), `saving` (--save,
     --save-every, --resume), `tasks` (--schedule, --task-block)."""
-    from gpt2trace.run.runner import RunConfig, TraceConfig
+    from gpt2trace.run.runner import RunConfig
     from trainer.config import ModelConfig, ParallelConfig, TrainConfig, model_config
     from trainer.errors import TrainerError
     from trainer.parallel.split import SequenceSplit

@@ -4,7 +4,7 @@ Extrae's tracing library writes its buffers as they are (.mpit files) and leaves
 So does the tracer: at a cut, on the training loop's own thread, it writes the kernel slots it recorded (times as
 the kernels read them, thread ids as pthread ids), the calls' keys and the marks where step and microstep changed,
 and the lists of phases, counters and MPI calls, as one Arrow IPC file of a single row (one list column per
-buffer). That costs the loop ~1.5-2 ms per half-second window of the demo and needs no writer thread beside the kernels'
+buffer). That costs the loop ~3 ms per one-second window of the demo and needs no writer thread beside the kernels'
 threads. The merge (`RankDecoder`) turns a rank's raw parts, in order, into the part layout of
 gpt2trace.format.parts (one row per kernel call with its blocks, phases, MPI calls, counters), from which
 `parts.complete` builds the kernel records and the thread states.

@@ -108,8 +108,8 @@ class KernelRecorder:
         copy, and their kernels, layers, steps and microsteps (`Calls`). Every slot is reset for reuse,
         including the calls after `upto`, which are dropped (a step cut short).
 
-        Runs on the training loop's thread at a window's end, so it only copies: ~30 us for the ~3,000 calls of
-        0.5 s of the `small` model; the per-call conversion happens in the merge."""
+        Runs on the training loop's thread at a window's end, so it only copies: ~0.1 ms for the ~6,600 calls
+        of 1 s of the `small` model; the per-call conversion happens in the merge."""
         n = self.n if upto is None else min(upto, self.n)
         times = self.times[:n].copy()
         self.times[: self.n, 1:, 2] = NO_VALUE

@@ -28,7 +28,7 @@ class TraceConfig:
     path: Path | None = DEFAULT_TRACE   # None: --no-trace
     # A part is written at the first step end this long after the previous one (0: after every step, before
     # the next starts); a SIGKILL loses at most about this much of the run plus a step (gpt2trace.record.tracer).
-    flush_every_s: float = 0.5
+    flush_every_s: float = 1.0
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.flush_every_s) and self.flush_every_s >= 0):

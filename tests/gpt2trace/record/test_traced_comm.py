@@ -190,7 +190,7 @@ def test_a_failing_rank_stops_the_job_and_the_trace_keeps_completed_steps(tmp_pa
     env = dict(__import__("os").environ, GPT2TRACE_INJECT_FAULT="1:2")  # rank 1 fails as step 2 starts
     # rank 1 closes its trace at its last whole step; rank 0, blocked in step 2's first collective, is killed by
     # MPI_Abort and keeps what its parts hold: with --flush-every 0 every step it finished (by default, parts cut
-    # every 0.5 s, it would keep a prefix of them within the SIGKILL bound, tested in tests/gpt2trace/run)
+    # every second, it would keep a prefix of them within the SIGKILL bound, tested in tests/gpt2trace/run)
     path, out, seconds = _run(tmp_path, 2, "--flush-every", "0", env=env, timeout=120)
     assert out.returncode != 0
     assert seconds < 30 + 15, seconds   # 30 s to stop, plus interpreter and MPI start-up

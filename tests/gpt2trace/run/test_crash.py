@@ -1,6 +1,6 @@
 """With --flush-every 0 (a part per step, written before the next step starts), a run killed with SIGKILL after
 step k leaves a readable trace of every whole step up to k, and `gpt2trace recover` turns it into a trace that
-passes the invariants. (The default, parts cut every 0.5 s, is tested against its loss bound in test_signals.py.)
+passes the invariants. (The default, parts cut every second, is tested against its loss bound in test_signals.py.)
 `recover` with nothing to recover says so in one line."""
 from __future__ import annotations
 

@@ -28,11 +28,12 @@ from gpt2trace.cli.main import app
 from gpt2trace.format import schema as S
 from gpt2trace.format.reader import load
 from gpt2trace.format.writer import part_files, parts_dir
+from gpt2trace.run.runner import TraceConfig
 from gpt2trace.testing.invariants import check_trace
 
 TINY = ["--model", "tiny", "-B", "2", "-T", "16", "--threads", "1", "--steps", "10000000"]
 TOKENS = 2 * 16
-FLUSH_S = 0.5               # the tracer's default --flush-every
+FLUSH_S = TraceConfig.flush_every_s    # the tracer's default --flush-every
 STARTUP_S = 300             # a cold Numba cache compiles every kernel first
 SEED = random.randrange(1 << 30)
 
