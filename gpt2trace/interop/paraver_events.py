@@ -283,7 +283,7 @@ class Events:
         for k, ty in enumerate(types):
             name, scale = _counter_name(int(ty), pcf)
             code_of_type[k] = dictionary.setdefault(name, len(dictionary))
-            value[inverse == k] *= scale
+            value[inverse == k] /= scale      # a division undoes the export's scaling exactly where it was exact
         cols = {STEP: attrs[F.ATTRIBUTE_TYPES[STEP]], LAYER: attrs[F.ATTRIBUTE_TYPES[LAYER]],
                 MICROSTEP: attrs[F.ATTRIBUTE_TYPES[MICROSTEP]], VALUE: (value, None)}
         t = self.time[idx]
@@ -368,12 +368,13 @@ def _factorize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _counter_name(typ: int, pcf: Pcf) -> tuple[str, float]:
+    """The counter's name and the scale its values were multiplied by in the .prv."""
     label = pcf.types.get(typ)
     if F.COUNTER_FIRST <= typ <= F.COUNTER_LAST:
         if label and label.startswith(F.COUNTER_LABEL_PREFIX):
             name = label[len(F.COUNTER_LABEL_PREFIX):]
             if name.endswith(F.COUNTER_LABEL_SUFFIX):
-                return name[:-len(F.COUNTER_LABEL_SUFFIX)], 1.0 / F.COUNTER_SCALE
+                return name[:-len(F.COUNTER_LABEL_SUFFIX)], F.COUNTER_SCALE
             return name, 1.0
         return f"counter {typ}", 1.0
     if typ in F.HWC_NAMES:

@@ -99,3 +99,27 @@ def test_tags_of_an_extrae_trace_come_from_its_message_records(tmp_path, mpi_zoo
     out = export_paraver(mpi_zoo_path, tmp_path / "zoo")
     (tmp_path / "extrae.prv").write_text(re.sub(r":7100000[1-8]:-?\d+", "", out.prv.read_text()))
     assert _p2p(load(tmp_path / "extrae.prv")) == [(0, "MPI_Send", 1, 1000, 7), (1, "MPI_Recv", 0, 1000, 7)]
+
+
+def test_counter_values_come_back_exactly(tmp_path):
+    """The export scales our counters by 1e9 into integers; the import divides them back, which returns every value
+    whose scaled form was exact (resident memory in bytes, whole pages, among them), where a multiplication by 1e-9
+    was off in the last bit for some (503484416 came back as 503484416.00000006)."""
+    import numpy as np
+
+    from gpt2trace.testing import synthetic
+    path = tmp_path / "rss.parquet"
+    table = synthetic.generate(synthetic.SyntheticConfig(ranks=2, threads=2, steps=3, rss=True))
+    # resident memory as a real run reads it: whole 4 KiB pages around 480 MiB
+    pages = 503484416.0 + 4096.0 * np.arange(table.num_rows)
+    value = np.where(table.column("kind").cast(pa.string()).to_numpy(zero_copy_only=False) == "counter", pages,
+                     table.column("value").to_numpy(zero_copy_only=False))
+    table = table.set_column(table.schema.get_field_index("value"), "value", pa.array(value, pa.float64()))
+    synthetic.write(table, path)
+    original = load(path).records("counter")
+    assert original.num_rows
+    back = Trace.from_table(import_paraver(export_paraver(path, tmp_path / "rss").prv).table).records("counter")
+    key = ["rank", "start_ns", "name"]
+    a = original.select([*key, "value"]).to_pandas().astype({"name": str}).sort_values(key, ignore_index=True)
+    b = back.select([*key, "value"]).to_pandas().astype({"name": str}).sort_values(key, ignore_index=True)
+    assert (a["value"].to_numpy() == b["value"].to_numpy()).all()
