@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from child import run
+from interop_speed import PARAVER as EXPORT  # the same export child as the 3 M benchmark's
 from rich.console import Console
 from rich.table import Table
 
@@ -29,14 +30,6 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 from big_trace import write_synthetic
 print(json.dumps(write_synthetic(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))))
-"""
-EXPORT = """
-import json, sys, time
-t = time.perf_counter()
-from gpt2trace.interop.paraver_export import export_paraver
-out = export_paraver(sys.argv[1], sys.argv[2])
-print(json.dumps({"in_process_s": time.perf_counter() - t, "records": out.records, "lines": out.lines,
-                  "prv_mb": out.prv.stat().st_size / 2**20}))
 """
 IMPORT = """
 import json, sys, time
@@ -102,7 +95,7 @@ def main() -> None:
                 show.add_row(f"{n:,}", step, "failed: " + " ".join(m["error"]), "", "", "")
                 continue
             show.add_row(f"{m['records']:,}", step, f"{m['peak_rss_mb']:.0f}", f"{m['records_per_s'] / 1e6:.2f} M",
-                         f"{m['in_process_s']:.1f}", f"{m['prv_mb']:.0f}" if "prv_mb" in m else "")
+                         f"{m['in_process_s']:.1f}", f"{m['mb']:.0f}" if "mb" in m else "")
     console.print(show)
     console.print(f"results in {RESULTS}")
 
