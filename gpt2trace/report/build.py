@@ -11,6 +11,7 @@ from pathlib import Path
 
 from analysis import rank_groups
 from analysis.analyze import combine
+from gpt2trace.format.limits import GROUP_RECORDS
 from gpt2trace.format.outputs import atomic_output
 from gpt2trace.format.reader import Trace, load
 from gpt2trace.format.reader import rank_groups as rank_groups_of
@@ -23,7 +24,6 @@ from gpt2trace.report.tables import esc
 from gpt2trace.report.timeline import EXACT_BUDGET, RUN_BUDGET
 
 MAX_BYTES = 24 * 2**20        # the target is 25 MB for a 10-million-record trace
-GROUP_RECORDS = 4_000_000     # records of one group of ranks in memory (write_file): ~1 GB at its peak
 
 
 @dataclass(frozen=True)
