@@ -1,4 +1,4 @@
 """`python -m gpt2trace ...` is the `gpt2trace` command (mpiexec starts ranks this way)."""
-from gpt2trace.cli.main import app
+from gpt2trace.cli.main import main
 
-app()
+main()

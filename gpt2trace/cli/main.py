@@ -6,6 +6,8 @@ pandas and Numba load inside the command that needs them, so `gpt2trace --help` 
 """
 from __future__ import annotations
 
+import gc
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -84,3 +86,36 @@ for _name, _command in (("run", run.run), ("analyze", analyze.analyze), ("report
                         ("import", importer.import_trace), ("whatif", whatif.whatif), ("diff", diff.diff),
                         ("rerun", rerun.rerun)):
     app.command(_name, cls=_Command)(_command)
+
+
+def main() -> None:
+    """The `gpt2trace` command as a process (the console script and `python -m gpt2trace`).
+
+    It leaves with os._exit once the command is done and its output flushed (and MPI finalized, as mpi4py's atexit
+    would): Arrow's C++ thread pools can still be running when the interpreter's teardown destroys them, which
+    aborts the process now and then with "terminate called without an active exception" after all its work is
+    written (apache/arrow#34314). Under mpiexec that abort turns the job's exit code into 6."""
+    try:
+        app()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):     # sys.exit("text"): the text on stderr, exit 1, as Python does
+        print(code, file=sys.stderr)
+        code = 1
+    _leave(code)
+
+
+def _leave(code: int) -> None:
+    gc.collect()        # readers still referenced by garbage join their threads while Arrow is alive
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):   # a closed pipe: nothing more can be said
+            pass
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.Finalize()
+    os._exit(code)

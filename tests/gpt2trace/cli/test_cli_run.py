@@ -283,8 +283,10 @@ def test_a_full_disk_stops_the_run_with_one_line_and_keeps_whole_steps(small_fs)
                        text=True, timeout=600)
     assert r.returncode == 2 and "Traceback" not in r.stdout + r.stderr
     line = r.stderr.strip()
-    assert "\n" not in line and line.startswith(f"error: cannot write the trace part {parts_dir(trace)}/rank00000/")
-    assert ": No space left on device; kept step" in line, line
+    # the trace's parts and the metrics lines fill the disk together: either may be the one that finds it full
+    assert "\n" not in line and line.startswith((f"error: cannot write the trace part {parts_dir(trace)}/rank00000/",
+                                                f"error: cannot write --metrics-json {metrics}")), line
+    assert ": No space left on device;" in line and "; kept step" in line, line
     assert not [p.name for p in disk.rglob(".*")]               # no temporary anywhere
     if f"in {trace} (" in line:                                # merged: the failed part's room was enough
         trace_steps = pc.unique(pc.filter(pq.read_table(trace)[S.STEP], pc.equal(pq.read_table(trace)[S.KIND],
@@ -297,7 +299,7 @@ def test_a_full_disk_stops_the_run_with_one_line_and_keeps_whole_steps(small_fs)
         trace_steps = pc.unique(pc.filter(table[S.STEP], pc.equal(table[S.KIND], S.Kind.COUNTER))).to_pylist()
     assert sorted(trace_steps) == list(range(len(trace_steps))) and trace_steps
     kept_metrics = [json.loads(x)["step"] for x in metrics.read_text().splitlines()]
-    assert kept_metrics[: len(trace_steps)] == sorted(trace_steps)
+    assert kept_metrics == list(range(len(kept_metrics)))      # whole steps from the first, as the trace's
 
 
 def test_a_full_disk_when_saving_is_one_line_and_leaves_no_file(small_fs):
