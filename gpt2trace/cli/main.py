@@ -6,6 +6,7 @@ pandas and Numba load inside the command that needs them, so `gpt2trace --help` 
 """
 from __future__ import annotations
 
+import atexit
 import gc
 import os
 import sys
@@ -91,24 +92,24 @@ for _name, _command in (("run", run.run), ("analyze", analyze.analyze), ("report
 def main() -> None:
     """The `gpt2trace` command as a process (the console script and `python -m gpt2trace`).
 
-    It leaves with os._exit once the command is done and its output flushed (and MPI finalized, as mpi4py's atexit
-    would): Arrow's C++ thread pools can still be running when the interpreter's teardown destroys them, which
-    aborts the process now and then with "terminate called without an active exception" after all its work is
-    written (apache/arrow#34314). Under mpiexec that abort turns the job's exit code into 6."""
+    The process ends with os._exit in the last exit handler, once the command's output is flushed, its threads
+    joined and MPI finalized: Arrow's C++ thread pools can still be running when the interpreter's teardown
+    destroys them, which aborts the process now and then with "terminate called without an active exception"
+    after all its work is written (apache/arrow#34314); under mpiexec that abort made the job's exit code 6.
+    Registered first, the handler runs after every other one (mpi4py's, a profiler's, coverage's)."""
+    atexit.register(_leave)
     try:
         app()
-        code = 0
     except SystemExit as exc:
-        code = exc.code
-    if code is None:
-        code = 0
-    elif not isinstance(code, int):     # sys.exit("text"): the text on stderr, exit 1, as Python does
-        print(code, file=sys.stderr)
-        code = 1
-    _leave(code)
+        _status[0] = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        raise
+    _status[0] = 0
 
 
-def _leave(code: int) -> None:
+_status = [1]       # the exit code: 1 unless the command returned or exited (an uncaught exception is a bug)
+
+
+def _leave() -> None:
     gc.collect()        # readers still referenced by garbage join their threads while Arrow is alive
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -118,4 +119,4 @@ def _leave(code: int) -> None:
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
         mpi.Finalize()
-    os._exit(code)
+    os._exit(_status[0])
