@@ -141,18 +141,28 @@ class _Spill:
         its rank's rows of this part."""
         name, width = part
         rows = np.ascontiguousarray(rows, dtype=np.int64).reshape(-1, width)
-        order = np.argsort(rank, kind="stable")
-        present, first, counts = np.unique(rank[order], return_index=True, return_counts=True)
-        local = np.empty(len(rank), np.int64)
-        for r, a, n in zip(present.tolist(), first.tolist(), counts.tolist()):
+        if not len(rank):
+            return np.empty(0, np.int64)
+        # NumPy sorts 16-bit integers by radix (stable and ~10x faster than int64), and np.take gathers rows
+        # ~3x faster than fancy indexing: this is pass 1's hot loop
+        order = np.argsort(rank.astype(np.int16) if rank.max() < 1 << 15 else rank, kind="stable")
+        grouped = np.take(rows, order, axis=0)
+        by_rank = rank[order]
+        starts = np.flatnonzero(np.r_[True, by_rank[1:] != by_rank[:-1]])
+        ends = np.r_[starts[1:], len(by_rank)]
+        local_sorted = np.arange(len(by_rank)) - np.repeat(starts, ends - starts)      # the row's place in its run
+        for r, a, b in zip(by_rank[starts].tolist(), starts.tolist(), ends.tolist()):
             key = (r, name)
             base = self._count.get(key, 0)
-            local[order[a:a + n]] = np.arange(base, base + n)
-            self._count[key] = base + n
-            chunk = rows[order[a:a + n]]
+            local_sorted[a:b] += base
+            self._count[key] = base + b - a
+            # a copy unless it is the whole: a view would keep every rank's rows alive until the last is written
+            chunk = grouped if b - a == len(grouped) else grouped[a:b].copy()
             self._buf.setdefault(key, []).append(chunk)
             self._bytes[key] = self._bytes.get(key, 0) + chunk.nbytes
             self._total += chunk.nbytes
+        local = np.empty(len(rank), np.int64)
+        local[order] = local_sorted
         while self._total > self.limit:
             self._flush(max(self._bytes, key=self._bytes.get))
         return local
