@@ -272,23 +272,34 @@ def _split(where, table: pa.Table) -> dict[str, pa.Table]:
     _check_kinds(where, kinds, counts)
     base = [RANK, THREAD, START_NS, END_NS]
     rest = table.drop_columns([KIND])
-    order = np.argsort(codes.astype(np.int8), kind="stable") if np.count_nonzero(counts) > 1 else None
-    out, offset = {}, 0
-    for kind, n in zip(kinds, counts):
-        if not n:
-            continue
-        rows = rest if order is None else rest.take(order[offset:offset + n])
-        offset += n
+    present = [(k, kind, int(n)) for k, (kind, n) in enumerate(zip(kinds, counts)) if n]
+    indices = kind_col.indices
+    out = {}
+    for k, kind, n in present:
+        # a mask per kind, not a sort by kind: a filter copies only the kind's non-null columns, in their order
+        mask = pc.equal(indices, pa.scalar(k, indices.type)) if len(present) > 1 else None
+        rows = rest.select(base + [c for c in rest.column_names if c not in base and _has_values(rest[c], mask, n)])
+        if mask is not None:
+            rows = rows.filter(mask)
         if kind == Kind.STATE and STATE in rows.column_names and rows.column(STATE).null_count:
             raise TraceError(f"{where}: state records with a null 'state' id; each needs its Paraver state id")
         if kind == Kind.TASK and (schema.TASK not in rows.column_names or rows.column(schema.TASK).null_count):
             missing = rows.column(schema.TASK).null_count if schema.TASK in rows.column_names else n
             raise TraceError(f"{where}: {missing} task record(s) without a 'task' id; each task needs its id "
                              "(unique on its rank), which its successors' 'preds' name")
-        # columns null for every record of the kind are left out (Arrow counts a column's nulls from its bitmap)
-        out[kind] = rows.select(base + [c for c in rows.column_names
-                                        if c not in base and rows.column(c).null_count < n])
+        out[kind] = rows
     return out
+
+
+def _has_values(col: pa.ChunkedArray, mask: pa.BooleanArray | None, n: int) -> bool:
+    """Whether the column has a value in a row of the mask (None: any row); columns null for every record of a
+    kind are left out of its table. Bitmaps only (counting the values of each kind as integers took a tenth of a
+    load)."""
+    if col.null_count == 0 or col.null_count == len(col):
+        return col.null_count == 0 and n > 0
+    if mask is None:
+        return True
+    return pc.sum(pc.and_(pc.is_valid(col), mask)).as_py() > 0
 
 
 def _empty_part() -> pa.Table:
