@@ -28,6 +28,22 @@ from gpt2trace.format.lanes import lane_order
 from gpt2trace.format.schema import END_NS, FIELDS, KIND, RANK, REQUIRED, START_NS, STATE, THREAD, Kind
 
 BATCH_ROWS = 1 << 20
+BASE = (RANK, THREAD, START_NS, END_NS)          # read for every record, whatever else is asked
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What a reader of a trace needs of it: the records of `kinds` (None: every kind) with the `columns` of the
+    schema besides `kind` and BASE (None: all of them). Parquet reads columns for every record, so the columns are
+    one set for all kinds. A `Trace` loaded with less answers only the analyses that read no more."""
+    columns: tuple[str, ...] | None = None
+    kinds: tuple[str, ...] | None = None
+
+    def __or__(self, other: Reads) -> Reads:
+        """What both need."""
+        def both(a, b):
+            return None if a is None or b is None else tuple(dict.fromkeys(a + b))
+        return Reads(both(self.columns, other.columns), both(self.kinds, other.kinds))
 
 
 @dataclass(frozen=True)
@@ -100,24 +116,27 @@ class Trace:
         return _text(str(self.path)) if self.path else "<table>"
 
 
-def load(path: str | Path, ranks: Iterable[int] | None = None) -> Trace:
+def load(path: str | Path, ranks: Iterable[int] | None = None, reads: Reads | None = None) -> Trace:
     """Reads and checks a Parquet trace file (`gpt2trace.load` reads the other formats too); every problem is a
     TraceError whose one-line message names the file.
 
     With `ranks`, only those ranks' records are read (their row groups: gpt2trace.format.rank_order), with the
-    whole metadata; a trace without a communicator table keeps the world of all its ranks."""
+    whole metadata; a trace without a communicator table keeps the world of all its ranks. With `reads`, only
+    those columns are read and those kinds kept (the checks of the columns not read are left out)."""
     path = Path(path)
     with _parquet(path) as (pfile, arrow_schema):
         meta = arrow_schema.metadata or {}
         version = _check_version(path, meta)
         _check_required(path, arrow_schema.names)
-        wanted = [n for n in FIELDS if n in arrow_schema.names]          # unknown extra columns are not read
+        reads = reads or Reads()
+        asked = FIELDS if reads.columns is None else (KIND, *BASE, *reads.columns)
+        wanted = [n for n in FIELDS if n in arrow_schema.names and n in asked]   # unknown extra columns: not read
         try:
             if ranks is None:
                 batches = pfile.iter_batches(batch_size=BATCH_ROWS, columns=wanted)
-                return _build(batches, arrow_schema.names, meta, path, version)
+                return _build(batches, arrow_schema.names, meta, path, version, reads=reads)
             batches, world = _rank_batches(path, pfile, wanted, ranks)
-            return _build(batches, arrow_schema.names, meta, path, version, world=world)
+            return _build(batches, arrow_schema.names, meta, path, version, world=world, reads=reads)
         except (pa.ArrowException, OSError) as exc:
             raise TraceError(f"{path}: cannot read the Parquet data ({_first_line(exc)})") from None
 
@@ -227,15 +246,18 @@ def open_parquet(path: str | Path) -> pq.ParquetFile:
 
 
 def _build(batches: Iterable[pa.RecordBatch], names: list[str], meta: dict, path: Path | None,
-           version: int, world: list[int] | None = None) -> Trace:
+           version: int, world: list[int] | None = None, reads: Reads = Reads()) -> Trace:
     """Checks and casts batch by batch, splitting each into kinds, so only one batch is held twice. `world`: the
-    ranks of the whole trace, when the batches hold only some of them."""
+    ranks of the whole trace, when the batches hold only some of them; `reads`: the kinds kept and the columns
+    asked for (the batches hold no others)."""
     where = path or "<table>"
     chunks: dict[str, list[pa.Table]] = {}
+    rows = 0
     for batch in batches:
-        for kind, part in _split(where, pa.Table.from_batches([batch])).items():
+        rows += batch.num_rows
+        for kind, part in _split(where, pa.Table.from_batches([batch]), reads).items():
             chunks.setdefault(kind, []).append(part)
-    if not chunks:
+    if not rows:
         raise TraceError(f"{where}: the trace is empty (no records); was it written by a run with tracing on?")
     parts = {}
     for kind in Kind.ALL:
@@ -253,8 +275,9 @@ def _build(batches: Iterable[pa.RecordBatch], names: list[str], meta: dict, path
                  comm_table=comm_table)
 
 
-def _split(where, table: pa.Table) -> dict[str, pa.Table]:
-    """One batch, cast to the schema and checked, as per-kind tables without their all-null columns."""
+def _split(where, table: pa.Table, reads: Reads = Reads()) -> dict[str, pa.Table]:
+    """One batch, cast to the schema and checked, as per-kind tables (of `reads.kinds`) without their all-null
+    columns."""
     cols = {}
     for name, typ in FIELDS.items():
         if name in table.column_names:
@@ -270,20 +293,25 @@ def _split(where, table: pa.Table) -> dict[str, pa.Table]:
     kinds = kind_col.dictionary.to_pylist()
     counts = np.bincount(codes, minlength=len(kinds))
     _check_kinds(where, kinds, counts)
-    base = [RANK, THREAD, START_NS, END_NS]
+    base = list(BASE)
     rest = table.drop_columns([KIND])
     present = [(k, kind, int(n)) for k, (kind, n) in enumerate(zip(kinds, counts)) if n]
+    asked = FIELDS if reads.columns is None else reads.columns
     indices = kind_col.indices
     out = {}
     for k, kind, n in present:
+        if reads.kinds is not None and kind not in reads.kinds:
+            continue
         # a mask per kind, not a sort by kind: a filter copies only the kind's non-null columns, in their order
         mask = pc.equal(indices, pa.scalar(k, indices.type)) if len(present) > 1 else None
         rows = rest.select(base + [c for c in rest.column_names if c not in base and _has_values(rest[c], mask, n)])
         if mask is not None:
             rows = rows.filter(mask)
-        if kind == Kind.STATE and STATE in rows.column_names and rows.column(STATE).null_count:
+        if kind == Kind.STATE and STATE in rest.column_names and (
+                STATE not in rows.column_names or rows.column(STATE).null_count):
             raise TraceError(f"{where}: state records with a null 'state' id; each needs its Paraver state id")
-        if kind == Kind.TASK and (schema.TASK not in rows.column_names or rows.column(schema.TASK).null_count):
+        if kind == Kind.TASK and schema.TASK in asked and (
+                schema.TASK not in rows.column_names or rows.column(schema.TASK).null_count):
             missing = rows.column(schema.TASK).null_count if schema.TASK in rows.column_names else n
             raise TraceError(f"{where}: {missing} task record(s) without a 'task' id; each task needs its id "
                              "(unique on its rank), which its successors' 'preds' name")
