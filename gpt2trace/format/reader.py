@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from gpt2trace.format import communicators as comms
 from gpt2trace.format import rank_order, schema
 from gpt2trace.format.errors import TraceError
-from gpt2trace.format.lanes import lane_order
+from gpt2trace.format.lanes import key_width, lane_key, lane_order
 from gpt2trace.format.schema import END_NS, FIELDS, KIND, RANK, REQUIRED, START_NS, STATE, THREAD, Kind
 
 BATCH_ROWS = 1 << 20
@@ -133,6 +133,7 @@ def load(path: str | Path, ranks: Iterable[int] | None = None, reads: Reads | No
         wanted = [n for n in FIELDS if n in arrow_schema.names and n in asked]   # unknown extra columns: not read
         try:
             if ranks is None:
+                wanted = _with_values(pfile.metadata, wanted, range(pfile.metadata.num_row_groups))
                 batches = pfile.iter_batches(batch_size=BATCH_ROWS, columns=wanted)
                 return _build(batches, arrow_schema.names, meta, path, version, reads=reads)
             batches, world = _rank_batches(path, pfile, wanted, ranks)
@@ -185,10 +186,28 @@ def _rank_batches(path: Path, pfile: pq.ParquetFile, columns: list[str], ranks: 
         raise TraceError(f"{path}: no records of rank(s) {', '.join(map(str, missing))}; the trace holds ranks "
                          f"{_ranges(list(by_rank))}")
     groups = sorted({g for r in wanted for g in by_rank[r]})
+    columns = _with_values(pfile.metadata, columns, groups)
     batches = pfile.iter_batches(batch_size=BATCH_ROWS, columns=columns, row_groups=groups)
     if rank_order.mixed_groups(pfile.metadata, path).isdisjoint(groups):
         return batches, list(by_rank)
     return (_only(path, b, wanted) for b in batches), list(rank_order.records_per_rank(pfile, path))
+
+
+def _with_values(meta: pq.FileMetaData, columns: list[str], groups: Iterable[int]) -> list[str]:
+    """The `columns` without those the statistics show null in every row of `groups` (a kind's all-null columns
+    are left out of its table: decoding them is wasted; most of a trace's columns belong to few of its records)."""
+    leaf = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
+    groups = list(groups)
+
+    def all_null(name: str) -> bool:
+        if name in BASE or name == KIND or name not in leaf:        # list columns: their leaf is another path
+            return False
+        for g in groups:
+            stats = meta.row_group(g).column(leaf[name]).statistics
+            if stats is None or not stats.has_null_count or stats.null_count != meta.row_group(g).num_rows:
+                return False
+        return bool(groups)
+    return [c for c in columns if not all_null(c)]
 
 
 def _only(path: Path, batch: pa.RecordBatch, ranks: list[int]) -> pa.RecordBatch:
@@ -296,7 +315,7 @@ def _split(where, table: pa.Table, reads: Reads = Reads()) -> dict[str, pa.Table
     base = list(BASE)
     rest = table.drop_columns([KIND])
     present = [(k, kind, int(n)) for k, (kind, n) in enumerate(zip(kinds, counts)) if n]
-    asked = FIELDS if reads.columns is None else reads.columns
+    asked = FIELDS if reads.columns is None else reads.columns      # (columns all null in the file are not read)
     indices = kind_col.indices
     out = {}
     for k, kind, n in present:
@@ -307,7 +326,7 @@ def _split(where, table: pa.Table, reads: Reads = Reads()) -> dict[str, pa.Table
         rows = rest.select(base + [c for c in rest.column_names if c not in base and _has_values(rest[c], mask, n)])
         if mask is not None:
             rows = rows.filter(mask)
-        if kind == Kind.STATE and STATE in rest.column_names and (
+        if kind == Kind.STATE and STATE in asked and (
                 STATE not in rows.column_names or rows.column(STATE).null_count):
             raise TraceError(f"{where}: state records with a null 'state' id; each needs its Paraver state id")
         if kind == Kind.TASK and schema.TASK in asked and (
@@ -435,9 +454,13 @@ def check_states(trace: Trace) -> list[str]:
         return [f"{trace.name}: no state records; POP efficiencies and occupancy are not available"]
     rank, thread = states.column(RANK).to_numpy(), states.column(THREAD).to_numpy()
     start, end = states.column(START_NS).to_numpy(), states.column(END_NS).to_numpy()
-    order = lane_order(rank, thread, start)
-    rank, thread, start, end = rank[order], thread[order], start[order], end[order]
-    same = (rank[1:] == rank[:-1]) & (thread[1:] == thread[:-1])
+    lane = lane_key(rank, thread, key_width(thread))
+    same = lane[1:] == lane[:-1]
+    if (lane[1:] < lane[:-1]).any() or (same & (start[1:] < start[:-1])).any():
+        # not in lane order as read (a rank-ordered file from a per-thread buffer is: no sort, no copies)
+        order = lane_order(rank, thread, start)
+        rank, thread, start, end, lane = rank[order], thread[order], start[order], end[order], lane[order]
+        same = lane[1:] == lane[:-1]
     overlap = same & (start[1:] < end[:-1])
     if overlap.any():
         i = int(np.argmax(overlap))
