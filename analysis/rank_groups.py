@@ -60,9 +60,10 @@ from gpt2trace.format.schema import (
 SHARED_KINDS = (Kind.PHASE, Kind.COMM)               # every rank's records of these kinds go to every analysis
 SHARED_COUNTERS = (Counter.TOKENS, Counter.RSS_BYTES)  # and these counters (one per phase or step and rank)
 
-# What each pass reads of a group (a loader may give more). Pass 1 reads every kind (the pairs, the extent, the
-# state check) and the columns of the shared records, not the state ids, layers and task graph of the others:
-# those are read for every record of a Parquet file, the state ids of most. Pass 2 reads its kinds' columns.
+# What each pass reads of a group (a loader may give more; tests/analysis/test_rank_groups.py holds them to what
+# `gather` and `part` use). Parquet decodes a column for every record, so pass 1, which needs every kind (the
+# pairs, the extent, the state check) but the other columns of the shared records only, leaves out the state ids
+# (of most records), the kernels' layers and the task graph; pass 2 reads its kinds' columns.
 GATHER_READS = Reads(columns=tuple(c for c in FIELDS if c not in (STATE, LAYER, TASK, BLOCK, PREDS)))
 PART_READS = Reads(columns=(STATE, NAME, STEP, LAYER, VALUE, TASK, BLOCK, PREDS),
                    kinds=(Kind.STATE, Kind.KERNEL, Kind.COUNTER, Kind.TASK))
