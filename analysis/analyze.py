@@ -39,7 +39,7 @@ from analysis.findings import findings
 from analysis.step_phases import step_phases
 from analysis.summary import summary, token_ranks
 from gpt2trace.format import grid as rank_grid
-from gpt2trace.format.reader import Trace
+from gpt2trace.format.reader import Reads, Trace
 from gpt2trace.format.schema import RANK
 
 
@@ -60,22 +60,34 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
     return analyze_groups([trace], steps, top, peak_gflops, bins, explain)
 
 
-def analyze_groups(groups: Sequence[Trace | Callable[[], Trace]], steps: str | None = None, top: int = 10,
+def analyze_groups(groups: Sequence[Trace | Callable[[Reads], Trace]], steps: str | None = None, top: int = 10,
                    peak_gflops: float | None = None, bins: int = 100, explain: bool = True) -> dict:
     """`analyze` of a trace given as groups of its ranks, in the order of their lowest rank: each a `Trace` of some
-    ranks with the trace's metadata, or a function that loads one (called once per pass, so that only one group is
-    in memory at a time). Two passes over each (`analysis.rank_groups`); the same result as `analyze` of the
-    whole. Raises rank_groups.NotCombinable for groups that overlap or are out of rank order."""
-    gathered, meta = [], None
-    for g in groups:
-        group = g() if callable(g) else g
+    ranks with the trace's metadata, or a function that loads one given what the pass reads of it (called once per
+    pass, so that only one group is in memory at a time). Two passes over each (`analysis.rank_groups`); the same
+    result as `analyze` of the whole. Raises rank_groups.NotCombinable for groups that overlap or are out of rank
+    order."""
+    gathered, meta, last = [], None, None
+    for i, g in enumerate(groups):
+        is_last = i == len(groups) - 1      # read for both passes: pass 2 starts with it, loaded once
+        reads = rank_groups.GATHER_READS | rank_groups.PART_READS if is_last else rank_groups.GATHER_READS
+        group = load_group(g, reads)
         gathered.append(rank_groups.gather(group))
         meta = meta or rank_groups.metadata(group)
+        last = group if is_last else None
+        del group
     whole = groups[0] if len(groups) == 1 and isinstance(groups[0], Trace) else None
     ctx = rank_groups.context(gathered, meta, steps, whole=whole)
     del gathered
-    parts = [rank_groups.part(g() if callable(g) else g, ctx, top, bins) for g in groups]
-    return combine(ctx, parts, top, peak_gflops, explain)
+    last_part = rank_groups.part(last, ctx, top, bins)       # the last group first, while it is in memory
+    del last
+    parts = [rank_groups.part(load_group(g, rank_groups.PART_READS), ctx, top, bins) for g in groups[:-1]]
+    return combine(ctx, parts + [last_part], top, peak_gflops, explain)
+
+
+def load_group(group: Trace | Callable[[Reads], Trace], reads: Reads) -> Trace:
+    """A group of `analyze_groups`: itself, or what its loader gives for `reads`."""
+    return group if isinstance(group, Trace) else group(reads)
 
 
 @dataclass(frozen=True)

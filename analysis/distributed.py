@@ -15,11 +15,12 @@ import numpy as np
 import pandas as pd
 
 from analysis import analyze, rank_groups, segments
-from analysis.analyze import combine
-from gpt2trace.format.reader import Trace
+from analysis.analyze import combine, load_group
+from analysis.rank_groups import GATHER_READS, PART_READS
+from gpt2trace.format.reader import Reads, Trace
 
 
-def analyze_comm(groups: Sequence[Callable[[], Trace]], comm, steps: str | None = None, top: int = 10,
+def analyze_comm(groups: Sequence[Callable[[Reads], Trace]], comm, steps: str | None = None, top: int = 10,
                  peak_gflops: float | None = None, bins: int = 100, explain: bool = True) -> dict | None:
     """`analyze` of the trace whose rank groups `groups` load (in the order of their lowest rank), on the processes
     of `comm`; the result on process 0, None on the others. An error on any process in pass 1 (an invalid trace, a
@@ -27,10 +28,11 @@ def analyze_comm(groups: Sequence[Callable[[], Trace]], comm, steps: str | None 
     2 on process 0."""
     process = comm.Get_rank()
     mine = block(len(groups), process, comm.Get_size())
-    gathered = _values(comm.allgather(_attempt(lambda: _gather(groups, mine))))
+    kept: list[Trace] = []          # this process's last group, read for both passes (one load less)
+    gathered = _values(comm.allgather(_attempt(lambda: _gather(groups, mine, kept))))
     meta = next(m for _, m in gathered if m is not None)
     ctx = rank_groups.context([g for gs, _ in gathered for g in gs], meta, steps)
-    parts = _attempt(lambda: [rank_groups.part(groups[i](), ctx, top, bins) for i in mine])
+    parts = _attempt(lambda: _parts(groups, mine, kept, ctx, top, bins))
     helper = explain and comm.Get_size() > 1 and len(groups) > 1
     if helper:         # process 1 computes the explanations across ranks while process 0 combines the rest
         kernels = comm.gather(_then(parts, lambda ps: [(p.segs, p.regions) for p in ps]), root=HELPER)
@@ -53,14 +55,28 @@ def block(groups: int, process: int, processes: int) -> range:
     return range(int(bounds[process]), int(bounds[process + 1]))
 
 
-def _gather(groups: Sequence[Callable[[], Trace]], mine: range) -> tuple[list, Trace | None]:
-    """Pass 1 over this process's groups, and the trace's metadata (that of its first group)."""
+def _gather(groups: Sequence[Callable[[Reads], Trace]], mine: range, kept: list[Trace]) -> tuple[list, Trace | None]:
+    """Pass 1 over this process's groups, and the trace's metadata (that of its first group); its last group is
+    read for pass 2 too and appended to `kept`."""
     out, meta = [], None
     for i in mine:
-        group = groups[i]()
+        last = i == mine[-1]
+        group = load_group(groups[i], GATHER_READS | PART_READS if last else GATHER_READS)
         out.append(rank_groups.gather(group))
         meta = meta or rank_groups.metadata(group)
+        if last:
+            kept.append(group)
+        del group
     return out, meta
+
+
+def _parts(groups: Sequence[Callable[[Reads], Trace]], mine: range, kept: list[Trace], ctx: rank_groups.Context,
+           top: int, bins: int) -> list[rank_groups.Part]:
+    """Pass 2 over this process's groups, the last one (in `kept`, emptied) first."""
+    if not mine:
+        return []
+    last = rank_groups.part(kept.pop(), ctx, top, bins)
+    return [rank_groups.part(load_group(groups[i], PART_READS), ctx, top, bins) for i in mine[:-1]] + [last]
 
 
 def _explain(ctx: rank_groups.Context, kernel_parts: list) -> analyze.Explained:

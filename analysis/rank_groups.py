@@ -40,11 +40,33 @@ from analysis.critical_path import kernel_regions
 from analysis.records import Records, extent, records, threads
 from analysis.window import Window, of_steps
 from gpt2trace.format import communicators as comms
-from gpt2trace.format.reader import Trace, check_states
-from gpt2trace.format.schema import NAME, RANK, STATE, THREAD, Counter, Kind
+from gpt2trace.format.reader import Reads, Trace, check_states
+from gpt2trace.format.schema import (
+    BLOCK,
+    FIELDS,
+    LAYER,
+    NAME,
+    PREDS,
+    RANK,
+    STATE,
+    STEP,
+    TASK,
+    THREAD,
+    VALUE,
+    Counter,
+    Kind,
+)
 
 SHARED_KINDS = (Kind.PHASE, Kind.COMM)               # every rank's records of these kinds go to every analysis
 SHARED_COUNTERS = (Counter.TOKENS, Counter.RSS_BYTES)  # and these counters (one per phase or step and rank)
+
+# What each pass reads of a group (a loader may give more; tests/analysis/test_rank_groups.py holds them to what
+# `gather` and `part` use). Parquet decodes a column for every record, so pass 1, which needs every kind (the
+# pairs, the extent, the state check) but the other columns of the shared records only, leaves out the state ids
+# (of most records), the kernels' layers and the task graph; pass 2 reads its kinds' columns.
+GATHER_READS = Reads(columns=tuple(c for c in FIELDS if c not in (STATE, LAYER, TASK, BLOCK, PREDS)))
+PART_READS = Reads(columns=(STATE, NAME, STEP, LAYER, VALUE, TASK, BLOCK, PREDS),
+                   kinds=(Kind.STATE, Kind.KERNEL, Kind.COUNTER, Kind.TASK))
 
 
 class NotCombinable(ValueError):
@@ -64,7 +86,8 @@ class Gathered:
 
 
 def gather(group: Trace) -> Gathered:
-    """Pass 1 over one group (its state records are checked here: an overlap raises TraceError)."""
+    """Pass 1 over one group, of at least its GATHER_READS (its state records are checked here: an overlap raises
+    TraceError)."""
     shared = {k: group.parts[k] for k in SHARED_KINDS if k in group.parts}
     counter = group.records(Kind.COUNTER)
     if counter.num_rows and NAME in counter.column_names:
@@ -160,7 +183,7 @@ class Part:
 
 
 def part(group: Trace, ctx: Context, top: int = 10, bins: int = 100) -> Part:
-    """Pass 2 over one group: its window's kernel and state records, reduced."""
+    """Pass 2 over one group (of at least its PART_READS): its window's kernel and state records, reduced."""
     window = ctx.window
     kern = _recode(segments.kernel_records(group, window), ctx.kernel_names)
     segs = segments.segments(kern)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpt2trace.format.limits import GROUP_RECORDS
-from gpt2trace.format.reader import Trace, rank_groups, rank_records
+from gpt2trace.format.reader import Reads, Trace, rank_groups, rank_records
 from gpt2trace.format.reader import load as load_parquet
 from gpt2trace.interop.loader import is_parquet
 from gpt2trace.interop.loader import load as load_any
@@ -60,11 +60,13 @@ def plan(path: Path, processes: int = 1, group_records: int = GROUP_RECORDS) -> 
     return rank_groups(path, budget)
 
 
-def loaders(path: Path, groups: list[list[int]], advance: Callable[[int], None]) -> list[Callable[[], Trace]]:
-    """A loader per group of ranks, each moving `advance` by the records it read."""
-    def loader(ranks: list[int]) -> Callable[[], Trace]:
-        def load() -> Trace:
-            trace = load_parquet(path, ranks=ranks)
+def loaders(path: Path, groups: list[list[int]],
+            advance: Callable[[int], None]) -> list[Callable[[Reads | None], Trace]]:
+    """A loader per group of ranks, each moving `advance` by the records it read; given `Reads`, it reads only
+    those (analysis.analyze.analyze_groups' passes), else everything."""
+    def loader(ranks: list[int]) -> Callable[[Reads | None], Trace]:
+        def load(reads: Reads | None = None) -> Trace:
+            trace = load_parquet(path, ranks=ranks, reads=reads)
             advance(trace.num_rows)
             return trace
         return load

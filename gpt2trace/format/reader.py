@@ -24,10 +24,26 @@ import pyarrow.parquet as pq
 from gpt2trace.format import communicators as comms
 from gpt2trace.format import rank_order, schema
 from gpt2trace.format.errors import TraceError
-from gpt2trace.format.lanes import lane_order
+from gpt2trace.format.lanes import key_width, lane_key, lane_order
 from gpt2trace.format.schema import END_NS, FIELDS, KIND, RANK, REQUIRED, START_NS, STATE, THREAD, Kind
 
 BATCH_ROWS = 1 << 20
+BASE = (RANK, THREAD, START_NS, END_NS)          # read for every record, whatever else is asked
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What a reader of a trace needs of it: the records of `kinds` (None: every kind) with the `columns` of the
+    schema besides `kind` and BASE (None: all of them). Parquet reads columns for every record, so the columns are
+    one set for all kinds. A `Trace` loaded with less answers only the analyses that read no more."""
+    columns: tuple[str, ...] | None = None
+    kinds: tuple[str, ...] | None = None
+
+    def __or__(self, other: Reads) -> Reads:
+        """What both need."""
+        def both(a, b):
+            return None if a is None or b is None else tuple(dict.fromkeys(a + b))
+        return Reads(both(self.columns, other.columns), both(self.kinds, other.kinds))
 
 
 @dataclass(frozen=True)
@@ -100,24 +116,28 @@ class Trace:
         return _text(str(self.path)) if self.path else "<table>"
 
 
-def load(path: str | Path, ranks: Iterable[int] | None = None) -> Trace:
+def load(path: str | Path, ranks: Iterable[int] | None = None, reads: Reads | None = None) -> Trace:
     """Reads and checks a Parquet trace file (`gpt2trace.load` reads the other formats too); every problem is a
     TraceError whose one-line message names the file.
 
     With `ranks`, only those ranks' records are read (their row groups: gpt2trace.format.rank_order), with the
-    whole metadata; a trace without a communicator table keeps the world of all its ranks."""
+    whole metadata; a trace without a communicator table keeps the world of all its ranks. With `reads`, only
+    those columns are read and those kinds kept (the checks of the columns not read are left out)."""
     path = Path(path)
     with _parquet(path) as (pfile, arrow_schema):
         meta = arrow_schema.metadata or {}
         version = _check_version(path, meta)
         _check_required(path, arrow_schema.names)
-        wanted = [n for n in FIELDS if n in arrow_schema.names]          # unknown extra columns are not read
+        reads = reads or Reads()
+        asked = FIELDS if reads.columns is None else (KIND, *BASE, *reads.columns)
+        wanted = [n for n in FIELDS if n in arrow_schema.names and n in asked]   # unknown extra columns: not read
         try:
             if ranks is None:
+                wanted = _with_values(pfile.metadata, wanted, range(pfile.metadata.num_row_groups))
                 batches = pfile.iter_batches(batch_size=BATCH_ROWS, columns=wanted)
-                return _build(batches, arrow_schema.names, meta, path, version)
+                return _build(batches, arrow_schema.names, meta, path, version, reads=reads)
             batches, world = _rank_batches(path, pfile, wanted, ranks)
-            return _build(batches, arrow_schema.names, meta, path, version, world=world)
+            return _build(batches, arrow_schema.names, meta, path, version, world=world, reads=reads)
         except (pa.ArrowException, OSError) as exc:
             raise TraceError(f"{path}: cannot read the Parquet data ({_first_line(exc)})") from None
 
@@ -166,10 +186,28 @@ def _rank_batches(path: Path, pfile: pq.ParquetFile, columns: list[str], ranks: 
         raise TraceError(f"{path}: no records of rank(s) {', '.join(map(str, missing))}; the trace holds ranks "
                          f"{_ranges(list(by_rank))}")
     groups = sorted({g for r in wanted for g in by_rank[r]})
+    columns = _with_values(pfile.metadata, columns, groups)
     batches = pfile.iter_batches(batch_size=BATCH_ROWS, columns=columns, row_groups=groups)
     if rank_order.mixed_groups(pfile.metadata, path).isdisjoint(groups):
         return batches, list(by_rank)
     return (_only(path, b, wanted) for b in batches), list(rank_order.records_per_rank(pfile, path))
+
+
+def _with_values(meta: pq.FileMetaData, columns: list[str], groups: Iterable[int]) -> list[str]:
+    """The `columns` without those the statistics show null in every row of `groups` (a kind's all-null columns
+    are left out of its table: decoding them is wasted; most of a trace's columns belong to few of its records)."""
+    leaf = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
+    groups = list(groups)
+
+    def all_null(name: str) -> bool:
+        if name in BASE or name == KIND or name not in leaf:        # list columns: their leaf is another path
+            return False
+        for g in groups:
+            stats = meta.row_group(g).column(leaf[name]).statistics
+            if stats is None or not stats.has_null_count or stats.null_count != meta.row_group(g).num_rows:
+                return False
+        return bool(groups)
+    return [c for c in columns if not all_null(c)]
 
 
 def _only(path: Path, batch: pa.RecordBatch, ranks: list[int]) -> pa.RecordBatch:
@@ -227,15 +265,18 @@ def open_parquet(path: str | Path) -> pq.ParquetFile:
 
 
 def _build(batches: Iterable[pa.RecordBatch], names: list[str], meta: dict, path: Path | None,
-           version: int, world: list[int] | None = None) -> Trace:
+           version: int, world: list[int] | None = None, reads: Reads = Reads()) -> Trace:
     """Checks and casts batch by batch, splitting each into kinds, so only one batch is held twice. `world`: the
-    ranks of the whole trace, when the batches hold only some of them."""
+    ranks of the whole trace, when the batches hold only some of them; `reads`: the kinds kept and the columns
+    asked for (the batches hold no others)."""
     where = path or "<table>"
     chunks: dict[str, list[pa.Table]] = {}
+    rows = 0
     for batch in batches:
-        for kind, part in _split(where, pa.Table.from_batches([batch])).items():
+        rows += batch.num_rows
+        for kind, part in _split(where, pa.Table.from_batches([batch]), reads).items():
             chunks.setdefault(kind, []).append(part)
-    if not chunks:
+    if not rows:
         raise TraceError(f"{where}: the trace is empty (no records); was it written by a run with tracing on?")
     parts = {}
     for kind in Kind.ALL:
@@ -253,8 +294,9 @@ def _build(batches: Iterable[pa.RecordBatch], names: list[str], meta: dict, path
                  comm_table=comm_table)
 
 
-def _split(where, table: pa.Table) -> dict[str, pa.Table]:
-    """One batch, cast to the schema and checked, as per-kind tables without their all-null columns."""
+def _split(where, table: pa.Table, reads: Reads = Reads()) -> dict[str, pa.Table]:
+    """One batch, cast to the schema and checked, as per-kind tables (of `reads.kinds`) without their all-null
+    columns."""
     cols = {}
     for name, typ in FIELDS.items():
         if name in table.column_names:
@@ -270,25 +312,40 @@ def _split(where, table: pa.Table) -> dict[str, pa.Table]:
     kinds = kind_col.dictionary.to_pylist()
     counts = np.bincount(codes, minlength=len(kinds))
     _check_kinds(where, kinds, counts)
-    base = [RANK, THREAD, START_NS, END_NS]
+    base = list(BASE)
     rest = table.drop_columns([KIND])
-    order = np.argsort(codes.astype(np.int8), kind="stable") if np.count_nonzero(counts) > 1 else None
-    out, offset = {}, 0
-    for kind, n in zip(kinds, counts):
-        if not n:
+    present = [(k, kind, int(n)) for k, (kind, n) in enumerate(zip(kinds, counts)) if n]
+    asked = FIELDS if reads.columns is None else reads.columns      # (columns all null in the file are not read)
+    indices = kind_col.indices
+    out = {}
+    for k, kind, n in present:
+        if reads.kinds is not None and kind not in reads.kinds:
             continue
-        rows = rest if order is None else rest.take(order[offset:offset + n])
-        offset += n
-        if kind == Kind.STATE and STATE in rows.column_names and rows.column(STATE).null_count:
+        # a mask per kind, not a sort by kind: a filter copies only the kind's non-null columns, in their order
+        mask = pc.equal(indices, pa.scalar(k, indices.type)) if len(present) > 1 else None
+        rows = rest.select(base + [c for c in rest.column_names if c not in base and _has_values(rest[c], mask, n)])
+        if mask is not None:
+            rows = rows.filter(mask)
+        if kind == Kind.STATE and STATE in asked and (
+                STATE not in rows.column_names or rows.column(STATE).null_count):
             raise TraceError(f"{where}: state records with a null 'state' id; each needs its Paraver state id")
-        if kind == Kind.TASK and (schema.TASK not in rows.column_names or rows.column(schema.TASK).null_count):
+        if kind == Kind.TASK and schema.TASK in asked and (
+                schema.TASK not in rows.column_names or rows.column(schema.TASK).null_count):
             missing = rows.column(schema.TASK).null_count if schema.TASK in rows.column_names else n
             raise TraceError(f"{where}: {missing} task record(s) without a 'task' id; each task needs its id "
                              "(unique on its rank), which its successors' 'preds' name")
-        # columns null for every record of the kind are left out (Arrow counts a column's nulls from its bitmap)
-        out[kind] = rows.select(base + [c for c in rows.column_names
-                                        if c not in base and rows.column(c).null_count < n])
+        out[kind] = rows
     return out
+
+
+def _has_values(col: pa.ChunkedArray, mask: pa.BooleanArray | None, n: int) -> bool:
+    """Whether the column has a value in a row of the mask (None: any row); columns null for every record of a
+    kind are left out of its table. Bitmaps only: an AND and a count of set bits, no pass over integers."""
+    if col.null_count == 0 or col.null_count == len(col):
+        return col.null_count == 0 and n > 0
+    if mask is None:
+        return True
+    return pc.sum(pc.and_(pc.is_valid(col), mask)).as_py() > 0
 
 
 def _empty_part() -> pa.Table:
@@ -396,9 +453,13 @@ def check_states(trace: Trace) -> list[str]:
         return [f"{trace.name}: no state records; POP efficiencies and occupancy are not available"]
     rank, thread = states.column(RANK).to_numpy(), states.column(THREAD).to_numpy()
     start, end = states.column(START_NS).to_numpy(), states.column(END_NS).to_numpy()
-    order = lane_order(rank, thread, start)
-    rank, thread, start, end = rank[order], thread[order], start[order], end[order]
-    same = (rank[1:] == rank[:-1]) & (thread[1:] == thread[:-1])
+    lane = lane_key(rank, thread, key_width(thread))
+    same = lane[1:] == lane[:-1]
+    if (lane[1:] < lane[:-1]).any() or (same & (start[1:] < start[:-1])).any():
+        # sorted only when not in lane order already (per-thread buffers write them so: then no sort, no copies)
+        order = lane_order(rank, thread, start)
+        rank, thread, start, end, lane = rank[order], thread[order], start[order], end[order], lane[order]
+        same = lane[1:] == lane[:-1]
     overlap = same & (start[1:] < end[:-1])
     if overlap.any():
         i = int(np.argmax(overlap))

@@ -15,7 +15,7 @@ from gpt2trace.format.reader import load
 
 def main(path: str, groups: int, out: str, steps: str | None = None) -> None:
     ranks = np.unique(threads(load(path))["rank"].to_numpy())
-    loaders = [lambda r=r: subset(load(path), r) for r in np.array_split(ranks, groups)]
+    loaders = [lambda reads, r=r: subset(load(path, reads=reads), r) for r in np.array_split(ranks, groups)]
     result = analyze_comm(loaders, MPI.COMM_WORLD, steps)
     if MPI.COMM_WORLD.Get_rank() == 0:
         with open(out, "w") as f:

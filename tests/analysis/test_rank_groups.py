@@ -128,6 +128,25 @@ def test_groups_of_a_task_trace_give_the_whole_result(name):
     assert differences(whole, plain(analyze_groups(rank_groups.split(trace, 2)))) == []
 
 
+@pytest.mark.parametrize("name", MULTI_RANK)
+def test_groups_read_from_the_file_with_what_each_pass_reads(name):
+    # the loads: pass 1 of every group but the last, then the last for both passes, then pass 2 of the others
+    path = SAMPLES / name
+    groups = [list(r) for r in np.array_split(np.unique(rank_groups.threads(load(path))["rank"]), 3) if len(r)]
+    asked = []
+
+    def loader(ranks):
+        def read(reads):
+            asked.append((ranks, reads))
+            return load(path, ranks=ranks, reads=reads)
+        return read
+    result = plain(analyze_groups([loader(g) for g in groups]))
+    assert differences(plain(analyze(load(path))), result) == []
+    gather, both = rank_groups.GATHER_READS, rank_groups.GATHER_READS | rank_groups.PART_READS
+    assert asked == ([(g, gather) for g in groups[:-1]] + [(groups[-1], both)]
+                     + [(g, rank_groups.PART_READS) for g in groups[:-1]])
+
+
 def test_groups_out_of_rank_order_or_overlapping_are_refused():
     trace = load(SAMPLES / "small_8ranks_3d.parquet")
     a, b = rank_groups.subset(trace, [0, 1, 2, 3]), rank_groups.subset(trace, [3, 4, 5, 6, 7])
