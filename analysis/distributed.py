@@ -21,13 +21,19 @@ from gpt2trace.format.reader import Reads, Trace
 
 
 def analyze_comm(groups: Sequence[Callable[[Reads], Trace]], comm, steps: str | None = None, top: int = 10,
-                 peak_gflops: float | None = None, bins: int = 100, explain: bool = True) -> dict | None:
+                 peak_gflops: float | None = None, bins: int = 100, explain: bool = True,
+                 shares: Sequence[int] | None = None) -> dict | None:
     """`analyze` of the trace whose rank groups `groups` load (in the order of their lowest rank), on the processes
     of `comm`; the result on process 0, None on the others. An error on any process in pass 1 (an invalid trace, a
     --steps that does not fit) is raised on every process, so that none waits for the others forever; one in pass
-    2 on process 0."""
+    2 on process 0. `shares`: how many consecutive groups each process takes (gpt2trace.cli.grouped.plan balances
+    them by records); by default as even a count as the groups allow."""
     process = comm.Get_rank()
-    mine = block(len(groups), process, comm.Get_size())
+    if shares is None:
+        mine = block(len(groups), process, comm.Get_size())
+    else:
+        first = sum(shares[:process])
+        mine = range(first, first + shares[process])
     kept: list[Trace] = []          # this process's last group, read for both passes (one load less)
     gathered = _values(comm.allgather(_attempt(lambda: _gather(groups, mine, kept))))
     meta = next(m for _, m in gathered if m is not None)

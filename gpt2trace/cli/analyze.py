@@ -71,7 +71,7 @@ def analyze(
                 res, trace = analyze_file(p, processes, steps, top, peak_gflops, advance, group_records)
             results.append(res)
             loaded.append(trace)
-    except (TraceError, WindowError) as exc:
+    except (TraceError, WindowError, OutputError) as exc:
         if not processes.first:        # process 0 says it; the others leave quietly
             raise typer.Exit(code=2) from None
         fail(str(exc))

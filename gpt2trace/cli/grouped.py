@@ -4,21 +4,26 @@ launcher: `mpiexec -n K gpt2trace analyze TRACE`).
 
 A Parquet trace says how many records each rank holds in its footer (gpt2trace.format.rank_order), so the plan is
 made before any record is read: one group when the whole trace is at most GROUP_RECORDS records and there is one
-process, else consecutive ranks in groups of at most GROUP_RECORDS records (and at least one group per process,
-where the ranks allow), each loaded when its turn comes (analysis.analyze.analyze_groups, two passes). Other
-formats (Paraver, OTF2) are imported whole by process 0.
+process, else the ranks in one consecutive block per process with shares of records as even as whole ranks allow,
+each block in groups of at most GROUP_RECORDS records, each loaded when its turn comes
+(analysis.analyze.analyze_groups, two passes). A Paraver trace too big to import whole (format.limits) is imported
+rank by rank into a temporary Parquet trace by process 0 and read so; other formats (a smaller .prv, OTF2) are
+imported whole by process 0.
 """
 from __future__ import annotations
 
-import math
+import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from gpt2trace.format.limits import GROUP_RECORDS
-from gpt2trace.format.reader import Reads, Trace, rank_groups, rank_records
+import numpy as np
+
+from gpt2trace.format.errors import OutputError, TraceError
+from gpt2trace.format.limits import GROUP_RECORDS, PRV_BYTES_PER_RECORD
+from gpt2trace.format.reader import Reads, Trace, group_counts, rank_records
 from gpt2trace.format.reader import load as load_parquet
-from gpt2trace.interop.loader import is_parquet
+from gpt2trace.interop.loader import is_big_paraver, is_parquet, streamed_paraver
 from gpt2trace.interop.loader import load as load_any
 from gpt2trace.run.mpiexec import launched_by_mpi
 
@@ -47,28 +52,45 @@ class Processes:
         return self.comm is None or self.comm.Get_rank() == 0
 
 
-def plan(path: Path, processes: int = 1, group_records: int = GROUP_RECORDS) -> list[list[int]] | None:
-    """The rank groups to analyze `path` by, or None to load it whole (small enough for one process, or not a
-    Parquet trace)."""
+def plan(path: Path, processes: int = 1, group_records: int = GROUP_RECORDS) -> list[list[list[int]]] | None:
+    """The rank groups each process analyzes `path` by (one list per process, in process order), or None to load it
+    whole (small enough for one process, or not a Parquet trace)."""
     if not is_parquet(path):
         return None
     counts = rank_records(path)
-    total = sum(counts.values())
-    if processes == 1 and total <= group_records:
+    if processes == 1 and sum(counts.values()) <= group_records:
         return None
-    budget = min(group_records, max(1, math.ceil(total / processes)))
-    return rank_groups(path, budget)
+    return [group_counts(share, group_records) if share else [] for share in shares(counts, processes)]
 
 
-def loaders(path: Path, groups: list[list[int]],
-            advance: Callable[[int], None]) -> list[Callable[[Reads | None], Trace]]:
+def shares(counts: dict[int, int], processes: int) -> list[dict[int, int]]:
+    """The ranks (with their record counts, in rank order) in `processes` consecutive blocks of nearly equal
+    records: each cut where the running sum is nearest to k/processes of the total, every block holding a rank
+    while there are ranks enough."""
+    ranks = list(counts)
+    running = np.cumsum(list(counts.values()))
+    cuts = [0]
+    for k in range(1, processes):
+        target = running[-1] * k / processes if len(running) else 0
+        i = int(np.searchsorted(running, target))           # ranks[:i + 1] reach the target
+        cut = i + 1 if i == 0 or i >= len(running) or running[i] - target <= target - running[i - 1] else i
+        lo = min(cuts[-1] + 1, len(ranks))                    # a rank for this block while there are any
+        hi = max(lo, len(ranks) - (processes - k))             # and one for each block after it, if there are enough
+        cuts.append(min(max(cut, lo), hi))
+    cuts.append(len(ranks))
+    return [{r: counts[r] for r in ranks[a:b]} for a, b in zip(cuts, cuts[1:])]
+
+
+def loaders(path: Path, groups: list[list[int]], advance: Callable[[int], None],
+            shown: Path | None = None) -> list[Callable[[Reads | None], Trace]]:
     """A loader per group of ranks, each moving `advance` by the records it read; given `Reads`, it reads only
-    those (analysis.analyze.analyze_groups' passes), else everything."""
+    those (analysis.analyze.analyze_groups' passes), else everything. `shown`: the trace's name in the results
+    when `path` is a temporary import of it."""
     def loader(ranks: list[int]) -> Callable[[Reads | None], Trace]:
         def load(reads: Reads | None = None) -> Trace:
             trace = load_parquet(path, ranks=ranks, reads=reads)
             advance(trace.num_rows)
-            return trace
+            return trace if shown is None else replace(trace, path=shown)
         return load
     return [loader(g) for g in groups]
 
@@ -79,20 +101,59 @@ def analyze_file(path: Path, processes: Processes, steps: str | None, top: int, 
     """`analyze` of the trace in `path` on `processes`: (the result, the trace when it was loaded whole) on process
     0, (None, None) on the others. Raises TraceError / WindowError on every process for an invalid trace or
     --steps."""
+    if is_big_paraver(path, group_records * PRV_BYTES_PER_RECORD):
+        return _analyze_streamed(path, processes, steps, top, peak_gflops, advance, group_records)
+    return _analyze(path, processes, steps, top, peak_gflops, advance, group_records)
+
+
+def _analyze(path: Path, processes: Processes, steps: str | None, top: int, peak_gflops: float | None,
+             advance: Callable[[int], None], group_records: int, shown: Path | None = None):
     from analysis.analyze import analyze, analyze_groups
     from analysis.distributed import analyze_comm
     from analysis.rank_groups import NotCombinable
 
-    groups = plan(path, processes.size, group_records)
-    if groups is not None:
+    blocks = plan(path, processes.size, group_records)
+    if blocks is not None:
+        groups = loaders(path, [g for b in blocks for g in b], advance, shown)
         try:
             if processes.comm is not None:
-                return analyze_comm(loaders(path, groups, advance), processes.comm, steps, top, peak_gflops), None
-            return analyze_groups(loaders(path, groups, advance), steps, top, peak_gflops), None
+                return analyze_comm(groups, processes.comm, steps, top, peak_gflops,
+                                    shares=[len(b) for b in blocks]), None
+            return analyze_groups(groups, steps, top, peak_gflops), None
         except NotCombinable:           # a task-based trace: analyzed whole, by process 0
             pass
     if not processes.first:
         return None, None
     trace = load_any(path)
     advance(trace.num_rows)
+    if shown is not None:
+        trace = replace(trace, path=shown)
     return analyze(trace, steps, top, peak_gflops), trace
+
+
+def _analyze_streamed(path: Path, processes: Processes, steps: str | None, top: int, peak_gflops: float | None,
+                      advance: Callable[[int], None], group_records: int):
+    """A big .prv: process 0 imports it rank by rank into a temporary Parquet trace (in the system's temporary
+    folder: under mpiexec across nodes, TMPDIR must be a folder they share) and every process analyzes that. An
+    import error is raised on every process."""
+    def analyze(imported: Path):
+        return _analyze(imported, processes, steps, top, peak_gflops, advance, group_records, shown=path)
+
+    comm = processes.comm
+    if comm is None:
+        with streamed_paraver(path) as imported:
+            return analyze(imported)
+    with contextlib.ExitStack() as stack:
+        told = None
+        if processes.first:
+            try:
+                told = (stack.enter_context(streamed_paraver(path)), None)
+            except (TraceError, OutputError) as exc:
+                told = (None, exc)
+        imported, error = comm.bcast(told, root=0)
+        if error is not None:
+            raise error
+        try:
+            return analyze(imported)
+        finally:
+            comm.Barrier()          # every process has read the import before process 0 removes it

@@ -163,11 +163,16 @@ def rank_records(path: str | Path) -> dict[int, int]:
 def rank_groups(path: str | Path, max_records: int) -> list[list[int]]:
     """The trace's ranks in consecutive groups of at most `max_records` records each (a rank with more is a group
     of its own): what to load at once to stay within a memory budget."""
+    return group_counts(rank_records(path), max_records)
+
+
+def group_counts(counts: Mapping[int, int], max_records: int) -> list[list[int]]:
+    """`rank_groups` of ranks with these record counts (in rank order)."""
     if max_records < 1:
         raise ValueError(f"max_records must be >= 1, got {max_records}")
     groups: list[list[int]] = []
     size = 0
-    for rank, n in rank_records(path).items():
+    for rank, n in counts.items():
         if not groups or size + n > max_records:
             groups.append([])
             size = 0

@@ -8,8 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gpt2trace.cli.grouped import plan
+from gpt2trace.cli.grouped import plan, shares
 from gpt2trace.format.reader import rank_records
 from gpt2trace.run.mpiexec import find_mpiexec
 
@@ -39,11 +41,26 @@ def test_plan_loads_small_traces_whole_and_splits_big_ones():
     path = SAMPLES / "small_8ranks_3d.parquet"
     counts = rank_records(path)
     assert plan(path) is None                                   # fits one group, one process
-    groups = plan(path, group_records=max(counts.values()))
+    [groups] = plan(path, group_records=max(counts.values()))
     assert [r for g in groups for r in g] == sorted(counts) and len(groups) > 1
     assert all(sum(counts[r] for r in g) <= max(counts.values()) for g in groups)
-    assert len(plan(path, processes=3)) >= 3                   # every process gets a group
+    blocks = plan(path, processes=3)
+    assert len(blocks) == 3 and all(blocks)                    # every process gets groups
+    assert [r for b in blocks for g in b for r in g] == sorted(counts)
     assert plan(SAMPLES / "missing.prv") is None                # other formats: imported whole
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 1000), min_size=1, max_size=40), st.integers(1, 8))
+def test_shares_are_consecutive_and_even_as_whole_ranks_allow(records, processes):
+    counts = dict(enumerate(records))
+    blocks = shares(counts, processes)
+    assert len(blocks) == processes and [r for b in blocks for r in b] == list(counts)
+    assert sum(1 for b in blocks if b) == min(len(counts), processes)
+    # each cut is the rank boundary nearest its share of the running sum (or moved to leave a rank per block)
+    ideal = sum(records) / processes
+    if len(counts) >= processes and sum(records):
+        assert max(sum(b.values()) for b in blocks) <= ideal + 2 * max(records)
 
 
 @pytest.mark.parametrize("name", MULTI_RANK)
