@@ -12,7 +12,7 @@ import pandas as pd
 from analysis.records import NS, Records, records
 from analysis.segments import Segments
 from analysis.window import Window
-from gpt2trace.format.lanes import distinct_lanes, lane_order, time_key
+from gpt2trace.format.lanes import distinct_lanes, time_key, time_key_fits
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, LAYER, RANK, START_NS, STATE, THREAD, Kind, State
 
@@ -21,22 +21,27 @@ def _events(st, ranks: np.ndarray):
     """Running intervals as +1/-1 events sorted by (rank, time), ends before starts at equal times; and the
     main-thread and worker counts after each event.
 
-    Each thread's intervals, in time order, give an already sorted run of events, so the stable sort only
-    merges one run per thread.
+    Events of a rank at the same time and of the same sign come in any order: what is read of them, the time
+    until the next event and the counts after the last of them, does not depend on it. So one plain sort of keys
+    that carry the event (rank, time, start, main thread) in their bits, and no permutation to apply.
     """
     run = np.flatnonzero((st[STATE] == State.RUNNING) & (st[END_NS] > st[START_NS]))
-    r, th, s, e = st[RANK][run], st[THREAD][run], st[START_NS][run], st[END_NS][run]
-    order = lane_order(r, th, s)
-    rank = np.repeat(np.searchsorted(ranks, r[order]).astype(np.int64), 2)
-    main = np.repeat(th[order] == 0, 2)
-    t = np.stack([s[order], e[order]], axis=1).ravel()
-    is_start = np.tile(np.array([1, 0], dtype=np.int64), len(order))
-    lo = int(t.min()) if len(t) else 0
-    width = (int(t.max()) - lo + 1) if len(t) else 1
-    order = np.argsort(time_key(rank, t, lo, width) * 2 + is_start, kind="stable")
-    step = (2 * is_start - 1)[order]
-    is_main = main[order]
-    return rank[order], t[order], np.cumsum(np.where(is_main, step, 0)), np.cumsum(np.where(is_main, 0, step))
+    if not len(run):
+        return (np.zeros(0, np.int64),) * 4
+    s, e = st[START_NS][run], st[END_NS][run]
+    lo = int(s.min())
+    width = int(e.max()) - lo + 1
+    if not time_key_fits(4 * len(ranks), width):
+        raise ValueError("trace span too long for composite keys")
+    pos = np.searchsorted(ranks, st[RANK][run])
+    main = (st[THREAD][run] == 0).astype(np.int64)
+    key = np.sort(np.concatenate([time_key(pos, e, lo, width) * 4 + main,            # an end: bit 1 clear
+                                  time_key(pos, s, lo, width) * 4 + 2 + main]))
+    step = (key & 2) - 1
+    is_main = (key & 1).astype(bool)
+    rank = (key >> 2) // width
+    t = (key >> 2) - rank * width + lo
+    return rank, t, np.cumsum(np.where(is_main, step, 0)), np.cumsum(np.where(is_main, 0, step))
 
 
 def occupancy(trace: Trace, window: Window, segs: Segments, top: int = 10, bins: int = 100,
@@ -125,17 +130,17 @@ def _kernel_waits(st, segs: Segments) -> pd.DataFrame:
     if not len(segs):
         return pd.DataFrame({"sync_s": [], "fork_s": []}, index=pd.Index([], dtype=np.int64))
     ukey, kidx = _kernel_keys(segs)
-    waits = {}
+    state, start, end = st[STATE], st[START_NS], st[END_NS]
+    sel = np.flatnonzero(((state == State.SYNCHRONIZATION) | (state == State.SCHEDULING_FORK_JOIN)) & (end > start))
+    state, start, end = state[sel], start[sel], end[sel]
+    sync = state == State.SYNCHRONIZATION
     # A Synchronization record starts inside the kernel's segment (when the thread's block ends); a Fork/Join
     # record ends inside it (when the thread's block starts).
-    for state, col, at in ((State.SYNCHRONIZATION, "sync_s", st[START_NS]),
-                           (State.SCHEDULING_FORK_JOIN, "fork_s", st[END_NS] - 1)):
-        sel = (st[STATE] == state) & (st[END_NS] > st[START_NS])
-        seg = segs.locate(st[RANK][sel], at[sel])
-        ok = seg >= 0
-        waits[col] = np.bincount(kidx[seg[ok]], weights=(st[END_NS][sel] - st[START_NS][sel])[ok],
-                                 minlength=len(ukey))
-    return pd.DataFrame(waits, index=ukey)
+    seg = segs.locate(st[RANK][sel], np.where(sync, start, end - 1))
+    ok = seg >= 0
+    key, dur, sync = kidx[seg[ok]], (end - start)[ok], sync[ok]
+    return pd.DataFrame({"sync_s": np.bincount(key[sync], weights=dur[sync], minlength=len(ukey)),
+                         "fork_s": np.bincount(key[~sync], weights=dur[~sync], minlength=len(ukey))}, index=ukey)
 
 
 def _per_kernel(segs: Segments, waits: pd.DataFrame) -> pd.DataFrame:
