@@ -35,8 +35,10 @@ def _events(st, ranks: np.ndarray):
         raise ValueError("trace span too long for composite keys")
     pos = np.searchsorted(ranks, st[RANK][run])
     main = (st[THREAD][run] == 0).astype(np.int64)
+    # each thread's ends, then its starts, are runs already in order (a thread's intervals do not overlap), which
+    # a stable sort (a merge of runs) takes advantage of
     key = np.sort(np.concatenate([time_key(pos, e, lo, width) * 4 + main,            # an end: bit 1 clear
-                                  time_key(pos, s, lo, width) * 4 + 2 + main]))
+                                  time_key(pos, s, lo, width) * 4 + 2 + main]), kind="stable")
     step = (key & 2) - 1
     is_main = (key & 1).astype(bool)
     rank = (key >> 2) // width

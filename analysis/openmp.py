@@ -96,15 +96,14 @@ def _rank_split(states: Records, kern: Records) -> tuple[int, int, int, int, int
 
     sin = (dur > 0) & ((state == _FORK_JOIN[0]) | (state == _FORK_JOIN[1]) | (running & ~is_master))
     kin = kern[END_NS] > kern[START_NS]
-    cs = np.concatenate([start[sin], kern[START_NS][kin]])
-    ce = np.concatenate([end[sin], kern[END_NS][kin]])
-    order = np.argsort(cs, kind="stable")
-    cs, ce = cs[order], ce[order]
-    reach = np.maximum.accumulate(ce)
-    new = np.ones(len(cs), dtype=bool)
-    new[1:] = cs[1:] > reach[:-1]                       # touching intervals are one region
-    starts = np.flatnonzero(new)
-    c_start, c_end = cs[starts], np.maximum.reduceat(ce, starts) if len(starts) else ce[:0]
+    # The union of the intervals (touching ones joined) from their starts and their ends sorted apart: the i-th
+    # start opens a region when the i intervals that start before it have all ended, i.e. when the i-th smallest
+    # end is before it (no other interval ends before it); those i ends are then the i smallest, so a region ends
+    # at the last end before the next region opens. Each sort merges runs already in order, one per thread.
+    cs = np.sort(np.concatenate([start[sin], kern[START_NS][kin]]), kind="stable")
+    ce = np.sort(np.concatenate([end[sin], kern[END_NS][kin]]), kind="stable")
+    starts = np.flatnonzero(np.r_[True, cs[1:] > ce[:-1]]) if len(cs) else np.zeros(0, np.int64)
+    c_start, c_end = cs[starts], ce[np.r_[starts[1:], len(ce)] - 1] if len(ce) else ce
 
     # Useful time of each thread in each region: a Running record can overlap several regions.
     run = np.flatnonzero(running)
