@@ -99,7 +99,7 @@ def part(st: Records, window: Window, segs: Segments, top: int = 10, bins: int =
                            "seconds": at_level.ravel() / NS})
     levels = levels[levels["level"] <= np.repeat(threads, nlev)].reset_index(drop=True)
     return {"per_rank": per_rank, "levels": levels, "waits": _kernel_waits(st, segs),
-            "serial_sections": _sections(rank, t, serial & same, ranks, window, top),
+            "serial_sections": _sections(rank, t, dt, serial, ranks, window, top),
             "timeline": _timeline(rank, t, level, dt, ranks, window, bins)}
 
 
@@ -159,14 +159,14 @@ def _per_kernel(segs: Segments, waits: pd.DataFrame) -> pd.DataFrame:
     return out[cols].sort_values("sync_s", ascending=False, kind="stable").reset_index(drop=True)
 
 
-def _sections(rank, t, serial, ranks, window: Window, top: int) -> pd.DataFrame:
-    """The longest runs of serial time: rank, start (s from the window start), seconds.
+def _sections(rank, t, dt, serial, ranks, window: Window, top: int) -> pd.DataFrame:
+    """The longest runs of serial time: rank, start (s from the window start), seconds; `dt` the time from each
+    event to the next of its rank (0 after its last).
 
     Runs are found on the intervals of positive length, so zero-length steps between events do not cut them.
     """
     cols = [RANK, "start_s", "seconds"]
-    pos = np.flatnonzero(np.r_[np.diff(t), 0] > 0) if len(t) else np.zeros(0, np.int64)
-    pos = pos[rank[pos] == rank[np.minimum(pos + 1, len(t) - 1)]]
+    pos = np.flatnonzero(dt > 0)
     flag = serial[pos]
     if not flag.any():
         return pd.DataFrame(columns=cols)
