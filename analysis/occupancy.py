@@ -171,14 +171,13 @@ def _sections(rank, t, dt, serial, ranks, window: Window, top: int) -> pd.DataFr
     if not flag.any():
         return pd.DataFrame(columns=cols)
     joined = np.r_[False, flag[:-1] & (rank[pos[1:]] == rank[pos[:-1]]) & (t[pos[1:]] == t[pos[:-1] + 1])]
-    begin = flag & ~joined
-    run_id = np.cumsum(begin) - 1
-    first = pos[begin]
-    last_end = np.zeros(len(first), dtype=np.int64)
-    np.maximum.at(last_end, run_id[flag], t[pos[flag] + 1])
-    out = pd.DataFrame({RANK: ranks[rank[first]].astype(int), "start_s": (t[first] - window.t0_ns) / NS,
-                        "seconds": (last_end - t[first]) / NS})
-    return out.nlargest(top, "seconds").reset_index(drop=True)
+    pos, begin = pos[flag], (flag & ~joined)[flag]
+    first = np.flatnonzero(begin)
+    last = np.r_[first[1:], len(pos)] - 1                           # a run is in one rank, where times increase
+    start, seconds = t[pos[first]], (t[pos[last] + 1] - t[pos[first]]) / NS
+    top = np.argsort(-seconds, kind="stable")[:top]                 # DataFrame.nlargest: ties in order
+    return pd.DataFrame({RANK: ranks[rank[pos[first[top]]]].astype(int), "start_s": (start[top] - window.t0_ns) / NS,
+                         "seconds": seconds[top]})
 
 
 def _timeline(rank, t, level, dt, ranks, window: Window, bins: int) -> dict:
