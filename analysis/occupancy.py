@@ -140,9 +140,8 @@ def _kernel_waits(st, segs: Segments) -> pd.DataFrame:
     # record ends inside it (when the thread's block starts).
     seg = segs.locate(st[RANK][sel], np.where(sync, start, end - 1))
     ok = seg >= 0
-    key, dur, sync = kidx[seg[ok]], (end - start)[ok], sync[ok]
-    return pd.DataFrame({"sync_s": np.bincount(key[sync], weights=dur[sync], minlength=len(ukey)),
-                         "fork_s": np.bincount(key[~sync], weights=dur[~sync], minlength=len(ukey))}, index=ukey)
+    ns = np.bincount(kidx[seg[ok]] * 2 + sync[ok], weights=(end - start)[ok], minlength=2 * len(ukey))
+    return pd.DataFrame({"sync_s": ns[1::2], "fork_s": ns[0::2]}, index=ukey)
 
 
 def _per_kernel(segs: Segments, waits: pd.DataFrame) -> pd.DataFrame:
