@@ -34,16 +34,16 @@ def _events(st, ranks: np.ndarray):
     if not time_key_fits(4 * len(ranks), width):
         raise ValueError("trace span too long for composite keys")
     pos = np.searchsorted(ranks, st[RANK][run])
-    main = (st[THREAD][run] == 0).astype(np.int64)
+    on_main = (st[THREAD][run] == 0).astype(np.int64)
     # each thread's ends, then its starts, are runs already in order (a thread's intervals do not overlap), which
     # a stable sort (a merge of runs) takes advantage of
-    key = np.sort(np.concatenate([time_key(pos, e, lo, width) * 4 + main,            # an end: bit 1 clear
-                                  time_key(pos, s, lo, width) * 4 + 2 + main]), kind="stable")
+    key = np.sort(np.concatenate([time_key(pos, e, lo, width) * 4 + on_main,            # an end: bit 1 clear
+                                  time_key(pos, s, lo, width) * 4 + 2 + on_main]), kind="stable")
     step = (key & 2) - 1
-    is_main = (key & 1).astype(bool)
-    rank = (key >> 2) // width
-    t = (key >> 2) - rank * width + lo
-    return rank, t, np.cumsum(np.where(is_main, step, 0)), np.cumsum(np.where(is_main, 0, step))
+    main = np.cumsum(step * (key & 1))
+    key >>= 2
+    rank = key // width
+    return rank, key - rank * width + lo, main, np.cumsum(step) - main
 
 
 def occupancy(trace: Trace, window: Window, segs: Segments, top: int = 10, bins: int = 100,
