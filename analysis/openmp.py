@@ -105,8 +105,10 @@ def _rank_split(states: Records, kern: Records) -> tuple[int, int, int, int, int
     starts = np.flatnonzero(np.r_[True, cs[1:] > ce[:-1]]) if len(cs) else np.zeros(0, np.int64)
     c_start, c_end = cs[starts], ce[np.r_[starts[1:], len(ce)] - 1] if len(ce) else ce
 
-    # Useful time of each thread in each region: a Running record can overlap several regions.
-    run = np.flatnonzero(running)
+    # Useful time of each thread in each region. A worker's Running record is one of the intervals: it lies in
+    # one region, the first that ends after it starts. The master's can overlap several regions, or none.
+    worker = np.flatnonzero(running & ~is_master)
+    run = np.flatnonzero(running & is_master)
     s, e = start[run], end[run]
     i0 = np.searchsorted(c_end, s, side="right")
     i1 = np.searchsorted(c_start, e, side="left")
@@ -114,11 +116,13 @@ def _rank_split(states: Records, kern: Records) -> tuple[int, int, int, int, int
     rec = np.repeat(run, count)
     comp = np.repeat(i0, count) + np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
     overlap = np.maximum(np.minimum(end[rec], c_end[comp]) - np.maximum(start[rec], c_start[comp]), 0)
-    per = np.bincount(comp * n + local[rec], minlength=len(c_start) * n, weights=overlap)
+    comp = np.concatenate([comp, np.searchsorted(c_end, start[worker], side="right")])
+    per = np.bincount(comp * n + local[np.concatenate([rec, worker])], minlength=len(c_start) * n,
+                      weights=np.concatenate([overlap, dur[worker]]))
     per = per.reshape(len(c_start), n).astype(np.int64)  # integer ns
     top = per.max(axis=1) if len(c_start) else np.zeros(0, np.int64)
     wall = c_end - c_start
-    in_master = int(overlap[is_master[rec]].sum())
+    in_master = int(overlap.sum())
     return (n, len(c_start), useful, int(wall.sum()), master_useful - in_master,
             int((n * top).sum() - per.sum()), int((n * (wall - top)).sum()))
 
