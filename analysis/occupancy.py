@@ -169,9 +169,12 @@ def _sections(rank, t, dt, serial, ranks, window: Window, top: int) -> pd.DataFr
     flag = serial[pos]
     if not flag.any():
         return pd.DataFrame(columns=cols)
-    joined = np.r_[False, flag[:-1] & (rank[pos[1:]] == rank[pos[:-1]]) & (t[pos[1:]] == t[pos[:-1] + 1])]
-    pos, begin = pos[flag], (flag & ~joined)[flag]
-    first = np.flatnonzero(begin)
+    # a serial interval continues a run when the interval of positive length before it is serial too, of its rank
+    # and ends where it starts
+    k = np.flatnonzero(flag)
+    pos = pos[k]
+    joined = np.r_[False, (np.diff(k) == 1) & (rank[pos[1:]] == rank[pos[:-1]]) & (t[pos[1:]] == t[pos[:-1] + 1])]
+    first = np.flatnonzero(~joined)
     last = np.r_[first[1:], len(pos)] - 1                           # a run is in one rank, where times increase
     start, seconds = t[pos[first]], (t[pos[last] + 1] - t[pos[first]]) / NS
     top = np.argsort(-seconds, kind="stable")[:top]                 # DataFrame.nlargest: ties in order
