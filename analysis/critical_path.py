@@ -112,7 +112,7 @@ def kernel_regions(kern: Records) -> pd.DataFrame:
     if not len(keep):
         return pd.DataFrame({c: np.zeros(0, np.int64) for c in cols})
     rank, thread = kern[RANK][keep].astype(np.int64), kern[THREAD][keep].astype(np.int64)
-    start, end = kern[START_NS][keep].astype(np.int64), kern[END_NS][keep].astype(np.int64)
+    start, end = kern[START_NS][keep].astype(np.int64, copy=False), kern[END_NS][keep].astype(np.int64, copy=False)
     lo, width = int(start.min()), int(end.max()) - int(start.min()) + 1
     # (rank, start), stable; by (rank, time) keys, which also make one cumulative max the latest end so far on
     # each rank (a rank's keys are all above the previous rank's)
