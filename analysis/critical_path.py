@@ -34,6 +34,7 @@ from analysis.records import NS, Records, decode, records, threads
 from analysis.steps import steps_table
 from analysis.window import Window
 from gpt2trace.format import mpi_calls as C
+from gpt2trace.format.lanes import run_starts, time_key, time_key_fits
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, LAYER, NAME, RANK, START_NS, STEP, THREAD, Kind
 
@@ -107,29 +108,39 @@ def kernel_regions(kern: Records) -> pd.DataFrame:
     """One row per parallel region (kernel records of a rank that overlap): rank, start_ns, end_ns and the thread,
     block start, name code and layer of the record that ends last (the one the join waits for)."""
     cols = [RANK, START_NS, END_NS, THREAD, "block_ns", NAME, LAYER]
-    if not len(kern):
+    keep = np.flatnonzero(kern[END_NS] > kern[START_NS])
+    if not len(keep):
         return pd.DataFrame({c: np.zeros(0, np.int64) for c in cols})
-    rank, thread = kern[RANK].astype(np.int64), kern[THREAD].astype(np.int64)
-    start, end = kern[START_NS].astype(np.int64), kern[END_NS].astype(np.int64)
-    name, layer = kern[NAME].astype(np.int64), kern[LAYER].astype(np.int64)
-    keep = np.flatnonzero(end > start)
-    order = keep[np.lexsort((start[keep], rank[keep]))]          # (rank, start), stable
-    rank, thread, start, end, name, layer = (a[order] for a in (rank, thread, start, end, name, layer))
-    # reach: the latest end so far on the rank (a cumulative max restarted at each rank)
+    rank, thread = kern[RANK][keep].astype(np.int64), kern[THREAD][keep].astype(np.int64)
+    start, end = kern[START_NS][keep].astype(np.int64, copy=False), kern[END_NS][keep].astype(np.int64, copy=False)
+    lo, width = int(start.min()), int(end.max()) - int(start.min()) + 1
+    # (rank, start), stable; by (rank, time) keys, which also make one cumulative max the latest end so far on
+    # each rank (a rank's keys are all above the previous rank's)
+    fits = time_key_fits(int(rank.max()) + 1, width)
+    order = np.argsort(time_key(rank, start, lo, width), kind="stable") if fits else np.lexsort((start, rank))
+    rank, thread, start, end = rank[order], thread[order], start[order], end[order]
     first_of_rank = np.r_[True, rank[1:] != rank[:-1]]
-    reach = end.copy()
-    bounds = np.flatnonzero(first_of_rank)
-    for a, b in zip(bounds, np.r_[bounds[1:], len(end)]):        # one cumulative max per rank (few ranks)
-        reach[a:b] = np.maximum.accumulate(end[a:b])
+    if fits:
+        reach = np.maximum.accumulate(time_key(rank, end, lo, width)) - rank * width + lo
+    else:
+        reach = end.copy()
+        bounds = np.flatnonzero(first_of_rank)
+        for a, b in zip(bounds, np.r_[bounds[1:], len(end)]):    # one cumulative max per rank
+            reach[a:b] = np.maximum.accumulate(end[a:b])
     cut = np.ones(len(end), dtype=bool)
     cut[1:] = first_of_rank[1:] | (start[1:] >= reach[:-1])
     region = np.cumsum(cut) - 1
-    # the record of each region that ends last (ties: the lowest thread): the one the join waits for
-    by_end = np.lexsort((thread, -end, region))
-    last = by_end[np.r_[True, region[by_end][1:] != region[by_end][:-1]]]
     first = np.flatnonzero(cut)
-    return pd.DataFrame({RANK: rank[first], START_NS: start[first], END_NS: np.maximum.reduceat(end, first),
-                         THREAD: thread[last], "block_ns": start[last], NAME: name[last], LAYER: layer[last]})
+    region_end = np.maximum.reduceat(end, first)
+    # the record of each region that ends last (ties: the lowest thread, then the first): the one the join waits for
+    ends_last = np.flatnonzero(end == region_end[region])
+    lowest = np.minimum.reduceat(thread[ends_last], run_starts(region[ends_last]))
+    waited = ends_last[thread[ends_last] == lowest[region[ends_last]]]
+    last = waited[run_starts(region[waited])]
+    at = keep[order[last]]                                          # in `kern`
+    return pd.DataFrame({RANK: rank[first], START_NS: start[first], END_NS: region_end, THREAD: thread[last],
+                         "block_ns": start[last], NAME: kern[NAME][at].astype(np.int64),
+                         LAYER: kern[LAYER][at].astype(np.int64)})
 
 
 @dataclass(frozen=True)

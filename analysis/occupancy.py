@@ -12,7 +12,7 @@ import pandas as pd
 from analysis.records import NS, Records, records
 from analysis.segments import Segments
 from analysis.window import Window
-from gpt2trace.format.lanes import distinct_lanes, lane_order, time_key
+from gpt2trace.format.lanes import distinct_lanes, time_key, time_key_fits
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, LAYER, RANK, START_NS, STATE, THREAD, Kind, State
 
@@ -21,22 +21,29 @@ def _events(st, ranks: np.ndarray):
     """Running intervals as +1/-1 events sorted by (rank, time), ends before starts at equal times; and the
     main-thread and worker counts after each event.
 
-    Each thread's intervals, in time order, give an already sorted run of events, so the stable sort only
-    merges one run per thread.
+    Events of a rank at the same time and of the same sign come in any order: what is read of them, the time
+    until the next event and the counts after the last of them, does not depend on it. So one plain sort of keys
+    that carry the event (rank, time, start, main thread) in their bits, and no permutation to apply.
     """
     run = np.flatnonzero((st[STATE] == State.RUNNING) & (st[END_NS] > st[START_NS]))
-    r, th, s, e = st[RANK][run], st[THREAD][run], st[START_NS][run], st[END_NS][run]
-    order = lane_order(r, th, s)
-    rank = np.repeat(np.searchsorted(ranks, r[order]).astype(np.int64), 2)
-    main = np.repeat(th[order] == 0, 2)
-    t = np.stack([s[order], e[order]], axis=1).ravel()
-    is_start = np.tile(np.array([1, 0], dtype=np.int64), len(order))
-    lo = int(t.min()) if len(t) else 0
-    width = (int(t.max()) - lo + 1) if len(t) else 1
-    order = np.argsort(time_key(rank, t, lo, width) * 2 + is_start, kind="stable")
-    step = (2 * is_start - 1)[order]
-    is_main = main[order]
-    return rank[order], t[order], np.cumsum(np.where(is_main, step, 0)), np.cumsum(np.where(is_main, 0, step))
+    if not len(run):
+        return (np.zeros(0, np.int64),) * 4
+    s, e = st[START_NS][run], st[END_NS][run]
+    lo = int(s.min())
+    width = int(e.max()) - lo + 1
+    if not time_key_fits(4 * len(ranks), width):
+        raise ValueError("trace span too long for composite keys")
+    pos = np.searchsorted(ranks, st[RANK][run])
+    on_main = (st[THREAD][run] == 0).astype(np.int64)
+    # each thread's ends, then its starts, are runs already in order (a thread's intervals do not overlap), which
+    # a stable sort (a merge of runs) takes advantage of
+    key = np.sort(np.concatenate([time_key(pos, e, lo, width) * 4 + on_main,            # an end: bit 1 clear
+                                  time_key(pos, s, lo, width) * 4 + 2 + on_main]), kind="stable")
+    step = (key & 2) - 1
+    main = np.cumsum(step * (key & 1))
+    key >>= 2
+    rank = key // width
+    return rank, key - rank * width + lo, main, np.cumsum(step) - main
 
 
 def occupancy(trace: Trace, window: Window, segs: Segments, top: int = 10, bins: int = 100,
@@ -92,7 +99,7 @@ def part(st: Records, window: Window, segs: Segments, top: int = 10, bins: int =
                            "seconds": at_level.ravel() / NS})
     levels = levels[levels["level"] <= np.repeat(threads, nlev)].reset_index(drop=True)
     return {"per_rank": per_rank, "levels": levels, "waits": _kernel_waits(st, segs),
-            "serial_sections": _sections(rank, t, serial & same, ranks, window, top),
+            "serial_sections": _sections(rank, t, dt, serial, ranks, window, top),
             "timeline": _timeline(rank, t, level, dt, ranks, window, bins)}
 
 
@@ -125,17 +132,16 @@ def _kernel_waits(st, segs: Segments) -> pd.DataFrame:
     if not len(segs):
         return pd.DataFrame({"sync_s": [], "fork_s": []}, index=pd.Index([], dtype=np.int64))
     ukey, kidx = _kernel_keys(segs)
-    waits = {}
+    state, start, end = st[STATE], st[START_NS], st[END_NS]
+    sel = np.flatnonzero(((state == State.SYNCHRONIZATION) | (state == State.SCHEDULING_FORK_JOIN)) & (end > start))
+    state, start, end = state[sel], start[sel], end[sel]
+    sync = state == State.SYNCHRONIZATION
     # A Synchronization record starts inside the kernel's segment (when the thread's block ends); a Fork/Join
     # record ends inside it (when the thread's block starts).
-    for state, col, at in ((State.SYNCHRONIZATION, "sync_s", st[START_NS]),
-                           (State.SCHEDULING_FORK_JOIN, "fork_s", st[END_NS] - 1)):
-        sel = (st[STATE] == state) & (st[END_NS] > st[START_NS])
-        seg = segs.locate(st[RANK][sel], at[sel])
-        ok = seg >= 0
-        waits[col] = np.bincount(kidx[seg[ok]], weights=(st[END_NS][sel] - st[START_NS][sel])[ok],
-                                 minlength=len(ukey))
-    return pd.DataFrame(waits, index=ukey)
+    seg = segs.locate(st[RANK][sel], np.where(sync, start, end - 1))
+    ok = seg >= 0
+    ns = np.bincount(kidx[seg[ok]] * 2 + sync[ok], weights=(end - start)[ok], minlength=2 * len(ukey))
+    return pd.DataFrame({"sync_s": ns[1::2], "fork_s": ns[0::2]}, index=ukey)
 
 
 def _per_kernel(segs: Segments, waits: pd.DataFrame) -> pd.DataFrame:
@@ -152,26 +158,28 @@ def _per_kernel(segs: Segments, waits: pd.DataFrame) -> pd.DataFrame:
     return out[cols].sort_values("sync_s", ascending=False, kind="stable").reset_index(drop=True)
 
 
-def _sections(rank, t, serial, ranks, window: Window, top: int) -> pd.DataFrame:
-    """The longest runs of serial time: rank, start (s from the window start), seconds.
+def _sections(rank, t, dt, serial, ranks, window: Window, top: int) -> pd.DataFrame:
+    """The longest runs of serial time: rank, start (s from the window start), seconds; `dt` the time from each
+    event to the next of its rank (0 after its last).
 
     Runs are found on the intervals of positive length, so zero-length steps between events do not cut them.
     """
     cols = [RANK, "start_s", "seconds"]
-    pos = np.flatnonzero(np.r_[np.diff(t), 0] > 0) if len(t) else np.zeros(0, np.int64)
-    pos = pos[rank[pos] == rank[np.minimum(pos + 1, len(t) - 1)]]
+    pos = np.flatnonzero(dt > 0)
     flag = serial[pos]
     if not flag.any():
         return pd.DataFrame(columns=cols)
-    joined = np.r_[False, flag[:-1] & (rank[pos[1:]] == rank[pos[:-1]]) & (t[pos[1:]] == t[pos[:-1] + 1])]
-    begin = flag & ~joined
-    run_id = np.cumsum(begin) - 1
-    first = pos[begin]
-    last_end = np.zeros(len(first), dtype=np.int64)
-    np.maximum.at(last_end, run_id[flag], t[pos[flag] + 1])
-    out = pd.DataFrame({RANK: ranks[rank[first]].astype(int), "start_s": (t[first] - window.t0_ns) / NS,
-                        "seconds": (last_end - t[first]) / NS})
-    return out.nlargest(top, "seconds").reset_index(drop=True)
+    # a serial interval continues a run when the interval of positive length before it is serial too, of its rank
+    # and ends where it starts
+    k = np.flatnonzero(flag)
+    pos = pos[k]
+    joined = np.r_[False, (np.diff(k) == 1) & (rank[pos[1:]] == rank[pos[:-1]]) & (t[pos[1:]] == t[pos[:-1] + 1])]
+    first = np.flatnonzero(~joined)
+    last = np.r_[first[1:], len(pos)] - 1                           # a run is in one rank, where times increase
+    start, seconds = t[pos[first]], (t[pos[last] + 1] - t[pos[first]]) / NS
+    top = np.argsort(-seconds, kind="stable")[:top]                 # DataFrame.nlargest: ties in order
+    return pd.DataFrame({RANK: ranks[rank[pos[first[top]]]].astype(int), "start_s": (start[top] - window.t0_ns) / NS,
+                         "seconds": seconds[top]})
 
 
 def _timeline(rank, t, level, dt, ranks, window: Window, bins: int) -> dict:

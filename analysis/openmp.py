@@ -17,12 +17,12 @@ and R_p + S_p is the rank's computing time, which the MPI level takes as its tim
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
 from analysis.records import NS, Records
-from gpt2trace.format.lanes import distinct_lanes, key_width, lane_index, time_key, time_key_fits
+from gpt2trace.format.lanes import distinct_index
 from gpt2trace.format.schema import END_NS, RANK, START_NS, STATE, THREAD, State
 
 _FORK_JOIN = (State.SCHEDULING_FORK_JOIN, State.SYNCHRONIZATION)
@@ -53,91 +53,78 @@ class Split:
 def split(states: Records, kern: Records) -> Split:
     """The regions of every rank with state records in the window (`states` and `kern` clipped to it).
 
-    Rank by rank (a rank's regions and sums involve only its own records), so that the temporaries, a dozen
-    arrays the length of the records, are those of one rank: 10 M records in 8 ranks peaked 800 MB over the
-    records at once."""
-    rank = states[RANK]
-    ranks = np.unique(distinct_lanes(rank, states[THREAD])[0])
-    if len(ranks) < 2:
-        return _split(states, kern)
-    by_rank = np.argsort(rank.astype(np.int16) if ranks[-1] < 2**15 else rank, kind="stable")
-    bounds = np.searchsorted(rank[by_rank], ranks, side="right")
-    k_by_rank = np.argsort(kern[RANK], kind="stable")
-    k_bounds = np.searchsorted(kern[RANK][k_by_rank], ranks, side="right")
-    parts = [_split(states.take(by_rank[a:b]), kern.take(k_by_rank[ka:kb]))
-             for a, b, ka, kb in zip(np.r_[0, bounds[:-1]], bounds, np.r_[0, k_bounds[:-1]], k_bounds)]
-    return Split(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(Split)))
+    Rank by rank (a rank's regions and sums involve only its own records): the temporaries, a dozen arrays the
+    length of the records, are those of one rank, and no array carries a rank id or a (rank, time) key."""
+    ranks, s_at = _by_rank(states[RANK])
+    k_ranks, k_at = _by_rank(kern[RANK])
+    k_of = dict(zip(k_ranks.tolist(), k_at))
+    none = slice(0, 0)
+    rows = [_rank_split(states.take(at), kern.take(k_of.get(r, none))) for r, at in zip(ranks.tolist(), s_at)]
+    counts = np.array([r[:2] for r in rows], dtype=np.int64).reshape(len(rows), 2)
+    sums = np.array([r[2:] for r in rows], dtype=np.float64).reshape(len(rows), 5)   # integer ns, exact
+    return Split(rank=ranks.astype(np.int64), threads=counts[:, 0], useful_ns=sums[:, 0], region_ns=sums[:, 1],
+                 serial_useful_ns=sums[:, 2], imbalance_ns=sums[:, 3], scheduling_ns=sums[:, 4],
+                 regions=counts[:, 1])
 
 
-def _split(states: Records, kern: Records) -> Split:
-    rank, thread = states[RANK].astype(np.int64), states[THREAD].astype(np.int64)
-    lane_rank, lane_thread, lane = lane_index(rank, thread)        # by counting: no sort of the records
-    ranks, lane_ri = np.unique(lane_rank, return_inverse=True)
-    lane_ri = lane_ri.ravel()
-    ri = lane_ri[lane]
-    nthreads = np.bincount(lane_ri, minlength=len(ranks))
-    master = np.full(len(ranks), key_width(thread), dtype=np.int64)
-    np.minimum.at(master, lane_ri, lane_thread)
-    # A thread's position among its rank's threads: the column of its useful time per region.
-    local = lane - np.searchsorted(lane_ri, np.arange(len(ranks)))[ri]
-    dur = states[END_NS] - states[START_NS]
-    running = (states[STATE] == State.RUNNING) & (dur > 0)
-    is_master = thread == master[ri]
-    multi = nthreads[ri] >= 2
-    useful = np.bincount(ri, weights=dur * running, minlength=len(ranks))
-    master_useful = np.bincount(ri, weights=dur * (running & is_master), minlength=len(ranks))
-    zero = np.zeros(len(ranks))
-    if not multi.any():
-        return Split(ranks, nthreads, useful, zero, master_useful, zero, zero, zero.astype(np.int64))
+def _by_rank(rank: np.ndarray) -> tuple[np.ndarray, list]:
+    """The distinct ranks, sorted, and for each the slice (records sorted by rank, as a reader gives them) or the
+    index array of its records."""
+    if not len(rank):
+        return np.zeros(0, np.int64), []
+    if (rank[1:] >= rank[:-1]).all():
+        cut = np.flatnonzero(rank[1:] != rank[:-1]) + 1
+        first = np.r_[0, cut]
+        return rank[first], [slice(a, b) for a, b in zip(first.tolist(), np.r_[cut, len(rank)].tolist())]
+    order = np.argsort(rank, kind="stable")
+    cut = np.flatnonzero(rank[order][1:] != rank[order][:-1]) + 1
+    return rank[order][np.r_[0, cut]], np.split(order, cut)
 
-    kr = np.searchsorted(ranks, kern[RANK].astype(np.int64))
-    known = (kr < len(ranks)) & (ranks[np.minimum(kr, len(ranks) - 1)] == kern[RANK])
-    kin = known & (kern[END_NS] > kern[START_NS])
-    kin[known] &= nthreads[kr[known]] >= 2
-    sin = multi & (dur > 0) & (np.isin(states[STATE], _FORK_JOIN) | (running & ~is_master))
-    lo = int(min(states[START_NS].min(), kern[START_NS].min() if len(kern) else states[START_NS].min()))
-    hi = int(max(states[END_NS].max(), kern[END_NS].max() if len(kern) else states[END_NS].max()))
-    width = hi - lo + 1
-    if not time_key_fits(len(ranks), width):
-        raise ValueError("trace span too long for composite keys")
-    cs = np.concatenate([time_key(ri[sin], states[START_NS][sin], lo, width),
-                         time_key(kr[kin], kern[START_NS][kin], lo, width)])
-    ce = np.concatenate([time_key(ri[sin], states[END_NS][sin], lo, width),
-                         time_key(kr[kin], kern[END_NS][kin], lo, width)])
-    order = np.argsort(cs, kind="stable")
-    cs, ce = cs[order], ce[order]
-    reach = np.maximum.accumulate(ce)
-    new = np.ones(len(cs), dtype=bool)
-    new[1:] = cs[1:] > reach[:-1]                       # touching intervals are one region
-    starts = np.flatnonzero(new)
-    c_start, c_end = cs[starts], np.maximum.reduceat(ce, starts)
-    c_rank = c_start // width
 
-    # Useful time of each thread in each region: a Running record can overlap several regions.
-    run = np.flatnonzero(running & multi)
-    s = time_key(ri[run], states[START_NS][run], lo, width)
-    e = time_key(ri[run], states[END_NS][run], lo, width)
+def _rank_split(states: Records, kern: Records) -> tuple[int, int, int, int, int, int, int]:
+    """One rank's (n_p, regions, useful, R_p, S_p, imbalance, scheduling), nanoseconds."""
+    thread = states[THREAD]
+    threads, local = distinct_index(thread)            # a thread's column among the rank's threads
+    start, end, state = states[START_NS], states[END_NS], states[STATE]
+    dur = end - start
+    running = (state == State.RUNNING) & (dur > 0)
+    is_master = thread == threads[0]
+    useful, master_useful = int(dur[running].sum()), int(dur[running & is_master].sum())
+    n = len(threads)
+    if n < 2:
+        return n, 0, useful, 0, master_useful, 0, 0
+
+    sin = (dur > 0) & ((state == _FORK_JOIN[0]) | (state == _FORK_JOIN[1]) | (running & ~is_master))
+    kin = kern[END_NS] > kern[START_NS]
+    # The union of the intervals (touching ones joined) from their starts and their ends sorted apart: the i-th
+    # start opens a region when the i intervals that start before it have all ended, i.e. when the i-th smallest
+    # end is before it (no other interval ends before it); those i ends are then the i smallest, so a region ends
+    # at the last end before the next region opens. Each sort merges runs already in order, one per thread.
+    cs = np.sort(np.concatenate([start[sin], kern[START_NS][kin]]), kind="stable")
+    ce = np.sort(np.concatenate([end[sin], kern[END_NS][kin]]), kind="stable")
+    starts = np.flatnonzero(np.r_[True, cs[1:] > ce[:-1]]) if len(cs) else np.zeros(0, np.int64)
+    c_start, c_end = cs[starts], ce[np.r_[starts[1:], len(ce)] - 1] if len(ce) else ce
+
+    # Useful time of each thread in each region. A worker's Running record is one of the intervals: it lies in
+    # one region, the first that ends after it starts. The master's can overlap several regions, or none.
+    worker = np.flatnonzero(running & ~is_master)
+    run = np.flatnonzero(running & is_master)
+    s, e = start[run], end[run]
     i0 = np.searchsorted(c_end, s, side="right")
     i1 = np.searchsorted(c_start, e, side="left")
     count = np.maximum(i1 - i0, 0)
     rec = np.repeat(run, count)
     comp = np.repeat(i0, count) + np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
-    overlap = (np.minimum(np.repeat(e, count), c_end[comp]) - np.maximum(np.repeat(s, count), c_start[comp]))
-    overlap = np.maximum(overlap, 0)
-    cols = int(nthreads.max())
-    per = np.bincount(comp * cols + local[rec], weights=overlap, minlength=len(c_start) * cols)
-    per = per.reshape(len(c_start), cols)
-    top, total = per.max(axis=1), per.sum(axis=1)
-    n = nthreads[c_rank]
+    overlap = np.maximum(np.minimum(end[rec], c_end[comp]) - np.maximum(start[rec], c_start[comp]), 0)
+    comp = np.concatenate([comp, np.searchsorted(c_end, start[worker], side="right")])
+    per = np.bincount(comp * n + local[np.concatenate([rec, worker])], minlength=len(c_start) * n,
+                      weights=np.concatenate([overlap, dur[worker]]))
+    per = per.reshape(len(c_start), n).astype(np.int64)  # integer ns
+    top = per.max(axis=1) if len(c_start) else np.zeros(0, np.int64)
     wall = c_end - c_start
-    nr = len(ranks)
-    region = np.bincount(c_rank, weights=wall, minlength=nr)
-    in_master = np.bincount(ri[rec], weights=overlap * is_master[rec], minlength=nr)
-    return Split(rank=ranks, threads=nthreads, useful_ns=useful, region_ns=region,
-                 serial_useful_ns=master_useful - in_master,
-                 imbalance_ns=np.bincount(c_rank, weights=n * top - total, minlength=nr),
-                 scheduling_ns=np.bincount(c_rank, weights=n * (wall - top), minlength=nr),
-                 regions=np.bincount(c_rank, minlength=nr))
+    in_master = int(overlap.sum())
+    return (n, len(c_start), useful, int(wall.sum()), master_useful - in_master,
+            int((n * top).sum() - per.sum()), int((n * (wall - top)).sum()))
 
 
 def factors(sp: Split, runtime_ns: int) -> dict | None:

@@ -40,7 +40,9 @@ class Segments:
         key = time_key(rank, t_ns, self.lo, self.width)
         seg_start = time_key(self.rank, self.start_ns, self.lo, self.width)
         i = np.searchsorted(seg_start, key, side="right") - 1
-        ok = (i >= 0) & (self.rank[np.maximum(i, 0)] == rank) & (t_ns < self.end_ns[np.maximum(i, 0)])
+        # the rank's own (a time outside the segments' span has a key in a neighbour rank's range)
+        at = np.maximum(i, 0)
+        ok = (i >= 0) & (self.rank[at] == rank) & (t_ns < self.end_ns[at])
         return np.where(ok, i, -1)
 
 

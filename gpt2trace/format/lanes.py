@@ -53,8 +53,12 @@ def distinct_index(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def distinct_lanes(rank: np.ndarray, thread: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct (rank, thread) pairs, sorted."""
-    return lane_index(rank, thread)[:2]
+    """The distinct (rank, thread) pairs, sorted (`lane_index` without each record's lane, a pass less)."""
+    w = key_width(thread)
+    key = lane_key(rank, thread, w)
+    if len(key) and int(key.max()) < _COUNTING_MAX:
+        return split_key(np.flatnonzero(np.bincount(key)).astype(np.int64), w)
+    return split_key(np.unique(key), w)
 
 
 def time_key_fits(lanes: int, span: int) -> bool:

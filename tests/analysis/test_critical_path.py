@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from analysis import critical_path as cp
+from analysis.records import Records
 from analysis.window import select
 from gpt2trace.format.reader import Trace, load
 from gpt2trace.format.schema import END_NS, START_NS, State
@@ -178,3 +180,23 @@ def test_on_the_sample_traces_the_length_is_the_step_time(name):
         assert all(s["ranks"] == [0, 1] and s["switches"] >= 2 for s in t["steps"])
         lanes = t["lanes"].set_index("rank")["share"]
         assert lanes[1] > lanes[0]
+
+
+def _kern(rows: list[tuple]) -> Records:
+    """Kernel records from (rank, thread, start ns, end ns, name code, layer)."""
+    cols = dict(zip(("rank", "thread", START_NS, END_NS, "name", "layer"), map(np.array, zip(*rows))))
+    return Records(cols, ("a", "b"))
+
+
+def test_kernel_regions_join_waits_for_the_last_end_then_the_lowest_thread():
+    # rank 0: region [0,6] ends at 6 on threads 2 and 1 -> thread 1 (block from 2); [6,9] starts where it ends:
+    # a region of its own; the zero-length record is left out. rank 1: [0,2] and [5,8], one record each.
+    rows = [(0, 0, 0, 4, 0, 1), (0, 2, 1, 6, 0, 1), (0, 1, 2, 6, 0, 1), (0, 0, 6, 9, 1, -1), (0, 1, 7, 7, 1, -1),
+            (1, 3, 5, 8, 1, 0), (1, 0, 0, 2, 0, 0)]
+    out = cp.kernel_regions(_kern(rows))
+    assert out.values.tolist() == [[0, 0, 6, 1, 2, 0, 1], [0, 6, 9, 0, 6, 1, -1], [1, 0, 2, 0, 0, 0, 0],
+                                   [1, 5, 8, 3, 5, 1, 0]]
+    assert (out.dtypes == np.int64).all()
+    shuffled = _kern([rows[i] for i in (6, 3, 1, 5, 0, 4, 2)])              # the record order does not matter
+    pd.testing.assert_frame_equal(cp.kernel_regions(shuffled), out)
+    assert cp.kernel_regions(_kern([(0, 0, 3, 3, 0, 0)])).empty              # only zero-length records: no region

@@ -1,3 +1,5 @@
+from dataclasses import fields
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -106,3 +108,16 @@ def test_losses_account_for_every_lost_thread_second(cfg):
         # left out as warm-up when there are two or more
         kept = cfg.steps - 1 if cfg.steps >= 2 else cfg.steps
         assert out["regions"] == kept * len(synthetic.kernel_sequence(cfg.layers)[0])
+
+
+def test_split_does_not_depend_on_the_record_order():
+    # the reader gives records sorted by rank, which `split` cuts into slices; any other order is sorted first
+    trace = Trace.from_table(synthetic.generate(synthetic.SyntheticConfig(ranks=3, threads=3, steps=2, seed=4)))
+    w = select(trace)
+    states, kern = records(trace, Kind.STATE, (RANK, THREAD, STATE), w), kernel_records(trace, w)
+    mix = np.random.default_rng(1)
+    a = openmp.split(states, kern)
+    b = openmp.split(states.take(mix.permutation(len(states))), kern.take(mix.permutation(len(kern))))
+    for f in fields(openmp.Split):
+        assert np.array_equal(getattr(a, f.name), getattr(b, f.name)), f.name
+    assert a.rank.tolist() == [0, 1, 2] and a.threads.tolist() == [3, 3, 3] and (a.regions > 0).all()
