@@ -11,7 +11,9 @@
 // labels and hover text) only after `esc`.
 (function () {
 'use strict';
+performance.mark('report:script');
 const DATA = JSON.parse(document.getElementById('report-data').textContent);
+performance.mark('report:data');
 const TL = DATA.timeline;
 const KEY = DATA.constants.viewKeys, RUNNING = DATA.constants.runningState;
 const LINE_LIMIT = 2000;          // collective and message lines drawn at once
@@ -173,7 +175,8 @@ function baseLayout(range) {
     font: {family: 'system-ui, -apple-system, Segoe UI, Roboto, sans-serif', size: 12},
     xaxis: {range: [range[0] / 1e9, range[1] / 1e9], autorange: false, anchor: lastAxis, showgrid: true,
             gridcolor: '#e6e6e6', zeroline: false, tickformat: '.' + digits + '~s', ticksuffix: 's',
-            title: {text: 'time since the start of the trace', standoff: 6}, showline: true, linecolor: '#999'},
+            title: {text: 'time since the start of the trace', standoff: 6}, showline: true, linecolor: '#999',
+            ticklabeloverflow: 'allow'},
     annotations: [], shapes: [],
   };
   for (const p of panels) {
@@ -183,13 +186,13 @@ function baseLayout(range) {
       layout[p.layoutKey] = {domain: dom, range: [v.y0[v.y0.length - 1] + 1, v.key === KEY.steps ? -0.7 : 0],
         fixedrange: true, tickvals: v.y0.map(y => y + 0.5), ticktext: v.ticks.map(esc), ticks: '',
         showgrid: false, zeroline: false, automargin: false, tickfont: {size: v.lanes.length > 24 ? 10 : 11},
-        showline: true, linecolor: '#999', mirror: true};
+        showline: true, linecolor: '#999', mirror: true, ticklabeloverflow: 'allow'};
     } else {
       const top = p.tp !== undefined ? TP.threads[p.tp] : occ.threads[p.occ];
       const rank = p.tp !== undefined ? TP.ranks[p.tp] : occ.ranks[p.occ];
       layout[p.layoutKey] = {domain: dom, range: [0, top * (p.tp !== undefined ? 2.2 : 1.12)], fixedrange: true,
         showgrid: false, zeroline: false, tickvals: [top / 2], ticktext: ['rank ' + rank], ticks: '',
-        showline: true, linecolor: '#999', mirror: true};
+        showline: true, linecolor: '#999', mirror: true, ticklabeloverflow: 'allow'};
       layout.shapes.push({type: 'line', xref: 'paper', yref: p.axis, x0: 0, x1: 1, y0: top, y1: top,
         line: {color: 'rgba(0,0,0,0.35)', width: 1, dash: 'dot'}});
     }
@@ -660,8 +663,6 @@ async function start() {
   }
   const whole = [TL.t0Ns, TL.t1Ns];
   const first = (TL.analyzed[1] - TL.analyzed[0]) < 0.9 * (whole[1] - whole[0]) ? TL.analyzed.slice() : whole;
-  await Plotly.newPlot(gd, [], baseLayout(first), CONFIG);
-  gd.on('plotly_relayout', onRelayout);
   button('btn-whole', whole); button('btn-analyzed', TL.analyzed.slice()); button('btn-detail', TL.detail.slice());
   const toggle = document.getElementById('btn-critical');
   if (toggle) {
@@ -672,17 +673,40 @@ async function start() {
       rerender();
     });
   }
+  // One draw with the data: an empty plot first would lay out every panel's axis twice (a second per 100 axes).
   await preload(first);
+  performance.mark('report:decoded');
   await render(first);
+  gd.on('plotly_relayout', onRelayout);
+  // the first view is the moment the browser has painted the timeline, not only when plotly built its SVG
+  await new Promise(resolve => requestAnimationFrame(() => setTimeout(resolve)));
   document.body.dataset.firstView = String(performance.now());
+  lazyFigures();
+  document.body.dataset.ready = '1';
+}
+// The charts under the timeline draw when they come near the viewport: drawn all at once they keep the page busy
+// for seconds (seconds more at hundreds of lanes) in which a zoom on the timeline would wait. One at a time, in order.
+function lazyFigures() {
+  let drawing = Promise.resolve();
+  let drawn = 0;
+  document.body.dataset.figures = '0';
+  const observer = new IntersectionObserver(entries => {
+    for (const entry of entries) {
+      if (!entry.isIntersecting) continue;
+      observer.unobserve(entry.target);
+      const fig = DATA.figures[entry.target.id];
+      drawing = drawing.then(() => Plotly.newPlot(entry.target, fig.data,
+        Object.assign({}, fig.layout, {autosize: true}), {responsive: true, displaylogo: false}))
+        .then(() => { drawn++; document.body.dataset.figures = String(drawn); })
+        .catch(err => { console.error(err); document.body.dataset.error = String(err); });
+    }
+  }, {rootMargin: '300px 0px'});
   for (const [id, fig] of Object.entries(DATA.figures)) {
     const el = document.getElementById(id);
-    if (el && fig) {
-      await Plotly.newPlot(el, fig.data, Object.assign({}, fig.layout, {autosize: true}),
-                           {responsive: true, displaylogo: false});
-    }
+    if (!el || !fig) continue;
+    el.style.minHeight = (fig.layout.height || 450) + 'px';    // its place kept: the page does not jump as it draws
+    observer.observe(el);
   }
-  document.body.dataset.ready = '1';
 }
 start().catch(err => { console.error(err); document.body.dataset.error = String(err); });
 })();
