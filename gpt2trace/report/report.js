@@ -20,8 +20,8 @@ const LINE_LIMIT = 2000;          // collective and message lines drawn at once
 const OCC_EXACT_LIMIT = 200000;   // Running records for an exact occupancy curve
 const CP = DATA.criticalPath, CP_COLOR = '#e6007e';
 const TP = DATA.taskProfile, READY_COLOR = '#d95f02', TASKS_COLOR = '#1b6ca8';
-// Heatmap rows are SUB sub-rows per lane and one empty sub-row between ranks: all bricks the same size, so plotly
-// draws the heatmap as one small image scaled with crisp pixels instead of a rectangle per cell (many times faster).
+// Overview rows are SUB sub-rows per lane and one empty sub-row between ranks: all pixels of the overview's image
+// the same size, scaled with crisp edges.
 const SUB = 3, GAP = 1 / SUB;
 const TITLE_PX = 24, OCC_PX = 100;
 // the left margin holds the row labels (rank.thread, the first of a rank's rows headed by its coordinates, and in
@@ -117,6 +117,13 @@ async function loadExact(ex) {
   return rec;
 }
 
+function rgba(color) {
+  const ctx = document.createElement('canvas').getContext('2d', {willReadFrequently: true});
+  ctx.fillStyle = color;
+  ctx.fillRect(0, 0, 1, 1);
+  const [r, g, b] = ctx.getImageData(0, 0, 1, 1).data;
+  return ((255 << 24) | (b << 16) | (g << 8) | r) >>> 0;
+}
 // ---------- geometry: panels stacked top to bottom, lanes grouped by rank ----------
 const views = TL.views;
 function lanePx(v) {
@@ -138,11 +145,9 @@ for (const v of views) {
     if (i > 0 && v.laneRank[i] !== v.laneRank[i - 1]) v.rows.push(-1);
     for (let k = 0; k < SUB; k++) v.rows.push(i);
   }
+  // a category's colour as one RGBA pixel (little-endian: bytes R, G, B, A)
+  v.rgba = Uint32Array.from(v.cats, c => rgba(c.color));
   v.hoverText = v.lanes.map(l => v.cats.map(c => esc(l + ' · ' + c.name) + '<br><i>dominant in this time bin</i>'));
-  const k = Math.max(v.cats.length, 1);
-  v.colorscale = [];
-  v.cats.forEach((c, i) => { v.colorscale.push([i / k, c.color], [(i + 1) / k, c.color]); });
-  if (!v.cats.length) v.colorscale = [[0, '#fff'], [1, '#fff']];
 }
 const occ = TL.occupancy;
 // occupancy: one small area chart per rank, under the views
@@ -176,7 +181,7 @@ function baseLayout(range) {
     xaxis: {range: [range[0] / 1e9, range[1] / 1e9], autorange: false, anchor: lastAxis, showgrid: true,
             gridcolor: '#e6e6e6', zeroline: false, tickformat: '.' + digits + '~s', ticksuffix: 's',
             title: {text: 'time since the start of the trace', standoff: 6}, showline: true, linecolor: '#999',
-            ticklabeloverflow: 'allow'},
+            ticklabeloverflow: 'allow', scaleanchor: false},
     annotations: [], shapes: [],
   };
   for (const p of panels) {
@@ -186,7 +191,7 @@ function baseLayout(range) {
       layout[p.layoutKey] = {domain: dom, range: [v.y0[v.y0.length - 1] + 1, v.key === KEY.steps ? -0.7 : 0],
         fixedrange: true, tickvals: v.y0.map(y => y + 0.5), ticktext: v.ticks.map(esc), ticks: '',
         showgrid: false, zeroline: false, automargin: false, tickfont: {size: v.lanes.length > 24 ? 10 : 11},
-        showline: true, linecolor: '#999', mirror: true, ticklabeloverflow: 'allow'};
+        showline: true, linecolor: '#999', mirror: true, ticklabeloverflow: 'allow', scaleanchor: false};
     } else {
       const top = p.tp !== undefined ? TP.threads[p.tp] : occ.threads[p.occ];
       const rank = p.tp !== undefined ? TP.ranks[p.tp] : occ.ranks[p.occ];
@@ -224,26 +229,34 @@ function heatmap(v, p, range, px) {
   state.level[v.key] = li;
   const a = Math.max(0, Math.floor((range[0] - TL.t0Ns) / w));
   const b = Math.min(lv.bins, Math.ceil((range[1] - TL.t0Ns) / w));
-  const ncol = Math.max(b - a, 1);
-  const zLane = [], tLane = [], empty = new Array(ncol).fill(null);
+  const ncol = Math.max(b - a, 1), nrow = v.rows.length;
+  // one RGBA pixel per (sub-row, bin), painted from the categories' colours: plotly's heatmap would map each of
+  // millions of cells through its colour scale (a second at 256 lanes); the hover text stays per lane and bin
+  const pixels = new Uint32Array(ncol * nrow), laneRow = new Uint32Array(ncol), tLane = [];
+  const empty = new Array(ncol).fill(null);
+  let row = 0;
   for (let lane = 0; lane < v.lanes.length; lane++) {
-    const zr = new Array(ncol).fill(null), tr = new Array(ncol).fill(null);
+    laneRow.fill(0);
+    const tr = new Array(ncol).fill(null);
     let lo = d.offsets[lane], hi = d.offsets[lane + 1];
     while (lo < hi) { const mid = (lo + hi) >> 1; if (d.end[mid] <= a) lo = mid + 1; else hi = mid; }
     for (let r = lo; r < d.offsets[lane + 1] && d.start[r] < b; r++) {
       const c = d.cat[r], label = v.hoverText[lane][c];
-      for (let col = Math.max(d.start[r], a) - a, e = Math.min(d.end[r], b) - a; col < e; col++) {
-        zr[col] = c;
-        tr[col] = label;
-      }
+      const c0 = Math.max(d.start[r], a) - a, c1 = Math.min(d.end[r], b) - a;
+      laneRow.fill(v.rgba[c], c0, c1);
+      for (let col = c0; col < c1; col++) tr[col] = label;
     }
-    zLane.push(zr); tLane.push(tr);
+    while (v.rows[row] !== lane) row++;            // the rank gap rows stay transparent
+    for (; row < nrow && v.rows[row] === lane; row++) pixels.set(laneRow, row * ncol);
+    tLane.push(tr);
   }
-  const z = v.rows.map(l => l >= 0 ? zLane[l] : empty), text = v.rows.map(l => l >= 0 ? tLane[l] : empty);
-  return {type: 'heatmap', xaxis: 'x', yaxis: p.axis, x0: (TL.t0Ns + (a + 0.5) * w) / 1e9, dx: w / 1e9,
-    y0: 0.5 / SUB, dy: 1 / SUB, z: z, text: text, zmin: -0.5, zmax: Math.max(v.cats.length, 1) - 0.5, zauto: false,
-    colorscale: v.colorscale, showscale: false, hoverongaps: false, hovertemplate: '%{text}<extra></extra>',
-    xgap: 0, ygap: 0, zsmooth: false};
+  const canvas = document.createElement('canvas');
+  canvas.width = ncol; canvas.height = nrow;
+  canvas.getContext('2d').putImageData(new ImageData(new Uint8ClampedArray(pixels.buffer), ncol, nrow), 0, 0);
+  const text = v.rows.map(l => l >= 0 ? tLane[l] : empty);
+  return {type: 'image', xaxis: 'x', yaxis: p.axis, source: canvas.toDataURL('image/png'),
+    x0: (TL.t0Ns + (a + 0.5) * w) / 1e9, dx: w / 1e9, y0: 0.5 / SUB, dy: 1 / SUB, zsmooth: false,
+    hovertext: text, hovertemplate: '%{hovertext}<extra></extra>'};
 }
 // Whether the part of the range inside the trace lies within span (what exact records cover).
 function inside(range, span) {
