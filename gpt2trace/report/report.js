@@ -233,11 +233,11 @@ function heatmap(v, p, range, px) {
   // one RGBA pixel per (sub-row, bin), painted from the categories' colours: plotly's heatmap would map each of
   // millions of cells through its colour scale (a second at 256 lanes); the hover text stays per lane and bin
   const pixels = new Uint32Array(ncol * nrow), laneRow = new Uint32Array(ncol), tLane = [];
-  const empty = new Array(ncol).fill(null);
+  const empty = new Array(ncol).fill('');        // no category (gaps between ranks, idle bins): no hover label
   let row = 0;
   for (let lane = 0; lane < v.lanes.length; lane++) {
     laneRow.fill(0);
-    const tr = new Array(ncol).fill(null);
+    const tr = empty.slice();
     let lo = d.offsets[lane], hi = d.offsets[lane + 1];
     while (lo < hi) { const mid = (lo + hi) >> 1; if (d.end[mid] <= a) lo = mid + 1; else hi = mid; }
     for (let r = lo; r < d.offsets[lane + 1] && d.start[r] < b; r++) {
@@ -691,6 +691,10 @@ async function start() {
   performance.mark('report:decoded');
   await render(first);
   gd.on('plotly_relayout', onRelayout);
+  // the overview's empty pixels (gaps between ranks, bins with no record) have no label to show
+  gd.on('plotly_hover', ev => {
+    if (ev.points.length && ev.points.every(q => q.data.type === 'image' && !q.hovertext)) Plotly.Fx.unhover(gd);
+  });
   // the first view is the moment the browser has painted the timeline, not only when plotly built its SVG
   await new Promise(resolve => requestAnimationFrame(() => setTimeout(resolve)));
   document.body.dataset.firstView = String(performance.now());

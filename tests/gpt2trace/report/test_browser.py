@@ -247,6 +247,23 @@ def test_large_trace_overview_then_exact(open_report, large_trace, screenshots, 
     assert rep.state["modes"]["kernels"] == "overview" and rep.state["bars"]["kernels"] == 0
     assert rep.first_view_ms < 10_000, f"first view after {rep.first_view_ms:.0f} ms"
     rep.shot(screenshots, "large_overview")
+    # the overview's hover: a thread's row names its dominant state; the gap between two ranks shows no label
+    assert rep.state["modes"]["states"] == "overview"
+    x, y_lane, y_gap = rep.js(
+        "(() => { const t = Array.from(document.querySelectorAll('#timeline .yaxislayer-above text'));"
+        " const last = t.find(e => e.textContent === '0.3'), next = t.find(e => e.textContent.endsWith(' 1.0'));"
+        " next.scrollIntoView({block: 'center'});"
+        " const a = last.getBoundingClientRect(), b = next.getBoundingClientRect();"
+        " const box = document.getElementById('timeline').getBoundingClientRect();"
+        " return [box.x + box.width / 2, b.y + b.height / 2, (a.y + a.height + b.y) / 2]; })()")
+    hovers = []
+    for y in (y_lane, y_gap):
+        rep.page.mouse.move(x, y)
+        time.sleep(0.5)
+        hovers.append(rep.js("Array.from(document.querySelectorAll('#timeline .hoverlayer .hovertext'))"
+                             ".map(e => e.textContent)"))
+    assert len(hovers[0]) == 1 and hovers[0][0].startswith("1.0 · ") and "dominant in this time bin" in hovers[0][0]
+    assert hovers[1] == []
     tl = rep.data()
     d0, d1 = tl["detail"]
     assert (d0, d1) != (tl["t0Ns"], tl["t1Ns"])              # exact records for a window only
