@@ -11,15 +11,17 @@
 // labels and hover text) only after `esc`.
 (function () {
 'use strict';
+performance.mark('report:script');
 const DATA = JSON.parse(document.getElementById('report-data').textContent);
+performance.mark('report:data');
 const TL = DATA.timeline;
 const KEY = DATA.constants.viewKeys, RUNNING = DATA.constants.runningState;
 const LINE_LIMIT = 2000;          // collective and message lines drawn at once
 const OCC_EXACT_LIMIT = 200000;   // Running records for an exact occupancy curve
 const CP = DATA.criticalPath, CP_COLOR = '#e6007e';
 const TP = DATA.taskProfile, READY_COLOR = '#d95f02', TASKS_COLOR = '#1b6ca8';
-// Heatmap rows are SUB sub-rows per lane and one empty sub-row between ranks: all bricks the same size, so plotly
-// draws the heatmap as one small image scaled with crisp pixels instead of a rectangle per cell (many times faster).
+// Overview rows are SUB sub-rows per lane and one empty sub-row between ranks: all pixels of the overview's image
+// the same size, scaled with crisp edges.
 const SUB = 3, GAP = 1 / SUB;
 const TITLE_PX = 24, OCC_PX = 100;
 // the left margin holds the row labels (rank.thread, the first of a rank's rows headed by its coordinates, and in
@@ -115,6 +117,13 @@ async function loadExact(ex) {
   return rec;
 }
 
+function rgba(color) {
+  const ctx = document.createElement('canvas').getContext('2d', {willReadFrequently: true});
+  ctx.fillStyle = color;
+  ctx.fillRect(0, 0, 1, 1);
+  const [r, g, b] = ctx.getImageData(0, 0, 1, 1).data;
+  return ((255 << 24) | (b << 16) | (g << 8) | r) >>> 0;
+}
 // ---------- geometry: panels stacked top to bottom, lanes grouped by rank ----------
 const views = TL.views;
 function lanePx(v) {
@@ -136,11 +145,9 @@ for (const v of views) {
     if (i > 0 && v.laneRank[i] !== v.laneRank[i - 1]) v.rows.push(-1);
     for (let k = 0; k < SUB; k++) v.rows.push(i);
   }
+  // a category's colour as one RGBA pixel (little-endian: bytes R, G, B, A)
+  v.rgba = Uint32Array.from(v.cats, c => rgba(c.color));
   v.hoverText = v.lanes.map(l => v.cats.map(c => esc(l + ' · ' + c.name) + '<br><i>dominant in this time bin</i>'));
-  const k = Math.max(v.cats.length, 1);
-  v.colorscale = [];
-  v.cats.forEach((c, i) => { v.colorscale.push([i / k, c.color], [(i + 1) / k, c.color]); });
-  if (!v.cats.length) v.colorscale = [[0, '#fff'], [1, '#fff']];
 }
 const occ = TL.occupancy;
 // occupancy: one small area chart per rank, under the views
@@ -173,7 +180,8 @@ function baseLayout(range) {
     font: {family: 'system-ui, -apple-system, Segoe UI, Roboto, sans-serif', size: 12},
     xaxis: {range: [range[0] / 1e9, range[1] / 1e9], autorange: false, anchor: lastAxis, showgrid: true,
             gridcolor: '#e6e6e6', zeroline: false, tickformat: '.' + digits + '~s', ticksuffix: 's',
-            title: {text: 'time since the start of the trace', standoff: 6}, showline: true, linecolor: '#999'},
+            title: {text: 'time since the start of the trace', standoff: 6}, showline: true, linecolor: '#999',
+            ticklabeloverflow: 'allow', scaleanchor: false},
     annotations: [], shapes: [],
   };
   for (const p of panels) {
@@ -183,13 +191,13 @@ function baseLayout(range) {
       layout[p.layoutKey] = {domain: dom, range: [v.y0[v.y0.length - 1] + 1, v.key === KEY.steps ? -0.7 : 0],
         fixedrange: true, tickvals: v.y0.map(y => y + 0.5), ticktext: v.ticks.map(esc), ticks: '',
         showgrid: false, zeroline: false, automargin: false, tickfont: {size: v.lanes.length > 24 ? 10 : 11},
-        showline: true, linecolor: '#999', mirror: true};
+        showline: true, linecolor: '#999', mirror: true, ticklabeloverflow: 'allow', scaleanchor: false};
     } else {
       const top = p.tp !== undefined ? TP.threads[p.tp] : occ.threads[p.occ];
       const rank = p.tp !== undefined ? TP.ranks[p.tp] : occ.ranks[p.occ];
       layout[p.layoutKey] = {domain: dom, range: [0, top * (p.tp !== undefined ? 2.2 : 1.12)], fixedrange: true,
         showgrid: false, zeroline: false, tickvals: [top / 2], ticktext: ['rank ' + rank], ticks: '',
-        showline: true, linecolor: '#999', mirror: true};
+        showline: true, linecolor: '#999', mirror: true, ticklabeloverflow: 'allow'};
       layout.shapes.push({type: 'line', xref: 'paper', yref: p.axis, x0: 0, x1: 1, y0: top, y1: top,
         line: {color: 'rgba(0,0,0,0.35)', width: 1, dash: 'dot'}});
     }
@@ -221,26 +229,34 @@ function heatmap(v, p, range, px) {
   state.level[v.key] = li;
   const a = Math.max(0, Math.floor((range[0] - TL.t0Ns) / w));
   const b = Math.min(lv.bins, Math.ceil((range[1] - TL.t0Ns) / w));
-  const ncol = Math.max(b - a, 1);
-  const zLane = [], tLane = [], empty = new Array(ncol).fill(null);
+  const ncol = Math.max(b - a, 1), nrow = v.rows.length;
+  // one RGBA pixel per (sub-row, bin), painted from the categories' colours: plotly's heatmap would map each of
+  // millions of cells through its colour scale (a second at 256 lanes); the hover text stays per lane and bin
+  const pixels = new Uint32Array(ncol * nrow), laneRow = new Uint32Array(ncol), tLane = [];
+  const empty = new Array(ncol).fill('');        // no category (gaps between ranks, idle bins): no hover label
+  let row = 0;
   for (let lane = 0; lane < v.lanes.length; lane++) {
-    const zr = new Array(ncol).fill(null), tr = new Array(ncol).fill(null);
+    laneRow.fill(0);
+    const tr = empty.slice();
     let lo = d.offsets[lane], hi = d.offsets[lane + 1];
     while (lo < hi) { const mid = (lo + hi) >> 1; if (d.end[mid] <= a) lo = mid + 1; else hi = mid; }
     for (let r = lo; r < d.offsets[lane + 1] && d.start[r] < b; r++) {
       const c = d.cat[r], label = v.hoverText[lane][c];
-      for (let col = Math.max(d.start[r], a) - a, e = Math.min(d.end[r], b) - a; col < e; col++) {
-        zr[col] = c;
-        tr[col] = label;
-      }
+      const c0 = Math.max(d.start[r], a) - a, c1 = Math.min(d.end[r], b) - a;
+      laneRow.fill(v.rgba[c], c0, c1);
+      for (let col = c0; col < c1; col++) tr[col] = label;
     }
-    zLane.push(zr); tLane.push(tr);
+    while (v.rows[row] !== lane) row++;            // the rank gap rows stay transparent
+    for (; row < nrow && v.rows[row] === lane; row++) pixels.set(laneRow, row * ncol);
+    tLane.push(tr);
   }
-  const z = v.rows.map(l => l >= 0 ? zLane[l] : empty), text = v.rows.map(l => l >= 0 ? tLane[l] : empty);
-  return {type: 'heatmap', xaxis: 'x', yaxis: p.axis, x0: (TL.t0Ns + (a + 0.5) * w) / 1e9, dx: w / 1e9,
-    y0: 0.5 / SUB, dy: 1 / SUB, z: z, text: text, zmin: -0.5, zmax: Math.max(v.cats.length, 1) - 0.5, zauto: false,
-    colorscale: v.colorscale, showscale: false, hoverongaps: false, hovertemplate: '%{text}<extra></extra>',
-    xgap: 0, ygap: 0, zsmooth: false};
+  const canvas = document.createElement('canvas');
+  canvas.width = ncol; canvas.height = nrow;
+  canvas.getContext('2d').putImageData(new ImageData(new Uint8ClampedArray(pixels.buffer), ncol, nrow), 0, 0);
+  const text = v.rows.map(l => l >= 0 ? tLane[l] : empty);
+  return {type: 'image', xaxis: 'x', yaxis: p.axis, source: canvas.toDataURL('image/png'),
+    x0: (TL.t0Ns + (a + 0.5) * w) / 1e9, dx: w / 1e9, y0: 0.5 / SUB, dy: 1 / SUB, zsmooth: false,
+    hovertext: text, hovertemplate: '%{hovertext}<extra></extra>'};
 }
 // Whether the part of the range inside the trace lies within span (what exact records cover).
 function inside(range, span) {
@@ -660,8 +676,6 @@ async function start() {
   }
   const whole = [TL.t0Ns, TL.t1Ns];
   const first = (TL.analyzed[1] - TL.analyzed[0]) < 0.9 * (whole[1] - whole[0]) ? TL.analyzed.slice() : whole;
-  await Plotly.newPlot(gd, [], baseLayout(first), CONFIG);
-  gd.on('plotly_relayout', onRelayout);
   button('btn-whole', whole); button('btn-analyzed', TL.analyzed.slice()); button('btn-detail', TL.detail.slice());
   const toggle = document.getElementById('btn-critical');
   if (toggle) {
@@ -672,17 +686,44 @@ async function start() {
       rerender();
     });
   }
+  // One draw with the data: an empty plot first would lay out every panel's axis twice (a second per 100 axes).
   await preload(first);
+  performance.mark('report:decoded');
   await render(first);
+  gd.on('plotly_relayout', onRelayout);
+  // the overview's empty pixels (gaps between ranks, bins with no record) have no label to show
+  gd.on('plotly_hover', ev => {
+    if (ev.points.length && ev.points.every(q => q.data.type === 'image' && !q.hovertext)) Plotly.Fx.unhover(gd);
+  });
+  // the first view is the moment the browser has painted the timeline, not only when plotly built its SVG
+  await new Promise(resolve => requestAnimationFrame(() => setTimeout(resolve)));
   document.body.dataset.firstView = String(performance.now());
+  lazyFigures();
+  document.body.dataset.ready = '1';
+}
+// The charts under the timeline draw when they come near the viewport: drawn all at once they keep the page busy
+// for seconds (seconds more at hundreds of lanes) in which a zoom on the timeline would wait. One at a time, in order.
+function lazyFigures() {
+  let drawing = Promise.resolve();
+  let drawn = 0;
+  document.body.dataset.figures = '0';
+  const observer = new IntersectionObserver(entries => {
+    for (const entry of entries) {
+      if (!entry.isIntersecting) continue;
+      observer.unobserve(entry.target);
+      const fig = DATA.figures[entry.target.id];
+      drawing = drawing.then(() => Plotly.newPlot(entry.target, fig.data,
+        Object.assign({}, fig.layout, {autosize: true}), {responsive: true, displaylogo: false}))
+        .then(() => { drawn++; document.body.dataset.figures = String(drawn); })
+        .catch(err => { console.error(err); document.body.dataset.error = String(err); });
+    }
+  }, {rootMargin: '300px 0px'});
   for (const [id, fig] of Object.entries(DATA.figures)) {
     const el = document.getElementById(id);
-    if (el && fig) {
-      await Plotly.newPlot(el, fig.data, Object.assign({}, fig.layout, {autosize: true}),
-                           {responsive: true, displaylogo: false});
-    }
+    if (!el || !fig) continue;
+    el.style.minHeight = (fig.layout.height || 450) + 'px';    // its place kept: the page does not jump as it draws
+    observer.observe(el);
   }
-  document.body.dataset.ready = '1';
 }
 start().catch(err => { console.error(err); document.body.dataset.error = String(err); });
 })();

@@ -63,6 +63,15 @@ class Report:
                   f"Math.abs(d[0] - {t0_s * 1e9!r}) <= {tol!r} && Math.abs(d[1] - {t1_s * 1e9!r}) <= {tol!r} && "
                   f"document.body.dataset.idle === '1'; }})()")
 
+    def draw_figures(self) -> int:
+        """Scrolls to each chart under the timeline (they draw when they come near the viewport) until all are
+        drawn; how many there are."""
+        ids = self.js("Array.from(document.querySelectorAll('div.fig')).map(e => e.id)")
+        for fid in ids:
+            self.page.locator(f"#{fid}").scroll_into_view_if_needed()
+        self.wait(f"document.body.dataset.figures === '{len(ids)}' || !!document.body.dataset.error")
+        return len(ids)
+
     @property
     def range_s(self) -> list[float]:
         return self.js("document.getElementById('timeline').layout.xaxis.range")
@@ -201,6 +210,7 @@ def test_pipeline_schedule_at_a_glance(open_report, pipeline_trace, screenshots,
     rep.shot(screenshots, "pipeline_1f1b")
     section = rep.page.locator("#pipeline")
     assert "ideal bubble (P-1)/(M+P-1)" in section.inner_text()
+    assert rep.draw_figures() >= 6
     assert rep.js("document.querySelectorAll('#fig-pipeline .main-svg').length") > 0
     section.screenshot(path=str(screenshots / "pipeline_section.png"))
     assert rep.errors == []
@@ -237,6 +247,23 @@ def test_large_trace_overview_then_exact(open_report, large_trace, screenshots, 
     assert rep.state["modes"]["kernels"] == "overview" and rep.state["bars"]["kernels"] == 0
     assert rep.first_view_ms < 10_000, f"first view after {rep.first_view_ms:.0f} ms"
     rep.shot(screenshots, "large_overview")
+    # the overview's hover: a thread's row names its dominant state; the gap between two ranks shows no label
+    assert rep.state["modes"]["states"] == "overview"
+    x, y_lane, y_gap = rep.js(
+        "(() => { const t = Array.from(document.querySelectorAll('#timeline .yaxislayer-above text'));"
+        " const last = t.find(e => e.textContent === '0.3'), next = t.find(e => e.textContent.endsWith(' 1.0'));"
+        " next.scrollIntoView({block: 'center'});"
+        " const a = last.getBoundingClientRect(), b = next.getBoundingClientRect();"
+        " const box = document.getElementById('timeline').getBoundingClientRect();"
+        " return [box.x + box.width / 2, b.y + b.height / 2, (a.y + a.height + b.y) / 2]; })()")
+    hovers = []
+    for y in (y_lane, y_gap):
+        rep.page.mouse.move(x, y)
+        time.sleep(0.5)
+        hovers.append(rep.js("Array.from(document.querySelectorAll('#timeline .hoverlayer .hovertext'))"
+                             ".map(e => e.textContent)"))
+    assert len(hovers[0]) == 1 and hovers[0][0].startswith("1.0 · ") and "dominant in this time bin" in hovers[0][0]
+    assert hovers[1] == []
     tl = rep.data()
     d0, d1 = tl["detail"]
     assert (d0, d1) != (tl["t0Ns"], tl["t1Ns"])              # exact records for a window only
@@ -264,6 +291,7 @@ def test_malicious_names_run_no_script(open_report, malicious_trace, screenshots
            " Plotly.Fx.hover(gd, [{curveNumber: i, pointNumber: 0}], 'x' + gd.data[i].yaxis); })()")
     time.sleep(0.5)                                          # time for an injected handler to fire
     hover = rep.js("document.querySelector('#timeline .hoverlayer').textContent")
+    rep.draw_figures()                                       # the charts below show the names too
     rep.shot(screenshots, "malicious_names")
     assert rep.dialogs == []
     assert rep.js("window.__pwned") is None
@@ -278,6 +306,7 @@ def test_malicious_names_run_no_script(open_report, malicious_trace, screenshots
 def test_every_bar_has_no_outline(open_report, two_rank_trace, tmp_path):
     """Plotly's default white bar outline hides thin bars: every bar trace on the page has none."""
     rep = open_report(two_rank_trace, tmp_path / "outline.html")
+    rep.draw_figures()
     widths = rep.js("Array.from(document.querySelectorAll('.js-plotly-plot')).flatMap(gd => gd._fullData"
                     ".filter(d => d.type === 'bar').map(d => d.marker.line.width))")
     assert widths and set(json.loads(json.dumps(widths))) == {0}

@@ -54,7 +54,10 @@ def test_heatmap_draws_in_chromium(browser, tmp_path, screenshots):
         assert time.monotonic() < end, "the report did not finish loading"
         time.sleep(0.05)
     assert not page.evaluate("document.body.dataset.error")
-    assert page.evaluate("document.querySelectorAll('#fig-comm-matrix .main-svg').length") > 0
+    page.locator("#fig-comm-matrix").scroll_into_view_if_needed()     # the charts draw when scrolled near
+    while not page.evaluate("document.querySelectorAll('#fig-comm-matrix .main-svg').length > 0"):
+        assert time.monotonic() < end, "the communication matrix was not drawn once in view"
+        time.sleep(0.05)
     # plotly draws the heatmap as an image of its cells
     assert page.evaluate("document.querySelectorAll('#fig-comm-matrix .hm image').length") == 1
     page.locator("#fig-comm-matrix").screenshot(path=str(screenshots / "comm_matrix.png"))
