@@ -5,6 +5,7 @@ writes JSON. The analyses load inside the command, so the CLI starts fast.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 from typing import Annotated
@@ -59,39 +60,45 @@ def analyze(
 
     from analysis.analyze import many
     from analysis.window import WindowError, parse_steps
-    from gpt2trace.cli.grouped import Processes, analyze_file
+    from gpt2trace.cli.grouped import Processes, analyze_file, readable
     from gpt2trace.cli.progress import progress
     processes = Processes.of_job()
-    try:
-        if steps is not None:
-            parse_steps(steps)
-        results, loaded = [], []
-        for p in traces:
-            with progress(f"analyzing {p}", unit="records read") as advance:
-                res, trace = analyze_file(p, processes, steps, top, peak_gflops, advance, group_records)
-            results.append(res)
-            loaded.append(trace)
-    except (TraceError, WindowError, OutputError) as exc:
-        if not processes.first:        # process 0 says it; the others leave quietly
-            raise typer.Exit(code=2) from None
-        fail(str(exc))
-    if not processes.first:
-        return
-    result = many(results)
-    said = err_console if to_stdout else console            # where "written to" lines go
-    try:
-        if json_target is not None:
-            json_target.write(result if len(traces) > 1 else result["traces"][0], said)
-        if html_file is not None:
-            from gpt2trace.report import write as write_report
-            from gpt2trace.report import write_file
-            if loaded[0] is not None:
-                write_report(loaded[0], html_file.path, result=result["traces"][0], steps=steps, top=top)
-            else:                      # the trace was analyzed group by group: the report reads it so too
-                write_file(traces[0], html_file.path, result=result["traces"][0], steps=steps, top=top)
-            said.print(f"report: {html_file.shown()}", soft_wrap=True)
-    except OutputError as exc:
-        fail(str(exc))
+    with contextlib.ExitStack() as imports:         # big .prv files' temporary imports, kept for the report
+        try:
+            if steps is not None:
+                parse_steps(steps)
+            results, loaded, read = [], [], []
+            for p in traces:
+                source, shown = imports.enter_context(readable(p, processes, group_records))
+                with progress(f"analyzing {p}", unit="records read") as advance:
+                    res, trace = analyze_file(source, processes, steps, top, peak_gflops, advance, group_records,
+                                              shown)
+                results.append(res)
+                loaded.append(trace)
+                read.append((source, shown))
+        except (TraceError, WindowError, OutputError) as exc:
+            if not processes.first:        # process 0 says it; the others leave quietly
+                raise typer.Exit(code=2) from None
+            fail(str(exc))
+        if not processes.first:
+            return
+        result = many(results)
+        said = err_console if to_stdout else console            # where "written to" lines go
+        try:
+            if json_target is not None:
+                json_target.write(result if len(traces) > 1 else result["traces"][0], said)
+            if html_file is not None:
+                from gpt2trace.report import write as write_report
+                from gpt2trace.report import write_file
+                if loaded[0] is not None:
+                    write_report(loaded[0], html_file.path, result=result["traces"][0], steps=steps, top=top)
+                else:                      # the trace was analyzed group by group: the report reads it so too
+                    source, shown = read[0]
+                    write_file(source, html_file.path, shown=shown, result=result["traces"][0], steps=steps,
+                               top=top)
+                said.print(f"report: {html_file.shown()}", soft_wrap=True)
+        except OutputError as exc:
+            fail(str(exc))
     if not to_stdout:
         for res in result["traces"]:
             render(console, res, top)

@@ -13,7 +13,7 @@ imported whole by process 0.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -95,19 +95,43 @@ def loaders(path: Path, groups: list[list[int]], advance: Callable[[int], None],
     return [loader(g) for g in groups]
 
 
+@contextlib.contextmanager
+def readable(path: Path, processes: Processes,
+             group_records: int = GROUP_RECORDS) -> Iterator[tuple[Path, Path | None]]:
+    """(the file to read for `path`, the name to show for it or None): `path` itself, or for a Paraver trace too big
+    to import whole (format.limits, scaled by `group_records`) a rank-ordered Parquet import of it in a temporary
+    folder, made by process 0 and removed when every process has left the block (the system's temporary folder:
+    under mpiexec across nodes, TMPDIR must be a folder they share). An import error is raised on every process."""
+    if not is_big_paraver(path, group_records * PRV_BYTES_PER_RECORD):
+        yield path, None
+        return
+    comm = processes.comm
+    if comm is None:
+        with streamed_paraver(path) as imported:
+            yield imported, path
+        return
+    with contextlib.ExitStack() as stack:
+        told = None
+        if processes.first:
+            try:
+                told = (stack.enter_context(streamed_paraver(path)), None)
+            except (TraceError, OutputError) as exc:
+                told = (None, exc)
+        imported, error = comm.bcast(told, root=0)
+        if error is not None:
+            raise error
+        try:
+            yield imported, path
+        finally:
+            comm.Barrier()          # every process is done with the import before process 0 removes it
+
+
 def analyze_file(path: Path, processes: Processes, steps: str | None, top: int, peak_gflops: float | None,
-                 advance: Callable[[int], None] = lambda n: None,
-                 group_records: int = GROUP_RECORDS) -> tuple[dict | None, Trace | None]:
-    """`analyze` of the trace in `path` on `processes`: (the result, the trace when it was loaded whole) on process
-    0, (None, None) on the others. Raises TraceError / WindowError on every process for an invalid trace or
-    --steps."""
-    if is_big_paraver(path, group_records * PRV_BYTES_PER_RECORD):
-        return _analyze_streamed(path, processes, steps, top, peak_gflops, advance, group_records)
-    return _analyze(path, processes, steps, top, peak_gflops, advance, group_records)
-
-
-def _analyze(path: Path, processes: Processes, steps: str | None, top: int, peak_gflops: float | None,
-             advance: Callable[[int], None], group_records: int, shown: Path | None = None):
+                 advance: Callable[[int], None] = lambda n: None, group_records: int = GROUP_RECORDS,
+                 shown: Path | None = None) -> tuple[dict | None, Trace | None]:
+    """`analyze` of the trace in `path` (a file `readable` gave: `shown` names it in the results) on `processes`:
+    (the result, the trace when it was loaded whole) on process 0, (None, None) on the others. Raises TraceError /
+    WindowError on every process for an invalid trace or --steps."""
     from analysis.analyze import analyze, analyze_groups
     from analysis.distributed import analyze_comm
     from analysis.rank_groups import NotCombinable
@@ -129,31 +153,3 @@ def _analyze(path: Path, processes: Processes, steps: str | None, top: int, peak
     if shown is not None:
         trace = replace(trace, path=shown)
     return analyze(trace, steps, top, peak_gflops), trace
-
-
-def _analyze_streamed(path: Path, processes: Processes, steps: str | None, top: int, peak_gflops: float | None,
-                      advance: Callable[[int], None], group_records: int):
-    """A big .prv: process 0 imports it rank by rank into a temporary Parquet trace (in the system's temporary
-    folder: under mpiexec across nodes, TMPDIR must be a folder they share) and every process analyzes that. An
-    import error is raised on every process."""
-    def analyze(imported: Path):
-        return _analyze(imported, processes, steps, top, peak_gflops, advance, group_records, shown=path)
-
-    comm = processes.comm
-    if comm is None:
-        with streamed_paraver(path) as imported:
-            return analyze(imported)
-    with contextlib.ExitStack() as stack:
-        told = None
-        if processes.first:
-            try:
-                told = (stack.enter_context(streamed_paraver(path)), None)
-            except (TraceError, OutputError) as exc:
-                told = (None, exc)
-        imported, error = comm.bcast(told, root=0)
-        if error is not None:
-            raise error
-        try:
-            return analyze(imported)
-        finally:
-            comm.Barrier()          # every process has read the import before process 0 removes it

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -107,11 +107,14 @@ def write(trace: Trace, out: str | Path, **kwargs) -> Report:
 
 
 def write_file(path: str | Path, out: str | Path, group_records: int = GROUP_RECORDS,
-               advance: Callable[[int], None] = lambda n: None, **kwargs) -> Report:
+               advance: Callable[[int], None] = lambda n: None, shown: Path | None = None, **kwargs) -> Report:
     """The report of the Parquet trace at `path` (`build`'s other arguments), built group of ranks by group of
     ranks of at most `group_records` records (reader.rank_groups), written as `write` does. `advance(n)`: records
-    done, of twice the trace's."""
-    groups = [partial(load, path, ranks) for ranks in rank_groups_of(path, group_records)]
+    done, of twice the trace's. `shown`: the trace's name on the page when `path` is a temporary import of it."""
+    def load_group(ranks: list[int]) -> Trace:
+        group = load(path, ranks)
+        return group if shown is None else replace(group, path=Path(shown))
+    groups = [partial(load_group, ranks) for ranks in rank_groups_of(path, group_records)]
     report = build_groups(groups, advance=advance, **kwargs)
     return _write(report, out)
 

@@ -41,8 +41,11 @@ def test_big_prv_is_streamed_with_the_whole_result(prv, tmp_path, processes):
     spill.mkdir()
     _run(["analyze", prv, "--json", whole], spill)
     assert not is_big_paraver(prv)                        # the default limit: imported whole above
-    _run(["analyze", prv, "--json", streamed, "--group-records", "1000"], spill, processes)
+    html = tmp_path / "streamed.html"
+    _run(["analyze", prv, "--json", streamed, "--group-records", "1000", "--html", html], spill, processes)
     assert is_big_paraver(prv, limit=1000 * 46)
     assert json.loads(streamed.read_text()) == json.loads(whole.read_text())
     assert json.loads(whole.read_text())["trace"] == str(prv)      # the .prv named, not the temporary file
+    page = html.read_text()            # the report, built group by group from the import before it was removed
+    assert str(prv) in page and "gpt2trace-analyze-" not in page and "imported.parquet" not in page
     assert list(spill.iterdir()) == []                   # the temporary import is gone
