@@ -23,8 +23,9 @@ from gpt2trace.format.errors import OutputError, TraceError
 from gpt2trace.format.limits import GROUP_RECORDS, PRV_BYTES_PER_RECORD
 from gpt2trace.format.reader import Reads, Trace, group_counts, rank_records
 from gpt2trace.format.reader import load as load_parquet
-from gpt2trace.interop.loader import is_big_paraver, is_parquet, streamed_paraver
+from gpt2trace.interop.loader import is_big_paraver, is_parquet
 from gpt2trace.interop.loader import load as load_any
+from gpt2trace.interop.paraver_stream import streamed
 from gpt2trace.run.mpiexec import launched_by_mpi
 
 
@@ -107,14 +108,14 @@ def readable(path: Path, processes: Processes,
         return
     comm = processes.comm
     if comm is None:
-        with streamed_paraver(path) as imported:
+        with streamed(path) as imported:
             yield imported, path
         return
     with contextlib.ExitStack() as stack:
         told = None
         if processes.first:
             try:
-                told = (stack.enter_context(streamed_paraver(path)), None)
+                told = (stack.enter_context(streamed(path)), None)
             except (TraceError, OutputError) as exc:
                 told = (None, exc)
         imported, error = comm.bcast(told, root=0)

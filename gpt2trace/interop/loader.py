@@ -2,16 +2,12 @@
 importers."""
 from __future__ import annotations
 
-import contextlib
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 from gpt2trace.format.limits import GZIP_TEXT_PER_BYTE, PRV_STREAM_BYTES
 from gpt2trace.format.reader import Trace, check_file
 from gpt2trace.format.reader import load as load_parquet
 from gpt2trace.interop.otf2_format import ANCHOR_SUFFIX, is_archive_dir
-from gpt2trace.interop.source import no_progress
 
 PARAVER_SUFFIXES = (".prv", ".prv.gz")
 
@@ -48,15 +44,3 @@ def is_big_paraver(path: Path, limit: int = PRV_STREAM_BYTES) -> bool:
     size = path.stat().st_size
     return (size * GZIP_TEXT_PER_BYTE if path.name.endswith(".gz") else size) > limit
 
-
-@contextlib.contextmanager
-def streamed_paraver(path: Path, tmpdir: str | Path | None = None, progress=no_progress) -> Iterator[Path]:
-    """`path`, a Paraver trace, imported rank by rank into a rank-ordered Parquet trace in a temporary folder (in
-    `tmpdir`, else the system's), removed on leaving: a trace too big to import whole can then be read group of
-    ranks by group of ranks. TraceError as `load` for a trace it cannot import."""
-    from gpt2trace.interop.paraver_stream import import_paraver_to
-    check_file(path)
-    with tempfile.TemporaryDirectory(prefix="gpt2trace-analyze-", dir=tmpdir) as tmp:
-        out = Path(tmp) / "imported.parquet"
-        import_paraver_to(path, out, tmp, progress=progress)
-        yield out

@@ -16,6 +16,7 @@ trace equals the in-memory import's taken rank by rank.
 """
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -47,6 +48,16 @@ CHUNK_BYTES = 8 << 20          # of text parsed at once: its arrays and their co
 ROW_GROUP = 1 << 17            # records per batch of a rank's IPC files and per row group of the trace
 # Raw rows per rank: (name, width): the parse's fields, then the line number (and a 3: record's index in the file)
 STATE_ROWS, EVENT_ROWS, PAIR_ROWS, COMM_ROWS = ("states", 8), ("events", 6), ("pairs", 3), ("comms", 16)
+
+
+@contextlib.contextmanager
+def streamed(prv: str | Path, tmpdir: str | Path | None = None) -> Iterator[Path]:
+    """`prv` imported into a rank-ordered Parquet trace in a temporary folder (in `tmpdir`, else the system's),
+    removed on leaving: a trace too big to import whole can then be read group of ranks by group of ranks."""
+    with tempfile.TemporaryDirectory(prefix="gpt2trace-analyze-", dir=tmpdir) as tmp:
+        out = Path(tmp) / "imported.parquet"
+        import_paraver_to(prv, out, tmp)
+        yield out
 
 
 @dataclass(frozen=True)
