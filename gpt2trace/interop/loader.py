@@ -43,4 +43,3 @@ def is_big_paraver(path: Path, limit: int = PRV_STREAM_BYTES) -> bool:
         return False
     size = path.stat().st_size
     return (size * GZIP_TEXT_PER_BYTE if path.name.endswith(".gz") else size) > limit
-
