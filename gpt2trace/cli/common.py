@@ -9,7 +9,6 @@ fails and an error stays one line.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -22,6 +21,7 @@ import typer
 from rich.console import Console, ConsoleDimensions
 from rich.text import Text
 
+from gpt2trace.cli import json_text
 from gpt2trace.format.errors import OutputError
 from gpt2trace.format.outputs import atomic_output, check_output
 
@@ -110,7 +110,7 @@ class JsonOutput:
     def write(self, data, said: Console = console) -> None:
         """The JSON, written whole under a temporary name and renamed (a full disk: one line, no file), and a line
         on `said` naming the file."""
-        text = json.dumps(data, indent=1) + "\n"
+        text = json_text.dumps(data) + "\n"
         if self.file is None:
             sys.stdout.write(text)
             return

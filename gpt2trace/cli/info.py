@@ -1,7 +1,6 @@
 """`gpt2trace info TRACE [--json]`: what a trace holds (a thin layer over gpt2trace.format.info)."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -10,6 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from gpt2trace.cli import json_text
 from gpt2trace.cli.common import console, fail, plain
 from gpt2trace.cli.progress import progress
 from gpt2trace.format.errors import TraceError
@@ -27,7 +27,7 @@ def info(
     except TraceError as exc:
         fail(str(exc))
     if as_json:
-        sys.stdout.write(json.dumps(data, indent=1) + "\n")
+        sys.stdout.write(json_text.dumps(data) + "\n")
         return
     for table in (_trace_table(data), _run_table(data.get("run")), _machine_table(data)):
         if table is not None:
