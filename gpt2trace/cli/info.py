@@ -12,7 +12,8 @@ from rich.text import Text
 from gpt2trace.cli import json_text
 from gpt2trace.cli.common import console, fail, plain
 from gpt2trace.cli.progress import progress
-from gpt2trace.format.errors import TraceError
+from gpt2trace.format.errors import OutputError, TraceError
+from gpt2trace.format.limits import GROUP_RECORDS, PRV_BYTES_PER_RECORD
 
 
 def info(
@@ -20,11 +21,14 @@ def info(
                                           "its .pcf and .row beside it).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the information as one JSON object. An error "
                                           "prints nothing on stdout: one line on stderr, exit code 2.")] = False,
+    group_records: Annotated[int, typer.Option(
+        "--group-records", min=1, metavar="N", help="Read at most N records at once (whole ranks); a Paraver trace "
+        "of more is imported rank by rank into a temporary Parquet trace first.")] = GROUP_RECORDS,
 ) -> None:
     """Schema version, ranks, threads, steps, time span, records per kind, run configuration and machine."""
     try:
-        data = _info(trace)
-    except TraceError as exc:
+        data = _info(trace, group_records)
+    except (TraceError, OutputError) as exc:
         fail(str(exc))
     if as_json:
         sys.stdout.write(json_text.dumps(data) + "\n")
@@ -34,17 +38,27 @@ def info(
             console.print(table)
 
 
-def _info(trace: Path) -> dict:
-    """Our Parquet traces rank group by rank group (memory of one group, whatever the trace's length); the other
-    formats through their importers."""
-    from gpt2trace.format.info import file_info, trace_info
-    from gpt2trace.format.reader import rank_records
-    from gpt2trace.interop.loader import PARAVER_SUFFIXES, is_otf2, load
+def _info(trace: Path, group_records: int) -> dict:
+    """Our Parquet traces rank group by rank group (memory of one group, whatever the trace's length), and so a
+    Paraver trace too big to import whole, through a temporary rank-ordered import; the other formats through their
+    importers."""
+    from gpt2trace.format.info import trace_info
+    from gpt2trace.interop.loader import PARAVER_SUFFIXES, is_big_paraver, is_otf2, load
+    from gpt2trace.interop.paraver_stream import streamed
+    if is_big_paraver(trace, group_records * PRV_BYTES_PER_RECORD):
+        with streamed(trace) as imported:
+            return _file_info(imported, group_records, shown=trace)
     if is_otf2(trace) or trace.name.endswith(PARAVER_SUFFIXES):
         return trace_info(load(trace))
-    total = sum(rank_records(trace).values())
-    with progress(f"reading {trace}", total=total) as advance:
-        return file_info(trace, advance=advance)
+    return _file_info(trace, group_records)
+
+
+def _file_info(path: Path, group_records: int, shown: Path | None = None) -> dict:
+    from gpt2trace.format.info import file_info
+    from gpt2trace.format.reader import rank_records
+    total = sum(rank_records(path).values())
+    with progress(f"reading {shown or path}", total=total) as advance:
+        return file_info(path, group_records, advance, shown)
 
 
 def _kv(title: str, rows: list[tuple[str, object]]) -> Table:

@@ -13,6 +13,7 @@ import typer
 
 from gpt2trace.cli.common import console, fail, output, trace_files
 from gpt2trace.format.errors import OutputError, TraceError
+from gpt2trace.format.limits import GROUP_RECORDS, PRV_BYTES_PER_RECORD
 
 
 def parse_window(spec: str) -> tuple[float, float]:
@@ -45,6 +46,9 @@ def report(
         "--exact-records", min=1000, metavar="N", help="At most N state and kernel records drawn exactly, more "
         "for a bigger page (default: 300,000).")] = None,
     top: Annotated[int, typer.Option("--top", min=1, metavar="N", help="Rows per table and findings shown.")] = 15,
+    group_records: Annotated[int, typer.Option(
+        "--group-records", min=1, metavar="N", help="Read at most N records at once (whole ranks); a Paraver trace "
+        "of more is imported rank by rank into a temporary Parquet trace first.")] = GROUP_RECORDS,
 ) -> None:
     """An interactive HTML report: Paraver-like timeline (states, kernels, MPI), charts and the analysis."""
     if output_path is None:
@@ -54,17 +58,21 @@ def report(
     window_s = parse_window(window) if window else None
 
     from analysis.window import WindowError, parse_steps
-    from gpt2trace.interop.loader import PARAVER_SUFFIXES, is_otf2, load
+    from gpt2trace.interop.loader import PARAVER_SUFFIXES, is_big_paraver, is_otf2, load
+    from gpt2trace.interop.paraver_stream import streamed
     from gpt2trace.report import write
     options = dict(steps=steps, window_s=window_s, top=top,
                    **({} if exact_records is None else {"exact_budget": exact_records}))
     try:
         if steps is not None:
             parse_steps(steps)
-        if is_otf2(trace) or trace.name.endswith(PARAVER_SUFFIXES):
+        if is_big_paraver(trace, group_records * PRV_BYTES_PER_RECORD):
+            with streamed(trace) as imported:
+                made = _write_parquet(imported, out.path, options, group_records, shown=trace)
+        elif is_otf2(trace) or trace.name.endswith(PARAVER_SUFFIXES):
             made = write(load(trace), out.path, **options)
         else:
-            made = _write_parquet(trace, out.path, options)
+            made = _write_parquet(trace, out.path, options, group_records)
     except (TraceError, WindowError, OutputError) as exc:
         fail(str(exc))
     size = out.path.stat().st_size / 2**20
@@ -72,12 +80,12 @@ def report(
                   f"{made.detail_note}", soft_wrap=True)
 
 
-def _write_parquet(trace: Path, out: Path, options: dict):
+def _write_parquet(trace: Path, out: Path, options: dict, group_records: int, shown: Path | None = None):
     """A Parquet trace's report group of ranks by group of ranks (bounded memory), with a progress bar: two passes
-    over the trace's records."""
+    over the trace's records. `shown`: the trace named on the page when `trace` is a temporary import of it."""
     from gpt2trace.cli.progress import progress
     from gpt2trace.format.reader import rank_records
     from gpt2trace.report import write_file
     total = sum(rank_records(trace).values())
-    with progress(f"report of {trace.name} (2 passes)", total=2 * total) as advance:
-        return write_file(trace, out, advance=advance, **options)
+    with progress(f"report of {(shown or trace).name} (2 passes)", total=2 * total) as advance:
+        return write_file(trace, out, group_records, advance, shown, **options)

@@ -8,7 +8,7 @@ kind) and dropped, and the summaries are combined.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -26,9 +26,10 @@ def trace_info(trace: Trace) -> dict:
 
 
 def file_info(path: str | Path, group_records: int = GROUP_RECORDS,
-              advance: Callable[[int], None] = lambda n: None) -> dict:
+              advance: Callable[[int], None] = lambda n: None, shown: Path | None = None) -> dict:
     """`trace_info` of the Parquet trace at `path`, reading at most `group_records` records at once (whole ranks);
-    `advance(n)` is called with each group's record count."""
+    `advance(n)` is called with each group's record count. `shown`: the file named (path and size) when `path` is
+    a temporary import of it."""
     summary, trace = _Summary(), None
     for ranks in rank_groups(path, group_records):
         trace = load(path, ranks=ranks)
@@ -36,7 +37,8 @@ def file_info(path: str | Path, group_records: int = GROUP_RECORDS,
         advance(trace.num_rows)
     if trace is None:
         trace = load(path)          # no records: the reader's own error
-    return summary.info(trace)      # the metadata is the whole trace's in every group's Trace
+    # the metadata is the whole trace's in every group's Trace
+    return summary.info(trace if shown is None else replace(trace, path=Path(shown)))
 
 
 @dataclass

@@ -49,3 +49,23 @@ def test_big_prv_is_streamed_with_the_whole_result(prv, tmp_path, processes):
     page = html.read_text()            # the report, built group by group from the import before it was removed
     assert str(prv) in page and "gpt2trace-analyze-" not in page and "imported.parquet" not in page
     assert list(spill.iterdir()) == []                   # the temporary import is gone
+
+
+def test_info_of_a_big_prv_reads_its_import_rank_by_rank(prv, tmp_path):
+    whole = json.loads(_run(["info", prv, "--json"], tmp_path).stdout)
+    streamed = json.loads(_run(["info", prv, "--json", "--group-records", "1000"], tmp_path).stdout)
+    assert streamed == whole and whole["path"] == str(prv) and whole["bytes"] == prv.stat().st_size
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_report_of_a_big_prv_is_built_from_its_import_group_by_group(prv, tmp_path):
+    spill = tmp_path / "tmp"
+    spill.mkdir()
+    whole, streamed = tmp_path / "whole.html", tmp_path / "streamed.html"
+    said_whole = _run(["report", prv, "-o", whole], spill).stdout
+    said = _run(["report", prv, "-o", streamed, "--group-records", "1000"], spill).stdout
+    records = [line.split(" records")[0].rsplit(", ", 1)[-1] for line in (said_whole, said)]
+    assert records[0] == records[1] and int(records[0].replace(",", "")) > 1000
+    page = streamed.read_text()
+    assert str(prv) in page and "gpt2trace-analyze-" not in page and "imported.parquet" not in page
+    assert list(spill.iterdir()) == []
