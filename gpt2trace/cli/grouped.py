@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from gpt2trace.format.errors import OutputError, TraceError
 from gpt2trace.format.limits import GROUP_RECORDS, PRV_BYTES_PER_RECORD
@@ -27,6 +28,7 @@ from gpt2trace.interop.loader import is_big_paraver, is_parquet
 from gpt2trace.interop.loader import load as load_any
 from gpt2trace.interop.paraver_stream import streamed
 from gpt2trace.run.mpiexec import launched_by_mpi
+from trainer.cpu import cores_available
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,10 @@ class Processes:
         if job is None or job[1] <= 1:
             return cls()
         from mpi4py import MPI
+        node = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+        # Arrow decodes with a thread per core by default: K processes on a node would each start as many
+        pa.set_cpu_count(max(1, cores_available() // node.Get_size()))
+        node.Free()
         return cls(MPI.COMM_WORLD)
 
     @property
