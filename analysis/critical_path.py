@@ -161,37 +161,62 @@ def _tiling(regions: pd.DataFrame, calls: pd.DataFrame, ranks: np.ndarray, t0: i
     rank = np.r_[regions[RANK].to_numpy(), calls[RANK].to_numpy()].astype(np.int64)
     start = np.clip(np.r_[regions[START_NS].to_numpy(), calls[START_NS].to_numpy()], t0, t1).astype(np.int64)
     end = np.clip(np.r_[regions[END_NS].to_numpy(), calls[END_NS].to_numpy()], t0, t1).astype(np.int64)
-    kind = np.r_[np.full(len(regions), _REGION), np.full(len(calls), _CALL)].astype(np.int64)
-    ref = np.r_[np.arange(len(regions)), np.arange(len(calls))].astype(np.int64)
-    order = np.lexsort((-kind, start, rank))                       # a call before a region starting with it
-    rank, start, end, kind, ref = rank[order], start[order], end[order], kind[order], ref[order]
+    is_call = np.r_[np.zeros(len(regions), bool), np.ones(len(calls), bool)]
+    order = _by_rank_time(rank, start, t0, t1, ~is_call)              # a call before a region starting with it
+    rank, start, end, is_call = rank[order], start[order], end[order], is_call[order]
     # A record overlapping the one before it on its rank (a call inside a region) keeps only what is after it.
-    before = pd.Series(end).groupby(rank).cummax().groupby(rank).shift(1).fillna(t0).to_numpy().astype(np.int64)
+    before = _reach_before(rank, end, t0, t1)
     start = np.maximum(start, before)
-    keep = end > start
-    rank, start, end, kind, ref, before = rank[keep], start[keep], end[keep], kind[keep], ref[keep], before[keep]
+    keep = np.flatnonzero(end > start)
+    order, rank, start, end, is_call = order[keep], rank[keep], start[keep], end[keep], is_call[keep]
+    kind = np.where(is_call, _CALL, _REGION)
+    ref = np.where(is_call, order - len(regions), order)
     # Serial gaps: before each entry (from the previous one's end or t0) and after each rank's last one.
     first = np.r_[True, rank[1:] != rank[:-1]] if len(rank) else np.zeros(0, bool)
     gap_start = np.where(first, t0, np.r_[t0, end[:-1]])
     lead = start > gap_start
-    last = np.r_[rank[1:] != rank[:-1], True] if len(rank) else np.zeros(0, bool)
+    last = np.r_[first[1:], True] if len(rank) else np.zeros(0, bool)
     tail = last & (end < t1)
-    idle = np.setdiff1d(ranks, rank)                                 # ranks with nothing but serial code
+    present = rank[first]
+    idle = np.setdiff1d(ranks, present).astype(np.int64)             # ranks with nothing but serial code
     g_rank = np.r_[rank[lead], rank[tail], idle]
     g_start = np.r_[gap_start[lead], end[tail], np.full(len(idle), t0)]
     g_end = np.r_[start[lead], np.full(tail.sum() + len(idle), t1)]
-    rank = np.r_[rank, g_rank].astype(np.int64)
-    start, end = np.r_[start, g_start].astype(np.int64), np.r_[end, g_end].astype(np.int64)
-    kind = np.r_[kind, np.full(len(g_rank), _GAP)].astype(np.int64)
-    ref = np.r_[ref, np.full(len(g_rank), -1)].astype(np.int64)
-    order = np.lexsort((start, rank))
+    rank = np.r_[rank, g_rank]
+    start, end = np.r_[start, g_start], np.r_[end, g_end]
+    kind = np.r_[kind, np.full(len(g_rank), _GAP)]
+    ref = np.r_[ref, np.full(len(g_rank), -1)]
+    order = _by_rank_time(rank, start, t0, t1)
     rank, start, end, kind, ref = rank[order], start[order], end[order], kind[order], ref[order]
     idx = np.where(kind == _CALL, np.arange(len(kind)), -1)
     prev = np.maximum.accumulate(idx) if len(idx) else idx
     prev = np.where((prev >= 0) & (rank[np.maximum(prev, 0)] == rank), prev, -1)
-    all_ranks = np.unique(rank)
+    all_ranks = rank[run_starts(rank)]
     ptr = np.searchsorted(rank, np.r_[all_ranks, all_ranks[-1] + 1 if len(all_ranks) else 0])
     return _Tiles(rank, start, end, kind, ref, prev, all_ranks, ptr)
+
+
+def _by_rank_time(rank: np.ndarray, t: np.ndarray, t0: int, t1: int, later: np.ndarray | None = None) -> np.ndarray:
+    """The stable order by (rank, t, later) of times in [t0, t1]: one integer sort, which finds the sorted runs the
+    entries come in (the regions, the calls) and merges them."""
+    span = 2 * (t1 - t0 + 1)
+    lo = int(rank.min()) if len(rank) else 0
+    if not time_key_fits(int(rank.max()) - lo + 1 if len(rank) else 0, span):
+        return np.lexsort((t, rank) if later is None else (later, t, rank))
+    key = time_key(rank - lo, t, t0, t1 - t0 + 1) * 2
+    return np.argsort(key if later is None else key + later, kind="stable")
+
+
+def _reach_before(rank: np.ndarray, end: np.ndarray, t0: int, t1: int) -> np.ndarray:
+    """For entries sorted by rank, the latest end of the earlier entries of the same rank (t0 for its first)."""
+    span = t1 - t0 + 1
+    first = np.r_[True, rank[1:] != rank[:-1]] if len(rank) else np.zeros(0, bool)
+    lane = np.cumsum(first) - 1                                      # a rank's position: keys grow with it
+    if not time_key_fits(int(lane[-1]) + 1 if len(lane) else 0, span):
+        reach = pd.Series(end).groupby(rank).cummax().to_numpy()
+    else:
+        reach = np.maximum.accumulate(time_key(lane, end, t0, span)) - lane * span + t0
+    return np.where(first, t0, np.r_[t0, reach[:-1]])
 
 
 def _end_point(tiles: _Tiles, t1: int) -> tuple[int, int]:

@@ -34,7 +34,7 @@ import pandas as pd
 from analysis.records import NS
 from analysis.segments import Segments
 from analysis.window import Window
-from gpt2trace.format.lanes import time_key
+from gpt2trace.format.lanes import distinct_index, time_key
 from gpt2trace.format.schema import END_NS, LAYER, RANK, START_NS
 
 OUTSIDE, UNATTRIBUTED = "(outside kernels)", "(unattributed)"
@@ -87,24 +87,18 @@ def delay_costs(calls: pd.DataFrame, waits: pd.DataFrame, segs: Segments, window
     waiting = np.bincount(p_iv, weights=p_ns, minlength=2 * n)
     outside = np.maximum((hi - lo) - in_kernels - waiting, 0)
 
-    # excess per kernel path: the delayer's time in it over the waiter's
     path = segs.name[k_seg].astype(np.int64) * _LAYERS + (segs.layer[k_seg].astype(np.int64) + 1)
-    kt = pd.DataFrame({"k": k_iv % n, "path": path, "side": k_iv >= n, "ns": k_ns}).groupby(
-        ["k", "path", "side"], as_index=False)["ns"].sum()
-    mine, theirs = kt[kt["side"]], kt[~kt["side"]]
-    ex = mine.merge(theirs, on=["k", "path"], how="left", suffixes=("_c", "_w")).fillna({"ns_w": 0})
-    ex["e"] = np.maximum(ex["ns_c"] - ex["ns_w"], 0)
-    ex = ex[ex["e"] > 0]
+    ex_k, ex_path, ex_e = _excess(k_iv, path, k_ns, n)
     e_out = np.maximum(outside[n:] - outside[:n], 0)
     e_wait = np.maximum(waiting[n:] - waiting[:n], 0) if propagate else np.zeros(n)
-    D = np.bincount(ex["k"].to_numpy(), weights=ex["e"].to_numpy(), minlength=n) + e_out + e_wait
+    D = np.bincount(ex_k, weights=ex_e, minlength=n) + e_out + e_wait
     safe = np.where(D > 0, D, 1.0)
 
     # what each wait passes to its delayer's paths (frac of its time) and wait states (edges)
     out_k = np.flatnonzero(e_out > 0)
-    paths = pd.DataFrame({"k": np.r_[ex["k"].to_numpy(), out_k],
-                          "path": np.r_[ex["path"].to_numpy(), np.full(len(out_k), _OUTSIDE, dtype=np.int64)],
-                          "frac": np.r_[ex["e"].to_numpy() / safe[ex["k"].to_numpy()], e_out[out_k] / D[out_k]]})
+    paths = pd.DataFrame({"k": np.r_[ex_k, out_k],
+                          "path": np.r_[ex_path, np.full(len(out_k), _OUTSIDE, dtype=np.int64)],
+                          "frac": np.r_[ex_e / safe[ex_k], e_out[out_k] / D[out_k]]})
     mine_p = p_iv >= n
     src, dst = p_iv[mine_p] - n, p_wait[mine_p]
     frac = (e_wait[src] * p_ns[mine_p] / np.where(waiting[n:][src] > 0, waiting[n:][src], 1.0)) / safe[src]
@@ -129,6 +123,28 @@ def delay_costs(calls: pd.DataFrame, waits: pd.DataFrame, segs: Segments, window
     table = _table(causes, segs.names, keys, first, origin, total)
     propagating = phi.sum(axis=1) > 0
     return DelayCosts(table, total / NS, int(propagating.sum()), float(omega[propagating].sum()) / NS)
+
+
+def _excess(iv: np.ndarray, path: np.ndarray, ns: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(wait, path, excess ns), by wait then path, where the delayer (intervals n..2n-1) spent longer in a kernel
+    path than the waiter (intervals 0..n-1): the overlaps' ns summed per (wait, path, side) by counting (sums of
+    whole nanoseconds, exact in float64)."""
+    if not len(iv):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    paths, p = distinct_index(path)
+    pair = (iv % n) * len(paths) + p                                    # (wait, path), sorted like the two
+    cell, at = distinct_index(pair * 2 + (iv >= n))                     # and the side: the delayer's is odd
+    t = np.bincount(at, weights=ns, minlength=len(cell))
+    mine, theirs = np.flatnonzero(cell % 2 == 1), np.flatnonzero(cell % 2 == 0)
+    ours = cell[mine] // 2
+    waiter = np.zeros(len(mine))
+    if len(theirs):
+        hit = np.minimum(np.searchsorted(cell[theirs] // 2, ours), len(theirs) - 1)
+        found = cell[theirs[hit]] // 2 == ours
+        waiter[found] = t[theirs[hit[found]]]
+    e = np.maximum(t[mine] - waiter, 0)
+    ok = e > 0
+    return ours[ok] // len(paths), paths[ours[ok] % len(paths)], e[ok]
 
 
 def _propagate(visit, src, dst, frac, omega, origin, n_orig) -> np.ndarray:
