@@ -165,35 +165,47 @@ def _tiling(regions: pd.DataFrame, calls: pd.DataFrame, ranks: np.ndarray, t0: i
     order = _by_rank_time(rank, start, t0, t1, ~is_call)              # a call before a region starting with it
     rank, start, end, is_call = rank[order], start[order], end[order], is_call[order]
     # A record overlapping the one before it on its rank (a call inside a region) keeps only what is after it.
-    before = _reach_before(rank, end, t0, t1)
-    start = np.maximum(start, before)
+    start = np.maximum(start, _reach_before(rank, end, t0, t1))
     keep = np.flatnonzero(end > start)
     order, rank, start, end, is_call = order[keep], rank[keep], start[keep], end[keep], is_call[keep]
-    kind = np.where(is_call, _CALL, _REGION)
-    ref = np.where(is_call, order - len(regions), order)
-    # Serial gaps: before each entry (from the previous one's end or t0) and after each rank's last one.
+    # Serial gaps: before each entry (from the previous one's end or t0) and after each rank's last one; each
+    # entry and gap written where it belongs in (rank, start) order.
     first = np.r_[True, rank[1:] != rank[:-1]] if len(rank) else np.zeros(0, bool)
     gap_start = np.where(first, t0, np.r_[t0, end[:-1]])
     lead = start > gap_start
-    last = np.r_[first[1:], True] if len(rank) else np.zeros(0, bool)
-    tail = last & (end < t1)
+    tail = np.r_[first[1:], True] & (end < t1) if len(rank) else np.zeros(0, bool)
     present = rank[first]
     idle = np.setdiff1d(ranks, present).astype(np.int64)             # ranks with nothing but serial code
-    g_rank = np.r_[rank[lead], rank[tail], idle]
-    g_start = np.r_[gap_start[lead], end[tail], np.full(len(idle), t0)]
-    g_end = np.r_[start[lead], np.full(tail.sum() + len(idle), t1)]
-    rank = np.r_[rank, g_rank]
-    start, end = np.r_[start, g_start], np.r_[end, g_end]
-    kind = np.r_[kind, np.full(len(g_rank), _GAP)]
-    ref = np.r_[ref, np.full(len(g_rank), -1)]
-    order = _by_rank_time(rank, start, t0, t1)
-    rank, start, end, kind, ref = rank[order], start[order], end[order], kind[order], ref[order]
-    idx = np.where(kind == _CALL, np.arange(len(kind)), -1)
-    prev = np.maximum.accumulate(idx) if len(idx) else idx
-    prev = np.where((prev >= 0) & (rank[np.maximum(prev, 0)] == rank), prev, -1)
-    all_ranks = rank[run_starts(rank)]
-    ptr = np.searchsorted(rank, np.r_[all_ranks, all_ranks[-1] + 1 if len(all_ranks) else 0])
-    return _Tiles(rank, start, end, kind, ref, prev, all_ranks, ptr)
+    leads, tails = np.cumsum(lead), np.cumsum(tail)
+    rank_no = np.cumsum(first) - 1
+    at = (np.arange(len(rank)) + leads + np.r_[0, tails[first[1:].nonzero()[0]]][rank_no]
+          + np.searchsorted(idle, present)[rank_no])                  # the entries' places
+    before = np.searchsorted(rank, idle)                              # entries of the ranks below an idle rank
+    idle_at = before + np.r_[0, leads][before] + np.r_[0, tails][before] + np.arange(len(idle))
+    size = len(rank) + int(leads[-1] if len(leads) else 0) + int(tails[-1] if len(tails) else 0) + len(idle)
+    places = (at, at[lead] - 1, at[tail] + 1, idle_at)
+
+    def tiled(entries, leading, trailing, alone) -> np.ndarray:
+        out = np.empty(size, dtype=np.int64)
+        for where, what in zip(places, (entries, leading, trailing, alone)):
+            out[where] = what
+        return out
+
+    none = np.zeros(0, np.int64)
+    rank_t = tiled(rank, rank[lead], rank[tail], idle)
+    start_t = tiled(start, gap_start[lead], end[tail], np.full(len(idle), t0))
+    end_t = tiled(end, start[lead], np.full(tail.sum(), t1), np.full(len(idle), t1))
+    kind = tiled(np.where(is_call, _CALL, _REGION), _GAP, _GAP, _GAP) if size else none
+    ref = tiled(np.where(is_call, order - len(regions), order), -1, -1, -1) if size else none
+    firsts = run_starts(rank_t)
+    all_ranks = rank_t[firsts]
+    ptr = np.r_[firsts, size]
+    # the last call at or before each entry, if it is on the entry's rank (at or after the rank's first entry)
+    position = np.arange(size)
+    prev = np.maximum.accumulate(np.where(kind == _CALL, position, -1)) if size else position
+    rank_first = np.repeat(firsts, np.diff(ptr))
+    prev = np.where(prev >= rank_first, prev, -1)
+    return _Tiles(rank_t, start_t, end_t, kind, ref, prev, all_ranks, ptr)
 
 
 def _by_rank_time(rank: np.ndarray, t: np.ndarray, t0: int, t1: int, later: np.ndarray | None = None) -> np.ndarray:
@@ -221,11 +233,10 @@ def _reach_before(rank: np.ndarray, end: np.ndarray, t0: int, t1: int) -> np.nda
 
 def _end_point(tiles: _Tiles, t1: int) -> tuple[int, int]:
     """Where the path ends: t1 on the rank whose last region or call ends last (the lowest such rank)."""
-    work = tiles.kind != _GAP
-    if not work.any():
+    end = np.where(tiles.kind != _GAP, tiles.end, np.iinfo(np.int64).min)
+    if not len(end) or end.max() == np.iinfo(np.int64).min:
         return (int(tiles.ranks[0]) if len(tiles.ranks) else -1), t1
-    latest = tiles.end[work].max()
-    return int(tiles.rank[work][tiles.end[work] == latest].min()), t1
+    return int(tiles.rank[np.argmax(end == end.max())]), t1              # the first: tiles are in rank order
 
 
 # ---------- who each call waited for ----------

@@ -82,17 +82,19 @@ def _decode(keys: np.ndarray, names: tuple[str, ...], by_layer: bool):
 
 
 def _across_ranks(key, rank, dur, ranks, names, by_layer) -> pd.DataFrame:
-    ok = key >= 0
-    key, rank, dur = key[ok], rank[ok], dur[ok]
-    if not len(key) or len(ranks) < 2:
+    if not (key >= 0).any() or len(ranks) < 2:
         return pd.DataFrame(columns=COLUMNS)
-    ukey, kidx = np.unique(key, return_inverse=True)
-    ridx = np.searchsorted(ranks, rank)
-    t = np.bincount(kidx * len(ranks) + ridx, weights=dur, minlength=len(ukey) * len(ranks))
-    t = t.reshape(len(ukey), len(ranks)) / NS
-    runs = np.bincount(kidx * len(ranks) + ridx, minlength=len(ukey) * len(ranks)).reshape(t.shape) > 0
-    if not by_layer:
-        runs[:] = True
+    # every segment counted, those without a key (-1) in a first row that is then dropped: cheaper than a filter
+    ukey, kidx = distinct_index(key + 1)
+    skip = int(ukey[0] == 0)
+    ukey = ukey[skip:] - 1
+    cell = kidx * len(ranks) + _positions(rank, ranks)
+    size = (len(ukey) + skip) * len(ranks)
+    t = np.bincount(cell, weights=dur, minlength=size).reshape(-1, len(ranks))[skip:] / NS
+    if by_layer:
+        runs = np.bincount(cell, minlength=size).reshape(-1, len(ranks))[skip:] > 0
+    else:
+        runs = np.ones(t.shape, dtype=bool)
     count = runs.sum(axis=1)
     kernel, layer = _decode(ukey, names, by_layer)
     high, low = np.where(runs, t, -np.inf), np.where(runs, t, np.inf)
@@ -105,6 +107,16 @@ def _across_ranks(key, rank, dur, ranks, names, by_layer) -> pd.DataFrame:
                         "slowest": [str(r) for r in ranks[high.argmax(axis=1)]],
                         "min_s": low.min(axis=1), "fastest": [str(r) for r in ranks[low.argmin(axis=1)]]})
     return out[count >= 2]
+
+
+def _positions(rank: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """Each rank's position in `ranks` (sorted, and holding every rank given): by a lookup table when the ids are
+    small, as millions of segments need."""
+    if len(ranks) and 0 <= ranks[0] and ranks[-1] < (1 << 24):
+        table = np.zeros(int(ranks[-1]) + 1, dtype=np.int64)
+        table[ranks] = np.arange(len(ranks))
+        return table[rank]
+    return np.searchsorted(ranks, rank)
 
 
 def _across_threads(key, rank, thread, dur, names, by_layer) -> pd.DataFrame:
