@@ -166,8 +166,9 @@ def _tiling(regions: pd.DataFrame, calls: pd.DataFrame, ranks: np.ndarray, t0: i
     rank, start, end, is_call = rank[order], start[order], end[order], is_call[order]
     # A record overlapping the one before it on its rank (a call inside a region) keeps only what is after it.
     start = np.maximum(start, _reach_before(rank, end, t0, t1))
-    keep = np.flatnonzero(end > start)
-    order, rank, start, end, is_call = order[keep], rank[keep], start[keep], end[keep], is_call[keep]
+    keep = end > start
+    if not keep.all():
+        order, rank, start, end, is_call = order[keep], rank[keep], start[keep], end[keep], is_call[keep]
     # Serial gaps: before each entry (from the previous one's end or t0) and after each rank's last one; each
     # entry and gap written where it belongs in (rank, start) order.
     first = np.r_[True, rank[1:] != rank[:-1]] if len(rank) else np.zeros(0, bool)
@@ -185,18 +186,17 @@ def _tiling(regions: pd.DataFrame, calls: pd.DataFrame, ranks: np.ndarray, t0: i
     size = len(rank) + int(leads[-1] if len(leads) else 0) + int(tails[-1] if len(tails) else 0) + len(idle)
     places = (at, at[lead] - 1, at[tail] + 1, idle_at)
 
-    def tiled(entries, leading, trailing, alone) -> np.ndarray:
-        out = np.empty(size, dtype=np.int64)
+    def tiled(entries, leading, trailing, alone, dtype=np.int64) -> np.ndarray:
+        out = np.empty(size, dtype=dtype)
         for where, what in zip(places, (entries, leading, trailing, alone)):
             out[where] = what
         return out
 
-    none = np.zeros(0, np.int64)
     rank_t = tiled(rank, rank[lead], rank[tail], idle)
     start_t = tiled(start, gap_start[lead], end[tail], np.full(len(idle), t0))
     end_t = tiled(end, start[lead], np.full(tail.sum(), t1), np.full(len(idle), t1))
-    kind = tiled(np.where(is_call, _CALL, _REGION), _GAP, _GAP, _GAP) if size else none
-    ref = tiled(np.where(is_call, order - len(regions), order), -1, -1, -1) if size else none
+    kind = tiled(np.where(is_call, _CALL, _REGION), _GAP, _GAP, _GAP, np.int8)
+    ref = tiled(np.where(is_call, order - len(regions), order), -1, -1, -1)
     firsts = run_starts(rank_t)
     all_ranks = rank_t[firsts]
     ptr = np.r_[firsts, size]

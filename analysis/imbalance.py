@@ -43,9 +43,9 @@ def from_parts(segs: Segments, ranks: np.ndarray, parts: list[tuple[pd.DataFrame
     if not len(segs) and not any(len(f) for p in parts for f in p):
         return pd.DataFrame(columns=COLUMNS)
     frames = []
+    at, dur = _positions(segs.rank, ranks), segs.end_ns - segs.start_ns
     for i, by_layer in enumerate((False, True)):
-        seg_key = _key(segs.name, segs.layer, by_layer)
-        frames.append(_across_ranks(seg_key, segs.rank, segs.end_ns - segs.start_ns, ranks, segs.names, by_layer))
+        frames.append(_across_ranks(_key(segs.name, segs.layer, by_layer), at, dur, ranks, segs.names, by_layer))
         rows = [p[i] for p in parts if len(p[i])]
         if len(rows) > 1:                      # the order of one table of all ranks: by kernel key, then rank
             frames.append(pd.concat(rows, ignore_index=True).sort_values(["_key", RANK], kind="stable"))
@@ -61,8 +61,8 @@ def from_parts(segs: Segments, ranks: np.ndarray, parts: list[tuple[pd.DataFrame
 def kernels_across_ranks(segs: Segments, ranks: np.ndarray) -> pd.DataFrame:
     """The rows of `imbalance` with scope 'ranks' and no layer (each kernel over all its layers), sorted the same,
     without the per-layer and per-thread rows (what `diff` compares)."""
-    out = _across_ranks(_key(segs.name, segs.layer, False), segs.rank, segs.end_ns - segs.start_ns, ranks,
-                        segs.names, False)
+    out = _across_ranks(_key(segs.name, segs.layer, False), _positions(segs.rank, ranks), segs.end_ns - segs.start_ns,
+                        ranks, segs.names, False)
     out = out[out["lost_s"] > 0]
     return out[COLUMNS].sort_values("lost_s", ascending=False, kind="stable").reset_index(drop=True)
 
@@ -81,14 +81,15 @@ def _decode(keys: np.ndarray, names: tuple[str, ...], by_layer: bool):
     return kernel, layer
 
 
-def _across_ranks(key, rank, dur, ranks, names, by_layer) -> pd.DataFrame:
+def _across_ranks(key, at, dur, ranks, names, by_layer) -> pd.DataFrame:
+    """The rows of scope 'ranks' of the segments' kernel `key`s, `at` the position of each one's rank in `ranks`."""
     if not (key >= 0).any() or len(ranks) < 2:
         return pd.DataFrame(columns=COLUMNS)
     # every segment counted, those without a key (-1) in a first row that is then dropped: cheaper than a filter
     ukey, kidx = distinct_index(key + 1)
     skip = int(ukey[0] == 0)
     ukey = ukey[skip:] - 1
-    cell = kidx * len(ranks) + _positions(rank, ranks)
+    cell = kidx * len(ranks) + at
     size = (len(ukey) + skip) * len(ranks)
     t = np.bincount(cell, weights=dur, minlength=size).reshape(-1, len(ranks))[skip:] / NS
     if by_layer:
