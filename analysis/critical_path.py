@@ -157,11 +157,47 @@ class _Tiles:
     ptr: np.ndarray
 
 
+_CHUNK = 1 << 20        # region records per block of ranks that `_tiling` works on at a time
+
+
 def _tiling(regions: pd.DataFrame, calls: pd.DataFrame, ranks: np.ndarray, t0: int, t1: int) -> _Tiles:
-    rank = np.r_[regions[RANK].to_numpy(), calls[RANK].to_numpy()].astype(np.int64)
-    start = np.clip(np.r_[regions[START_NS].to_numpy(), calls[START_NS].to_numpy()], t0, t1).astype(np.int64)
-    end = np.clip(np.r_[regions[END_NS].to_numpy(), calls[END_NS].to_numpy()], t0, t1).astype(np.int64)
-    is_call = np.r_[np.zeros(len(regions), bool), np.ones(len(calls), bool)]
+    """The tiling of every rank, built a block of consecutive ranks at a time when the regions and calls come in
+    rank order (as `kernel_regions` and `mpi.calls` give them): a rank's tiling is its own, and blocks of about
+    _CHUNK records keep the temporaries small (arrays of millions are paid for in page faults each time)."""
+    rr, cr = regions[RANK].to_numpy(), calls[RANK].to_numpy()
+    cols = [(regions[c].to_numpy(), calls[c].to_numpy()) for c in (RANK, START_NS, END_NS)]
+    ranks = np.asarray(ranks)
+    if len(rr) > _CHUNK and (rr[1:] >= rr[:-1]).all() and (cr[1:] >= cr[:-1]).all():
+        cuts = np.unique(rr[_CHUNK::_CHUNK])                          # a block starts at each of these ranks
+    else:
+        cuts = np.zeros(0, rr.dtype)
+    r_at = np.r_[0, np.searchsorted(rr, cuts), len(rr)]
+    c_at = np.r_[0, np.searchsorted(cr, cuts), len(cr)]
+    k_at = np.r_[0, np.searchsorted(ranks, cuts), len(ranks)]
+    blocks, offset = [], 0
+    for i in range(len(r_at) - 1):
+        (ra, rb), (ca, cb) = r_at[i:i + 2], c_at[i:i + 2]
+        block = _tile_block(*(np.r_[r[ra:rb], c[ca:cb]] for r, c in cols), rb - ra, ra, ca,
+                            ranks[k_at[i]:k_at[i + 1]], t0, t1)
+        block.prev_call[block.prev_call >= 0] += offset
+        blocks.append((block, offset))
+        offset += len(block.rank)
+    if len(blocks) == 1:
+        return blocks[0][0]
+    joined = {f: np.concatenate([getattr(b, f) for b, _ in blocks]) for f in ("rank", "start", "end", "kind", "ref",
+                                                                          "prev_call", "ranks")}
+    ptr = np.r_[np.concatenate([b.ptr[:-1] + off for b, off in blocks]), offset]
+    return _Tiles(**joined, ptr=ptr)
+
+
+def _tile_block(rank: np.ndarray, start: np.ndarray, end: np.ndarray, regions: int, first_region: int,
+                first_call: int, ranks: np.ndarray, t0: int, t1: int) -> _Tiles:
+    """The tiling of a block of ranks from its regions' and calls' rank, start, end (the regions first, their rows
+    from first_region and first_call on), `ranks` the block's ranks."""
+    rank = rank.astype(np.int64)
+    start = np.clip(start, t0, t1).astype(np.int64)
+    end = np.clip(end, t0, t1).astype(np.int64)
+    is_call = np.arange(len(rank)) >= regions
     order = _by_rank_time(rank, start, t0, t1, ~is_call)              # a call before a region starting with it
     rank, start, end, is_call = rank[order], start[order], end[order], is_call[order]
     # A record overlapping the one before it on its rank (a call inside a region) keeps only what is after it.
@@ -196,16 +232,14 @@ def _tiling(regions: pd.DataFrame, calls: pd.DataFrame, ranks: np.ndarray, t0: i
     start_t = tiled(start, gap_start[lead], end[tail], np.full(len(idle), t0))
     end_t = tiled(end, start[lead], np.full(tail.sum(), t1), np.full(len(idle), t1))
     kind = tiled(np.where(is_call, _CALL, _REGION), _GAP, _GAP, _GAP, np.int8)
-    ref = tiled(np.where(is_call, order - len(regions), order), -1, -1, -1)
+    ref = tiled(np.where(is_call, order - regions + first_call, order + first_region), -1, -1, -1)
     firsts = run_starts(rank_t)
-    all_ranks = rank_t[firsts]
     ptr = np.r_[firsts, size]
     # the last call at or before each entry, if it is on the entry's rank (at or after the rank's first entry)
     position = np.arange(size)
     prev = np.maximum.accumulate(np.where(kind == _CALL, position, -1)) if size else position
-    rank_first = np.repeat(firsts, np.diff(ptr))
-    prev = np.where(prev >= rank_first, prev, -1)
-    return _Tiles(rank_t, start_t, end_t, kind, ref, prev, all_ranks, ptr)
+    prev = np.where(prev >= np.repeat(firsts, np.diff(ptr)), prev, -1)
+    return _Tiles(rank_t, start_t, end_t, kind, ref, prev, rank_t[firsts], ptr)
 
 
 def _by_rank_time(rank: np.ndarray, t: np.ndarray, t0: int, t1: int, later: np.ndarray | None = None) -> np.ndarray:
