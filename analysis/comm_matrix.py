@@ -115,7 +115,7 @@ def _collectives(calls: pd.DataFrame, code: np.ndarray) -> pd.DataFrame:
     src, dst = rank[a], rank[b]
     keep = (src != dst) & np.where(cls[a] == ONE_TO_ALL, src == root[a], np.where(cls[a] == ALL_TO_ONE,
                                                                                   dst == root[a], True))
-    ordered, from_dst, per_member = (np.isin(base, list(names)) for names in (ORDERED, FROM_DESTINATION, PER_MEMBER))
+    ordered, from_dst, per_member = (np.isin(base, list(which)) for which in (ORDERED, FROM_DESTINATION, PER_MEMBER))
     keep &= ~ordered[a] | (src < dst)
     a, b, src, dst = a[keep], b[keep], src[keep], dst[keep]
     moved = np.where(from_dst[a], nbytes[b], nbytes[a])

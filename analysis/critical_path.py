@@ -242,15 +242,13 @@ def _tile_block(rank: np.ndarray, start: np.ndarray, end: np.ndarray, regions: i
     return _Tiles(rank_t, start_t, end_t, kind, ref, prev, rank_t[firsts], ptr)
 
 
-def _by_rank_time(rank: np.ndarray, t: np.ndarray, t0: int, t1: int, later: np.ndarray | None = None) -> np.ndarray:
+def _by_rank_time(rank: np.ndarray, t: np.ndarray, t0: int, t1: int, later: np.ndarray) -> np.ndarray:
     """The stable order by (rank, t, later) of times in [t0, t1]: one integer sort, which finds the sorted runs the
     entries come in (the regions, the calls) and merges them."""
-    span = 2 * (t1 - t0 + 1)
     lo = int(rank.min()) if len(rank) else 0
-    if not time_key_fits(int(rank.max()) - lo + 1 if len(rank) else 0, span):
-        return np.lexsort((t, rank) if later is None else (later, t, rank))
-    key = time_key(rank - lo, t, t0, t1 - t0 + 1) * 2
-    return np.argsort(key if later is None else key + later, kind="stable")
+    if not time_key_fits(int(rank.max()) - lo + 1 if len(rank) else 0, 2 * (t1 - t0 + 1)):
+        return np.lexsort((later, t, rank))
+    return np.argsort(time_key(rank - lo, t, t0, t1 - t0 + 1) * 2 + later, kind="stable")
 
 
 def _reach_before(rank: np.ndarray, end: np.ndarray, t0: int, t1: int) -> np.ndarray:
