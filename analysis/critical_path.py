@@ -174,26 +174,29 @@ def _tiling(regions: pd.DataFrame, calls: pd.DataFrame, ranks: np.ndarray, t0: i
     r_at = np.r_[0, np.searchsorted(rr, cuts), len(rr)]
     c_at = np.r_[0, np.searchsorted(cr, cuts), len(cr)]
     k_at = np.r_[0, np.searchsorted(ranks, cuts), len(ranks)]
-    blocks, offset = [], 0
+    # at most a gap before each entry and one after each rank: pages past the end are never touched
+    bound = 2 * (len(rr) + len(cr)) + len(ranks)
+    out = {f: np.empty(bound, dtype=np.int8 if f == "kind" else np.int64)
+           for f in ("rank", "start", "end", "kind", "ref", "prev_call")}
+    firsts, offset = [], 0
     for i in range(len(r_at) - 1):
         (ra, rb), (ca, cb) = r_at[i:i + 2], c_at[i:i + 2]
-        block = _tile_block(*(np.r_[r[ra:rb], c[ca:cb]] for r, c in cols), rb - ra, ra, ca,
-                            ranks[k_at[i]:k_at[i + 1]], t0, t1)
-        block.prev_call[block.prev_call >= 0] += offset
-        blocks.append((block, offset))
-        offset += len(block.rank)
-    if len(blocks) == 1:
-        return blocks[0][0]
-    joined = {f: np.concatenate([getattr(b, f) for b, _ in blocks]) for f in ("rank", "start", "end", "kind", "ref",
-                                                                          "prev_call", "ranks")}
-    ptr = np.r_[np.concatenate([b.ptr[:-1] + off for b, off in blocks]), offset]
-    return _Tiles(**joined, ptr=ptr)
+        size, first = _tile_block(*(np.r_[r[ra:rb], c[ca:cb]] for r, c in cols), rb - ra, ra, ca,
+                                  ranks[k_at[i]:k_at[i + 1]], t0, t1, out, offset)
+        firsts.append(first + offset)
+        offset += size
+    ptr = np.r_[np.concatenate(firsts), offset]
+    rank = out["rank"][:offset]
+    return _Tiles(rank=rank, start=out["start"][:offset], end=out["end"][:offset], kind=out["kind"][:offset],
+                  ref=out["ref"][:offset], prev_call=out["prev_call"][:offset], ranks=rank[ptr[:-1]], ptr=ptr)
 
 
 def _tile_block(rank: np.ndarray, start: np.ndarray, end: np.ndarray, regions: int, first_region: int,
-                first_call: int, ranks: np.ndarray, t0: int, t1: int) -> _Tiles:
-    """The tiling of a block of ranks from its regions' and calls' rank, start, end (the regions first, their rows
-    from first_region and first_call on), `ranks` the block's ranks."""
+                first_call: int, ranks: np.ndarray, t0: int, t1: int, out: dict[str, np.ndarray],
+                offset: int) -> tuple[int, np.ndarray]:
+    """Writes the tiling of a block of ranks into `out` from `offset` on, from its regions' and calls' rank, start,
+    end (the regions first, their rows from first_region and first_call on), `ranks` the block's ranks; returns
+    its length and where each of its ranks starts in it."""
     rank = rank.astype(np.int64)
     start = np.clip(start, t0, t1).astype(np.int64)
     end = np.clip(end, t0, t1).astype(np.int64)
@@ -222,24 +225,24 @@ def _tile_block(rank: np.ndarray, start: np.ndarray, end: np.ndarray, regions: i
     size = len(rank) + int(leads[-1] if len(leads) else 0) + int(tails[-1] if len(tails) else 0) + len(idle)
     places = (at, at[lead] - 1, at[tail] + 1, idle_at)
 
-    def tiled(entries, leading, trailing, alone, dtype=np.int64) -> np.ndarray:
-        out = np.empty(size, dtype=dtype)
+    def tile(field, entries, leading, trailing, alone) -> np.ndarray:
+        block = out[field][offset:offset + size]
         for where, what in zip(places, (entries, leading, trailing, alone)):
-            out[where] = what
-        return out
+            block[where] = what
+        return block
 
-    rank_t = tiled(rank, rank[lead], rank[tail], idle)
-    start_t = tiled(start, gap_start[lead], end[tail], np.full(len(idle), t0))
-    end_t = tiled(end, start[lead], np.full(tail.sum(), t1), np.full(len(idle), t1))
-    kind = tiled(np.where(is_call, _CALL, _REGION), _GAP, _GAP, _GAP, np.int8)
-    ref = tiled(np.where(is_call, order - regions + first_call, order + first_region), -1, -1, -1)
-    firsts = run_starts(rank_t)
-    ptr = np.r_[firsts, size]
+    block_rank = tile("rank", rank, rank[lead], rank[tail], idle)
+    tile("start", start, gap_start[lead], end[tail], t0)
+    tile("end", end, start[lead], t1, t1)
+    kind = tile("kind", np.where(is_call, _CALL, _REGION), _GAP, _GAP, _GAP)
+    tile("ref", np.where(is_call, order - regions + first_call, order + first_region), -1, -1, -1)
+    firsts = run_starts(block_rank)
     # the last call at or before each entry, if it is on the entry's rank (at or after the rank's first entry)
     position = np.arange(size)
     prev = np.maximum.accumulate(np.where(kind == _CALL, position, -1)) if size else position
-    prev = np.where(prev >= np.repeat(firsts, np.diff(ptr)), prev, -1)
-    return _Tiles(rank_t, start_t, end_t, kind, ref, prev, rank_t[firsts], ptr)
+    out["prev_call"][offset:offset + size] = np.where(prev >= np.repeat(firsts, np.diff(np.r_[firsts, size])),
+                                                      prev + offset, -1)
+    return size, firsts
 
 
 def _by_rank_time(rank: np.ndarray, t: np.ndarray, t0: int, t1: int, later: np.ndarray) -> np.ndarray:
