@@ -43,9 +43,9 @@ def from_parts(segs: Segments, ranks: np.ndarray, parts: list[tuple[pd.DataFrame
     if not len(segs) and not any(len(f) for p in parts for f in p):
         return pd.DataFrame(columns=COLUMNS)
     frames = []
-    at, dur = _positions(segs.rank, ranks), segs.end_ns - segs.start_ns
+    kernels = (*_kernel_layers(segs), _positions(segs.rank, ranks), segs.end_ns - segs.start_ns)
     for i, by_layer in enumerate((False, True)):
-        frames.append(_across_ranks(_key(segs.name, segs.layer, by_layer), at, dur, ranks, segs.names, by_layer))
+        frames.append(_across_ranks(*kernels, ranks, segs.names, by_layer))
         rows = [p[i] for p in parts if len(p[i])]
         if len(rows) > 1:                      # the order of one table of all ranks: by kernel key, then rank
             frames.append(pd.concat(rows, ignore_index=True).sort_values(["_key", RANK], kind="stable"))
@@ -61,8 +61,8 @@ def from_parts(segs: Segments, ranks: np.ndarray, parts: list[tuple[pd.DataFrame
 def kernels_across_ranks(segs: Segments, ranks: np.ndarray) -> pd.DataFrame:
     """The rows of `imbalance` with scope 'ranks' and no layer (each kernel over all its layers), sorted the same,
     without the per-layer and per-thread rows (what `diff` compares)."""
-    out = _across_ranks(_key(segs.name, segs.layer, False), _positions(segs.rank, ranks), segs.end_ns - segs.start_ns,
-                        ranks, segs.names, False)
+    out = _across_ranks(*_kernel_layers(segs), _positions(segs.rank, ranks), segs.end_ns - segs.start_ns, ranks,
+                        segs.names, False)
     out = out[out["lost_s"] > 0]
     return out[COLUMNS].sort_values("lost_s", ascending=False, kind="stable").reset_index(drop=True)
 
@@ -81,15 +81,23 @@ def _decode(keys: np.ndarray, names: tuple[str, ...], by_layer: bool):
     return kernel, layer
 
 
-def _across_ranks(key, at, dur, ranks, names, by_layer) -> pd.DataFrame:
-    """The rows of scope 'ranks' of the segments' kernel `key`s, `at` the position of each one's rank in `ranks`."""
+def _kernel_layers(segs: Segments) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (kernel, layer) pairs of the segments as `_key(by_layer=True)` would write them if every kernel
+    had a layer (sorted), and each segment's position among them: both tables' keys follow from these few."""
+    return distinct_index(segs.name.astype(np.int64) * 65538 + segs.layer + 1)
+
+
+def _across_ranks(pairs, pair, at, dur, ranks, names, by_layer) -> pd.DataFrame:
+    """The rows of scope 'ranks' from the segments' `_kernel_layers` (`pairs`, each one's `pair`), `at` the
+    position of each one's rank in `ranks`."""
+    key = _key(pairs // 65538, pairs % 65538 - 1, by_layer)           # the table's key of each pair
     if not (key >= 0).any() or len(ranks) < 2:
         return pd.DataFrame(columns=COLUMNS)
     # every segment counted, those without a key (-1) in a first row that is then dropped: cheaper than a filter
-    ukey, kidx = distinct_index(key + 1)
+    ukey, row = distinct_index(key + 1)
     skip = int(ukey[0] == 0)
     ukey = ukey[skip:] - 1
-    cell = kidx * len(ranks) + at
+    cell = row[pair] * len(ranks) + at
     size = (len(ukey) + skip) * len(ranks)
     t = np.bincount(cell, weights=dur, minlength=size).reshape(-1, len(ranks))[skip:] / NS
     if by_layer:
