@@ -174,8 +174,9 @@ def _tiling(regions: pd.DataFrame, calls: pd.DataFrame, ranks: np.ndarray, t0: i
     r_at = np.r_[0, np.searchsorted(rr, cuts), len(rr)]
     c_at = np.r_[0, np.searchsorted(cr, cuts), len(cr)]
     k_at = np.r_[0, np.searchsorted(ranks, cuts), len(ranks)]
-    # at most a gap before each entry and one after each rank: pages past the end are never touched
-    bound = 2 * (len(rr) + len(cr)) + len(ranks)
+    # each entry, a gap before it and one after it (a rank's last), a gap per idle rank: at most; the pages past
+    # the tiling's end are never touched
+    bound = 3 * (len(rr) + len(cr)) + len(ranks)
     out = {f: np.empty(bound, dtype=np.int8 if f == "kind" else np.int64)
            for f in ("rank", "start", "end", "kind", "ref", "prev_call")}
     firsts, offset = [], 0
