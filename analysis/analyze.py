@@ -119,7 +119,7 @@ def explanations(ctx: rank_groups.Context, segs: segments.Segments, kernel_view:
     path = critical_path_tables(trace, window, calls, main=main_threads(trace, ctx.pairs), steps=ctx.steps,
                                 **kernel_view)
     return Explained(
-        root_causes=[{**r, "text": rootcause.sentence(r)} for r in rows(rootcause.table(costs))],
+        root_causes=_Plain({**r, "text": rootcause.sentence(r)} for r in rows(rootcause.table(costs))),
         delay_costs={k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in delay.summary(costs).items()},
         comm_matrix={k: rows(v) for k, v in comm_matrix(calls).items()},                       # per rank pair
         # the path's segments as columns: one row per stretch would be most of the JSON on a large trace
@@ -249,6 +249,9 @@ class _Plain(list):
     """Rows already made of plain values: the final jsonable pass over the result leaves them as they are."""
 
 
+_PLAIN_TYPES = frozenset((str, int, bool, type(None)))      # what jsonable leaves as it is (a float may be NaN)
+
+
 def _plain_column(col: pd.Series) -> list:
     values = col.to_numpy()
     if values.dtype.kind in "iub":
@@ -258,7 +261,7 @@ def _plain_column(col: pd.Series) -> list:
         if not np.isfinite(values).all():
             out = [v if math.isfinite(v) else None for v in out]
         return out
-    return [jsonable(v) for v in values.tolist()]
+    return [v if type(v) in _PLAIN_TYPES else jsonable(v) for v in values.tolist()]   # a call less per str
 
 
 def jsonable(obj):
@@ -268,7 +271,7 @@ def jsonable(obj):
     if isinstance(obj, dict):
         return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
+        return [v if type(v) in _PLAIN_TYPES else jsonable(v) for v in obj]
     if isinstance(obj, np.ndarray):
         return [jsonable(v) for v in obj.tolist()]
     if isinstance(obj, np.generic):

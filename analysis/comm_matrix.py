@@ -28,6 +28,7 @@ import pandas as pd
 
 from analysis.mpi import GROUP
 from analysis.records import NS
+from gpt2trace.format.lanes import distinct_index
 from gpt2trace.format.mpi_calls import ALL_TO_ONE, COLL, ONE_TO_ALL
 from gpt2trace.format.schema import BYTES, COMMUNICATOR, END_NS, PEER, RANK, START_NS
 
@@ -46,12 +47,15 @@ ORDERED = frozenset(("MPI_Scan", "MPI_Exscan"))          # rank i's data reaches
 def comm_matrix(calls: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """{"communicators": one row per (communicator, source, destination) (COLUMNS), "pairs": the same summed over
     communicators (PAIR_COLUMNS)}, both by bytes, largest first. `calls` is `analysis.mpi.calls`."""
-    parts = [_p2p(calls), _collectives(calls)]
+    # the communicators' names as codes that sort like them: a million pairs are grouped by integers, not text
+    names, code = np.unique(calls[GROUP].to_numpy(dtype=object), return_inverse=True)
+    parts = [_p2p(calls, code), _collectives(calls, code)]
     df = pd.concat([p for p in parts if len(p)], ignore_index=True) if any(len(p) for p in parts) else None
     if df is None:
         return {"communicators": pd.DataFrame(columns=COLUMNS), "pairs": pd.DataFrame(columns=PAIR_COLUMNS)}
-    by_comm = (df.groupby([GROUP, COMMUNICATOR, SRC, DST], as_index=False)
+    by_comm = (df.groupby([_CODE, COMMUNICATOR, SRC, DST], as_index=False)
                .agg(bytes=(BYTES, "sum"), messages=("messages", "sum"), time_ns=("time_ns", "sum")))
+    by_comm[GROUP] = names[by_comm[_CODE].to_numpy()]
     by_comm["time_s"] = by_comm.pop("time_ns") / NS
     df["p2p_bytes"] = np.where(df["p2p"], df[BYTES], 0)
     df["collective_bytes"] = np.where(df["p2p"], 0, df[BYTES])
@@ -62,6 +66,9 @@ def comm_matrix(calls: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return {"communicators": _sorted(by_comm[COLUMNS]), "pairs": _sorted(pairs[PAIR_COLUMNS])}
 
 
+_CODE = "group_code"
+
+
 def _sorted(df: pd.DataFrame) -> pd.DataFrame:
     for c in (BYTES, "messages"):
         df[c] = df[c].astype(np.int64)
@@ -69,7 +76,7 @@ def _sorted(df: pd.DataFrame) -> pd.DataFrame:
                           kind="stable").reset_index(drop=True)
 
 
-def _p2p(calls: pd.DataFrame) -> pd.DataFrame:
+def _p2p(calls: pd.DataFrame, code: np.ndarray) -> pd.DataFrame:
     """One row per matched message; each call's time shared among its roles (a Sendrecv sends and receives)."""
     send = np.flatnonzero(calls["recv_of"].to_numpy() >= 0)
     if not len(send):
@@ -79,39 +86,44 @@ def _p2p(calls: pd.DataFrame) -> pd.DataFrame:
     roles = (calls["recv_of"].to_numpy() >= 0).astype(int) + (calls["send_of"].to_numpy() >= 0)
     share = dur / np.maximum(roles, 1)
     rank = calls[RANK].to_numpy()
-    return pd.DataFrame({GROUP: calls[GROUP].to_numpy()[send], COMMUNICATOR: calls[COMMUNICATOR].to_numpy()[send],
+    return pd.DataFrame({_CODE: code[send], COMMUNICATOR: calls[COMMUNICATOR].to_numpy()[send],
                          SRC: rank[send], DST: rank[recv], BYTES: np.maximum(calls[BYTES].to_numpy()[send], 0),
                          "messages": 1, "time_ns": share[send] + share[recv], "p2p": True})
 
 
-def _collectives(calls: pd.DataFrame) -> pd.DataFrame:
-    """One row per (instance, source, destination) that the collective's definition connects (module docstring)."""
-    coll = calls[(calls["op"] == COLL) & (calls["inst"] >= 0)]
-    if coll.empty:
+def _collectives(calls: pd.DataFrame, code: np.ndarray) -> pd.DataFrame:
+    """One row per (instance, source, destination) that the collective's definition connects (module docstring),
+    in the order of the source's call, then the destination's."""
+    sel = np.flatnonzero((calls["op"].to_numpy() == COLL) & (calls["inst"].to_numpy() >= 0))
+    if not len(sel):
         return pd.DataFrame()
-    m = pd.DataFrame({"inst": coll["inst"].to_numpy(), RANK: coll[RANK].to_numpy(),
-                      BYTES: np.maximum(coll[BYTES].to_numpy(), 0).astype(np.float64),
-                      "dur": (coll[END_NS] - coll[START_NS]).to_numpy().astype(np.float64),
-                      "base": coll["base"].to_numpy(), "cls": coll["cls"].to_numpy(),
-                      "root": np.where(coll[PEER].to_numpy() >= 0, coll[PEER].to_numpy(), 0),
-                      GROUP: coll[GROUP].to_numpy(), COMMUNICATOR: coll[COMMUNICATOR].to_numpy()})
-    members = m.groupby("inst")[RANK].transform("nunique").to_numpy()
-    m["members"] = members
-    p = m.merge(m[["inst", RANK, BYTES, "dur"]], on="inst", suffixes=("_s", "_d"))
-    p = p[p[f"{RANK}_s"] != p[f"{RANK}_d"]]
-    src, dst = p[f"{RANK}_s"].to_numpy(), p[f"{RANK}_d"].to_numpy()
-    cls, base, root = p["cls"].to_numpy(), p["base"].to_numpy(), p["root"].to_numpy()
-    keep = np.where(cls == ONE_TO_ALL, src == root, np.where(cls == ALL_TO_ONE, dst == root, True))
-    keep &= ~np.isin(base, list(ORDERED)) | (src < dst)
-    p = p[keep]
-    base = p["base"].to_numpy()
-    nbytes = np.where(np.isin(base, list(FROM_DESTINATION)), p[f"{BYTES}_d"], p[f"{BYTES}_s"])
-    nbytes = np.where(np.isin(base, list(PER_MEMBER)), nbytes / p["members"].to_numpy(), nbytes)
+    inst, rank = calls["inst"].to_numpy()[sel], calls[RANK].to_numpy()[sel]
+    nbytes = np.maximum(calls[BYTES].to_numpy()[sel], 0).astype(np.float64)
+    dur = (calls[END_NS] - calls[START_NS]).to_numpy()[sel].astype(np.float64)
+    cls, peer = calls["cls"].to_numpy()[sel], calls[PEER].to_numpy()[sel]
+    root = np.where(peer >= 0, peer, 0)
+    base = calls["base"].to_numpy(dtype=object)[sel]
+    # every call with every call of its instance (itself too), the calls of an instance in row order
+    size = np.bincount(inst)
+    width = int(rank.max()) + 1                                        # (instance, rank) as one key
+    members = np.bincount(distinct_index(inst * width + rank)[0] // width, minlength=len(size))[inst]
+    by_inst = np.argsort(inst, kind="stable")
+    first = np.r_[0, np.cumsum(size)[:-1]]
+    n = size[inst]
+    a = np.repeat(np.arange(len(sel)), n)
+    b = by_inst[first[inst[a]] + np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)]
+    src, dst = rank[a], rank[b]
+    keep = (src != dst) & np.where(cls[a] == ONE_TO_ALL, src == root[a], np.where(cls[a] == ALL_TO_ONE,
+                                                                                  dst == root[a], True))
+    ordered, from_dst, per_member = (np.isin(base, list(which)) for which in (ORDERED, FROM_DESTINATION, PER_MEMBER))
+    keep &= ~ordered[a] | (src < dst)
+    a, b, src, dst = a[keep], b[keep], src[keep], dst[keep]
+    moved = np.where(from_dst[a], nbytes[b], nbytes[a])
+    moved = np.where(per_member[a], moved / members[a], moved)
     # each call's time shared among the pairs its rank is an end of in this instance
-    s, d = p[f"{RANK}_s"].to_numpy(), p[f"{RANK}_d"].to_numpy()
-    key_s, key_d = p["inst"].to_numpy() * (1 << 32) + s, p["inst"].to_numpy() * (1 << 32) + d
-    ends = pd.Series(np.concatenate([key_s, key_d])).value_counts()
-    time_ns = (p["dur_s"].to_numpy() / ends.reindex(key_s).to_numpy()
-               + p["dur_d"].to_numpy() / ends.reindex(key_d).to_numpy())
-    return pd.DataFrame({GROUP: p[GROUP].to_numpy(), COMMUNICATOR: p[COMMUNICATOR].to_numpy(), SRC: s, DST: d,
-                         BYTES: np.rint(nbytes).astype(np.int64), "messages": 1, "time_ns": time_ns, "p2p": False})
+    at = distinct_index(np.concatenate([inst[a] * width + src, inst[a] * width + dst]))[1]
+    ends = np.bincount(at)[at]
+    time_ns = dur[a] / ends[:len(a)] + dur[b] / ends[len(a):]
+    return pd.DataFrame({_CODE: code[sel][a], COMMUNICATOR: calls[COMMUNICATOR].to_numpy()[sel][a], SRC: src,
+                         DST: dst, BYTES: np.rint(moved).astype(np.int64), "messages": 1, "time_ns": time_ns,
+                         "p2p": False})

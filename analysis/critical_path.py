@@ -157,50 +157,122 @@ class _Tiles:
     ptr: np.ndarray
 
 
+_CHUNK = 1 << 20        # region records per block of ranks that `_tiling` works on at a time
+
+
 def _tiling(regions: pd.DataFrame, calls: pd.DataFrame, ranks: np.ndarray, t0: int, t1: int) -> _Tiles:
-    rank = np.r_[regions[RANK].to_numpy(), calls[RANK].to_numpy()].astype(np.int64)
-    start = np.clip(np.r_[regions[START_NS].to_numpy(), calls[START_NS].to_numpy()], t0, t1).astype(np.int64)
-    end = np.clip(np.r_[regions[END_NS].to_numpy(), calls[END_NS].to_numpy()], t0, t1).astype(np.int64)
-    kind = np.r_[np.full(len(regions), _REGION), np.full(len(calls), _CALL)].astype(np.int64)
-    ref = np.r_[np.arange(len(regions)), np.arange(len(calls))].astype(np.int64)
-    order = np.lexsort((-kind, start, rank))                       # a call before a region starting with it
-    rank, start, end, kind, ref = rank[order], start[order], end[order], kind[order], ref[order]
+    """The tiling of every rank, built a block of consecutive ranks at a time when the regions and calls come in
+    rank order (as `kernel_regions` and `mpi.calls` give them): a rank's tiling is its own, and blocks of about
+    _CHUNK records keep the temporaries small (arrays of millions are paid for in page faults each time)."""
+    rr, cr = regions[RANK].to_numpy(), calls[RANK].to_numpy()
+    cols = [(regions[c].to_numpy(), calls[c].to_numpy()) for c in (RANK, START_NS, END_NS)]
+    ranks = np.asarray(ranks)
+    if len(rr) > _CHUNK and (rr[1:] >= rr[:-1]).all() and (cr[1:] >= cr[:-1]).all():
+        cuts = np.unique(rr[_CHUNK::_CHUNK])                          # a block starts at each of these ranks
+    else:
+        cuts = np.zeros(0, rr.dtype)
+    r_at = np.r_[0, np.searchsorted(rr, cuts), len(rr)]
+    c_at = np.r_[0, np.searchsorted(cr, cuts), len(cr)]
+    k_at = np.r_[0, np.searchsorted(ranks, cuts), len(ranks)]
+    # each entry, a gap before it and one after it (a rank's last), a gap per idle rank: at most; the pages past
+    # the tiling's end are never touched
+    bound = 3 * (len(rr) + len(cr)) + len(ranks)
+    out = {f: np.empty(bound, dtype=np.int8 if f == "kind" else np.int64)
+           for f in ("rank", "start", "end", "kind", "ref", "prev_call")}
+    firsts, offset = [], 0
+    for i in range(len(r_at) - 1):
+        (ra, rb), (ca, cb) = r_at[i:i + 2], c_at[i:i + 2]
+        size, first = _tile_block(*(np.r_[r[ra:rb], c[ca:cb]] for r, c in cols), rb - ra, ra, ca,
+                                  ranks[k_at[i]:k_at[i + 1]], t0, t1, out, offset)
+        firsts.append(first + offset)
+        offset += size
+    ptr = np.r_[np.concatenate(firsts), offset]
+    rank = out["rank"][:offset]
+    return _Tiles(rank=rank, start=out["start"][:offset], end=out["end"][:offset], kind=out["kind"][:offset],
+                  ref=out["ref"][:offset], prev_call=out["prev_call"][:offset], ranks=rank[ptr[:-1]], ptr=ptr)
+
+
+def _tile_block(rank: np.ndarray, start: np.ndarray, end: np.ndarray, regions: int, first_region: int,
+                first_call: int, ranks: np.ndarray, t0: int, t1: int, out: dict[str, np.ndarray],
+                offset: int) -> tuple[int, np.ndarray]:
+    """Writes the tiling of a block of ranks into `out` from `offset` on, from its regions' and calls' rank, start,
+    end (the regions first, their rows from first_region and first_call on), `ranks` the block's ranks; returns
+    its length and where each of its ranks starts in it."""
+    rank = rank.astype(np.int64)
+    start = np.clip(start, t0, t1).astype(np.int64)
+    end = np.clip(end, t0, t1).astype(np.int64)
+    is_call = np.arange(len(rank)) >= regions
+    order = _by_rank_time(rank, start, t0, t1, ~is_call)              # a call before a region starting with it
+    rank, start, end, is_call = rank[order], start[order], end[order], is_call[order]
     # A record overlapping the one before it on its rank (a call inside a region) keeps only what is after it.
-    before = pd.Series(end).groupby(rank).cummax().groupby(rank).shift(1).fillna(t0).to_numpy().astype(np.int64)
-    start = np.maximum(start, before)
+    start = np.maximum(start, _reach_before(rank, end, t0, t1))
     keep = end > start
-    rank, start, end, kind, ref, before = rank[keep], start[keep], end[keep], kind[keep], ref[keep], before[keep]
-    # Serial gaps: before each entry (from the previous one's end or t0) and after each rank's last one.
+    if not keep.all():
+        order, rank, start, end, is_call = order[keep], rank[keep], start[keep], end[keep], is_call[keep]
+    # Serial gaps: before each entry (from the previous one's end or t0) and after each rank's last one; each
+    # entry and gap written where it belongs in (rank, start) order.
     first = np.r_[True, rank[1:] != rank[:-1]] if len(rank) else np.zeros(0, bool)
     gap_start = np.where(first, t0, np.r_[t0, end[:-1]])
     lead = start > gap_start
-    last = np.r_[rank[1:] != rank[:-1], True] if len(rank) else np.zeros(0, bool)
-    tail = last & (end < t1)
-    idle = np.setdiff1d(ranks, rank)                                 # ranks with nothing but serial code
-    g_rank = np.r_[rank[lead], rank[tail], idle]
-    g_start = np.r_[gap_start[lead], end[tail], np.full(len(idle), t0)]
-    g_end = np.r_[start[lead], np.full(tail.sum() + len(idle), t1)]
-    rank = np.r_[rank, g_rank].astype(np.int64)
-    start, end = np.r_[start, g_start].astype(np.int64), np.r_[end, g_end].astype(np.int64)
-    kind = np.r_[kind, np.full(len(g_rank), _GAP)].astype(np.int64)
-    ref = np.r_[ref, np.full(len(g_rank), -1)].astype(np.int64)
-    order = np.lexsort((start, rank))
-    rank, start, end, kind, ref = rank[order], start[order], end[order], kind[order], ref[order]
-    idx = np.where(kind == _CALL, np.arange(len(kind)), -1)
-    prev = np.maximum.accumulate(idx) if len(idx) else idx
-    prev = np.where((prev >= 0) & (rank[np.maximum(prev, 0)] == rank), prev, -1)
-    all_ranks = np.unique(rank)
-    ptr = np.searchsorted(rank, np.r_[all_ranks, all_ranks[-1] + 1 if len(all_ranks) else 0])
-    return _Tiles(rank, start, end, kind, ref, prev, all_ranks, ptr)
+    tail = np.r_[first[1:], True] & (end < t1) if len(rank) else np.zeros(0, bool)
+    present = rank[first]
+    idle = np.setdiff1d(ranks, present).astype(np.int64)             # ranks with nothing but serial code
+    leads, tails = np.cumsum(lead), np.cumsum(tail)
+    rank_no = np.cumsum(first) - 1
+    at = (np.arange(len(rank)) + leads + np.r_[0, tails[first[1:].nonzero()[0]]][rank_no]
+          + np.searchsorted(idle, present)[rank_no])                  # the entries' places
+    before = np.searchsorted(rank, idle)                              # entries of the ranks below an idle rank
+    idle_at = before + np.r_[0, leads][before] + np.r_[0, tails][before] + np.arange(len(idle))
+    size = len(rank) + int(leads[-1] if len(leads) else 0) + int(tails[-1] if len(tails) else 0) + len(idle)
+    places = (at, at[lead] - 1, at[tail] + 1, idle_at)
+
+    def tile(field, entries, leading, trailing, alone) -> np.ndarray:
+        block = out[field][offset:offset + size]
+        for where, what in zip(places, (entries, leading, trailing, alone)):
+            block[where] = what
+        return block
+
+    block_rank = tile("rank", rank, rank[lead], rank[tail], idle)
+    tile("start", start, gap_start[lead], end[tail], t0)
+    tile("end", end, start[lead], t1, t1)
+    kind = tile("kind", np.where(is_call, _CALL, _REGION), _GAP, _GAP, _GAP)
+    tile("ref", np.where(is_call, order - regions + first_call, order + first_region), -1, -1, -1)
+    firsts = run_starts(block_rank)
+    # the last call at or before each entry, if it is on the entry's rank (at or after the rank's first entry)
+    position = np.arange(size)
+    prev = np.maximum.accumulate(np.where(kind == _CALL, position, -1)) if size else position
+    out["prev_call"][offset:offset + size] = np.where(prev >= np.repeat(firsts, np.diff(np.r_[firsts, size])),
+                                                      prev + offset, -1)
+    return size, firsts
+
+
+def _by_rank_time(rank: np.ndarray, t: np.ndarray, t0: int, t1: int, later: np.ndarray) -> np.ndarray:
+    """The stable order by (rank, t, later) of times in [t0, t1]: one integer sort, which finds the sorted runs the
+    entries come in (the regions, the calls) and merges them."""
+    lo = int(rank.min()) if len(rank) else 0
+    if not time_key_fits(int(rank.max()) - lo + 1 if len(rank) else 0, 2 * (t1 - t0 + 1)):
+        return np.lexsort((later, t, rank))
+    return np.argsort(time_key(rank - lo, t, t0, t1 - t0 + 1) * 2 + later, kind="stable")
+
+
+def _reach_before(rank: np.ndarray, end: np.ndarray, t0: int, t1: int) -> np.ndarray:
+    """For entries sorted by rank, the latest end of the earlier entries of the same rank (t0 for its first)."""
+    span = t1 - t0 + 1
+    first = np.r_[True, rank[1:] != rank[:-1]] if len(rank) else np.zeros(0, bool)
+    lane = np.cumsum(first) - 1                                      # a rank's position: keys grow with it
+    if not time_key_fits(int(lane[-1]) + 1 if len(lane) else 0, span):
+        reach = pd.Series(end).groupby(rank).cummax().to_numpy()
+    else:
+        reach = np.maximum.accumulate(time_key(lane, end, t0, span)) - lane * span + t0
+    return np.where(first, t0, np.r_[t0, reach[:-1]])
 
 
 def _end_point(tiles: _Tiles, t1: int) -> tuple[int, int]:
     """Where the path ends: t1 on the rank whose last region or call ends last (the lowest such rank)."""
-    work = tiles.kind != _GAP
-    if not work.any():
+    end = np.where(tiles.kind != _GAP, tiles.end, np.iinfo(np.int64).min)
+    if not len(end) or end.max() == np.iinfo(np.int64).min:
         return (int(tiles.ranks[0]) if len(tiles.ranks) else -1), t1
-    latest = tiles.end[work].max()
-    return int(tiles.rank[work][tiles.end[work] == latest].min()), t1
+    return int(tiles.rank[np.argmax(end == end.max())]), t1              # the first: tiles are in rank order
 
 
 # ---------- who each call waited for ----------

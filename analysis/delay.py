@@ -34,12 +34,13 @@ import pandas as pd
 from analysis.records import NS
 from analysis.segments import Segments
 from analysis.window import Window
-from gpt2trace.format.lanes import time_key
+from gpt2trace.format.lanes import distinct_index, time_key
 from gpt2trace.format.schema import END_NS, LAYER, RANK, START_NS
 
 OUTSIDE, UNATTRIBUTED = "(outside kernels)", "(unattributed)"
 # A path: a kernel's (name code, layer) as name * _LAYERS + layer + 1, or one of these.
 _OUTSIDE, _UNATTRIBUTED, _LAYERS = -1, -2, 65538
+_CHUNK = 1 << 20             # overlaps of kernel segments with intervals worked on at a time (`_kernels`)
 _NOTHING_LEFT = 1e-9         # a share of a wait below this is rounding, not time left unattributed
 COLUMNS = [RANK, "kernel", LAYER, "short_s", "long_s", "cost_s", "waits", "share"]
 
@@ -77,34 +78,25 @@ def delay_costs(calls: pd.DataFrame, waits: pd.DataFrame, segs: Segments, window
     iv_rank = np.r_[rank[row], rank[culprit]]
     lo, hi = np.r_[b, b], np.r_[a_w, np.maximum(a_c, b)]
     clock = _clock(segs, start, end, window)
-    k_iv, k_seg, k_ns = _overlaps(clock, segs.rank, segs.start_ns, segs.end_ns, iv_rank, lo, hi)
+    in_kernels, ex_k, ex_path, ex_e = _kernels(clock, segs, iv_rank, lo, hi, n)
     piece_start = start[w["row"].to_numpy()]
     order = np.lexsort((piece_start, rank[w["row"].to_numpy()]))             # wait pieces by (rank, start)
     p_iv, p_at, p_ns = _overlaps(clock, rank[w["row"].to_numpy()][order], piece_start[order],
                                  piece_start[order] + omega[order].astype(np.int64), iv_rank, lo, hi)
     p_wait = order[p_at]
-    in_kernels = np.bincount(k_iv, weights=k_ns, minlength=2 * n)
     waiting = np.bincount(p_iv, weights=p_ns, minlength=2 * n)
     outside = np.maximum((hi - lo) - in_kernels - waiting, 0)
 
-    # excess per kernel path: the delayer's time in it over the waiter's
-    path = segs.name[k_seg].astype(np.int64) * _LAYERS + (segs.layer[k_seg].astype(np.int64) + 1)
-    kt = pd.DataFrame({"k": k_iv % n, "path": path, "side": k_iv >= n, "ns": k_ns}).groupby(
-        ["k", "path", "side"], as_index=False)["ns"].sum()
-    mine, theirs = kt[kt["side"]], kt[~kt["side"]]
-    ex = mine.merge(theirs, on=["k", "path"], how="left", suffixes=("_c", "_w")).fillna({"ns_w": 0})
-    ex["e"] = np.maximum(ex["ns_c"] - ex["ns_w"], 0)
-    ex = ex[ex["e"] > 0]
     e_out = np.maximum(outside[n:] - outside[:n], 0)
     e_wait = np.maximum(waiting[n:] - waiting[:n], 0) if propagate else np.zeros(n)
-    D = np.bincount(ex["k"].to_numpy(), weights=ex["e"].to_numpy(), minlength=n) + e_out + e_wait
+    D = np.bincount(ex_k, weights=ex_e, minlength=n) + e_out + e_wait
     safe = np.where(D > 0, D, 1.0)
 
     # what each wait passes to its delayer's paths (frac of its time) and wait states (edges)
     out_k = np.flatnonzero(e_out > 0)
-    paths = pd.DataFrame({"k": np.r_[ex["k"].to_numpy(), out_k],
-                          "path": np.r_[ex["path"].to_numpy(), np.full(len(out_k), _OUTSIDE, dtype=np.int64)],
-                          "frac": np.r_[ex["e"].to_numpy() / safe[ex["k"].to_numpy()], e_out[out_k] / D[out_k]]})
+    paths = pd.DataFrame({"k": np.r_[ex_k, out_k],
+                          "path": np.r_[ex_path, np.full(len(out_k), _OUTSIDE, dtype=np.int64)],
+                          "frac": np.r_[ex_e / safe[ex_k], e_out[out_k] / D[out_k]]})
     mine_p = p_iv >= n
     src, dst = p_iv[mine_p] - n, p_wait[mine_p]
     frac = (e_wait[src] * p_ns[mine_p] / np.where(waiting[n:][src] > 0, waiting[n:][src], 1.0)) / safe[src]
@@ -129,6 +121,49 @@ def delay_costs(calls: pd.DataFrame, waits: pd.DataFrame, segs: Segments, window
     table = _table(causes, segs.names, keys, first, origin, total)
     propagating = phi.sum(axis=1) > 0
     return DelayCosts(table, total / NS, int(propagating.sum()), float(omega[propagating].sum()) / NS)
+
+
+def _kernels(clock: _Clock, segs: Segments, iv_rank: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+             n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(the ns in kernels of each interval, and `_excess`'s wait, path and excess ns), a block of waits at a time:
+    blocks of about _CHUNK overlaps keep the temporaries small (arrays of millions are paid for in page faults
+    each time)."""
+    first, count = _spans(clock, clock.key(segs.rank, segs.start_ns), segs.rank, segs.end_ns, iv_rank, lo, hi)
+    load = np.cumsum(count[:n] + count[n:])
+    cuts = np.searchsorted(load, np.arange(1, int(load[-1]) // _CHUNK + 1) * _CHUNK, side="right")
+    bounds = np.unique(np.r_[0, cuts, n])
+    in_kernels = np.zeros(2 * n)
+    blocks = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        at = np.r_[a:b, n + a:n + b]                                  # its waiters' and delayers' intervals
+        iv, item, ns = _expand(first[at], count[at], segs.start_ns, segs.end_ns, lo[at], hi[at])
+        in_kernels[at] = np.bincount(iv, weights=ns, minlength=len(at))
+        path = segs.name[item].astype(np.int64) * _LAYERS + (segs.layer[item].astype(np.int64) + 1)
+        k, p, e = _excess(iv, path, ns, b - a)
+        blocks.append((k + a, p, e))
+    return in_kernels, *(np.concatenate(x) for x in zip(*blocks))
+
+
+def _excess(iv: np.ndarray, path: np.ndarray, ns: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(wait, path, excess ns), by wait then path, where the delayer (intervals n..2n-1) spent longer in a kernel
+    path than the waiter (intervals 0..n-1): the overlaps' ns summed per (wait, path, side) by counting (sums of
+    whole nanoseconds, exact in float64)."""
+    if not len(iv):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    paths, p = distinct_index(path)
+    pair = (iv % n) * len(paths) + p                                    # (wait, path), sorted like the two
+    cell, at = distinct_index(pair * 2 + (iv >= n))                     # and the side: the delayer's is odd
+    t = np.bincount(at, weights=ns, minlength=len(cell))
+    mine, theirs = np.flatnonzero(cell % 2 == 1), np.flatnonzero(cell % 2 == 0)
+    ours = cell[mine] // 2
+    waiter = np.zeros(len(mine))
+    if len(theirs):
+        hit = np.minimum(np.searchsorted(cell[theirs] // 2, ours), len(theirs) - 1)
+        found = cell[theirs[hit]] // 2 == ours
+        waiter[found] = t[theirs[hit[found]]]
+    e = np.maximum(t[mine] - waiter, 0)
+    ok = e > 0
+    return ours[ok] // len(paths), paths[ours[ok] % len(paths)], e[ok]
 
 
 def _propagate(visit, src, dst, frac, omega, origin, n_orig) -> np.ndarray:
@@ -215,13 +250,26 @@ def _overlaps(clock: _Clock, rank: np.ndarray, s: np.ndarray, e: np.ndarray, iv_
     if not len(rank) or not len(lo):
         z = np.zeros(0, dtype=np.int64)
         return z, z, z
-    key = clock.key(rank, s)
+    return _expand(*_spans(clock, clock.key(rank, s), rank, e, iv_rank, lo, hi), s, e, lo, hi)
+
+
+def _spans(clock: _Clock, key: np.ndarray, rank: np.ndarray, e: np.ndarray, iv_rank: np.ndarray, lo: np.ndarray,
+           hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first item, number of items) of `_overlaps`' items that may overlap each interval; `key`: the items'
+    `clock.key` of (rank, start)."""
+    if not len(rank):
+        return np.zeros(len(lo), dtype=np.int64), np.zeros(len(lo), dtype=np.int64)
     first = np.searchsorted(key, clock.key(iv_rank, lo), side="left")
     stop = np.searchsorted(key, clock.key(iv_rank, hi), side="left")
     before = np.maximum(first - 1, 0)
     straddles = (first > 0) & (rank[before] == iv_rank) & (e[before] > lo)   # began before the interval
     first = np.where(straddles, first - 1, first)
-    count = np.maximum(stop - first, 0)
+    return first, np.maximum(stop - first, 0)
+
+
+def _expand(first: np.ndarray, count: np.ndarray, s: np.ndarray, e: np.ndarray, lo: np.ndarray,
+            hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`_overlaps` from `_spans`: the items that do overlap, and by how much."""
     iv = np.repeat(np.arange(len(lo)), count)
     item = np.repeat(first, count) + np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
     ns = np.minimum(e[item], hi[iv]) - np.maximum(s[item], lo[iv])

@@ -43,9 +43,9 @@ def from_parts(segs: Segments, ranks: np.ndarray, parts: list[tuple[pd.DataFrame
     if not len(segs) and not any(len(f) for p in parts for f in p):
         return pd.DataFrame(columns=COLUMNS)
     frames = []
+    kernels = (*_kernel_layers(segs), _positions(segs.rank, ranks), segs.end_ns - segs.start_ns)
     for i, by_layer in enumerate((False, True)):
-        seg_key = _key(segs.name, segs.layer, by_layer)
-        frames.append(_across_ranks(seg_key, segs.rank, segs.end_ns - segs.start_ns, ranks, segs.names, by_layer))
+        frames.append(_across_ranks(*kernels, ranks, segs.names, by_layer))
         rows = [p[i] for p in parts if len(p[i])]
         if len(rows) > 1:                      # the order of one table of all ranks: by kernel key, then rank
             frames.append(pd.concat(rows, ignore_index=True).sort_values(["_key", RANK], kind="stable"))
@@ -61,7 +61,7 @@ def from_parts(segs: Segments, ranks: np.ndarray, parts: list[tuple[pd.DataFrame
 def kernels_across_ranks(segs: Segments, ranks: np.ndarray) -> pd.DataFrame:
     """The rows of `imbalance` with scope 'ranks' and no layer (each kernel over all its layers), sorted the same,
     without the per-layer and per-thread rows (what `diff` compares)."""
-    out = _across_ranks(_key(segs.name, segs.layer, False), segs.rank, segs.end_ns - segs.start_ns, ranks,
+    out = _across_ranks(*_kernel_layers(segs), _positions(segs.rank, ranks), segs.end_ns - segs.start_ns, ranks,
                         segs.names, False)
     out = out[out["lost_s"] > 0]
     return out[COLUMNS].sort_values("lost_s", ascending=False, kind="stable").reset_index(drop=True)
@@ -81,18 +81,29 @@ def _decode(keys: np.ndarray, names: tuple[str, ...], by_layer: bool):
     return kernel, layer
 
 
-def _across_ranks(key, rank, dur, ranks, names, by_layer) -> pd.DataFrame:
-    ok = key >= 0
-    key, rank, dur = key[ok], rank[ok], dur[ok]
-    if not len(key) or len(ranks) < 2:
+def _kernel_layers(segs: Segments) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (kernel, layer) pairs of the segments as `_key(by_layer=True)` would write them if every kernel
+    had a layer (sorted), and each segment's position among them: both tables' keys follow from these few."""
+    return distinct_index(segs.name.astype(np.int64) * 65538 + segs.layer + 1)
+
+
+def _across_ranks(pairs, pair, at, dur, ranks, names, by_layer) -> pd.DataFrame:
+    """The rows of scope 'ranks' from the segments' `_kernel_layers` (`pairs`, each one's `pair`), `at` the
+    position of each one's rank in `ranks`."""
+    key = _key(pairs // 65538, pairs % 65538 - 1, by_layer)           # the table's key of each pair
+    if not (key >= 0).any() or len(ranks) < 2:
         return pd.DataFrame(columns=COLUMNS)
-    ukey, kidx = np.unique(key, return_inverse=True)
-    ridx = np.searchsorted(ranks, rank)
-    t = np.bincount(kidx * len(ranks) + ridx, weights=dur, minlength=len(ukey) * len(ranks))
-    t = t.reshape(len(ukey), len(ranks)) / NS
-    runs = np.bincount(kidx * len(ranks) + ridx, minlength=len(ukey) * len(ranks)).reshape(t.shape) > 0
-    if not by_layer:
-        runs[:] = True
+    # every segment counted, those without a key (-1) in a first row that is then dropped: cheaper than a filter
+    ukey, row = distinct_index(key + 1)
+    skip = int(ukey[0] == 0)
+    ukey = ukey[skip:] - 1
+    cell = row[pair] * len(ranks) + at
+    size = (len(ukey) + skip) * len(ranks)
+    t = np.bincount(cell, weights=dur, minlength=size).reshape(-1, len(ranks))[skip:] / NS
+    if by_layer:
+        runs = np.bincount(cell, minlength=size).reshape(-1, len(ranks))[skip:] > 0
+    else:
+        runs = np.ones(t.shape, dtype=bool)
     count = runs.sum(axis=1)
     kernel, layer = _decode(ukey, names, by_layer)
     high, low = np.where(runs, t, -np.inf), np.where(runs, t, np.inf)
@@ -105,6 +116,16 @@ def _across_ranks(key, rank, dur, ranks, names, by_layer) -> pd.DataFrame:
                         "slowest": [str(r) for r in ranks[high.argmax(axis=1)]],
                         "min_s": low.min(axis=1), "fastest": [str(r) for r in ranks[low.argmin(axis=1)]]})
     return out[count >= 2]
+
+
+def _positions(rank: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """Each rank's position in `ranks` (sorted, and holding every rank given): by a lookup table when the ids are
+    small, as millions of segments need."""
+    if len(ranks) and 0 <= ranks[0] and ranks[-1] < (1 << 24):
+        table = np.zeros(int(ranks[-1]) + 1, dtype=np.int64)
+        table[ranks] = np.arange(len(ranks))
+        return table[rank]
+    return np.searchsorted(ranks, rank)
 
 
 def _across_threads(key, rank, thread, dur, names, by_layer) -> pd.DataFrame:

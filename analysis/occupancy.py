@@ -12,7 +12,7 @@ import pandas as pd
 from analysis.records import NS, Records, records
 from analysis.segments import Segments
 from analysis.window import Window
-from gpt2trace.format.lanes import distinct_lanes, time_key, time_key_fits
+from gpt2trace.format.lanes import distinct_index, distinct_lanes, time_key, time_key_fits
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, LAYER, RANK, START_NS, STATE, THREAD, Kind, State
 
@@ -114,7 +114,7 @@ def kernel_wall(segs: Segments) -> pd.DataFrame:
 
 def _kernel_keys(segs: Segments) -> tuple[np.ndarray, np.ndarray]:
     """The distinct (kernel, layer) keys of the segments, sorted, and each segment's position among them."""
-    return np.unique(segs.name.astype(np.int64) * 65538 + segs.layer + 1, return_inverse=True)
+    return distinct_index(segs.name.astype(np.int64) * 65538 + segs.layer + 1)
 
 
 def _wall_table(segs: Segments, ukey: np.ndarray, kidx: np.ndarray) -> pd.DataFrame:

@@ -9,10 +9,11 @@ import pandas as pd
 import pytest
 
 from analysis import critical_path as cp
+from analysis import mpi, segments
 from analysis.records import Records
 from analysis.window import select
 from gpt2trace.format.reader import Trace, load
-from gpt2trace.format.schema import END_NS, START_NS, State
+from gpt2trace.format.schema import END_NS, RANK, START_NS, State
 from gpt2trace.testing import synthetic as syn
 from gpt2trace.testing import synthetic_pipeline as sp
 
@@ -200,3 +201,25 @@ def test_kernel_regions_join_waits_for_the_last_end_then_the_lowest_thread():
     shuffled = _kern([rows[i] for i in (6, 3, 1, 5, 0, 4, 2)])              # the record order does not matter
     pd.testing.assert_frame_equal(cp.kernel_regions(shuffled), out)
     assert cp.kernel_regions(_kern([(0, 0, 3, 3, 0, 0)])).empty              # only zero-length records: no region
+
+
+@pytest.mark.parametrize("name", ["small_8ranks_3d", "small_2ranks_pp2_1f1b", "tiny_2ranks_overlap"])
+def test_the_tiling_by_blocks_of_ranks_is_the_tiling_of_all(name, monkeypatch):
+    trace = load(SAMPLES / f"{name}.parquet")
+    window = select(trace)
+    calls = mpi.calls(trace, window)
+    regions = cp.kernel_regions(segments.kernel_records(trace, window))
+    ranks = np.r_[cp.main_threads(trace).index.to_numpy(), 97, 98]      # and two ranks with no records at all
+    quiet = ranks[len(ranks) // 2 - 1]                                    # and one in the middle, when it has none
+    cases = [(regions, calls), (regions[regions[RANK] != quiet], calls[calls[RANK] != quiet].reset_index(drop=True))]
+    for regs, cs in cases:
+        whole = cp._tiling(regs, cs, ranks, window.t0_ns, window.t1_ns)
+        with monkeypatch.context() as m:
+            m.setattr(cp, "_CHUNK", 3)       # a block of ranks starts at the rank of every third region
+            blocks = cp._tiling(regs, cs, ranks, window.t0_ns, window.t1_ns)
+        assert len(np.unique(regs[RANK].to_numpy()[3::3])) >= (2 if len(regs) == len(regions) else 1)  # blocks
+        for field in ("rank", "start", "end", "kind", "ref", "prev_call", "ranks", "ptr"):
+            assert np.array_equal(getattr(whole, field), getattr(blocks, field)), field
+    path = cp.critical_path(trace, window).pieces
+    monkeypatch.setattr(cp, "_CHUNK", 3)
+    pd.testing.assert_frame_equal(cp.critical_path(trace, window).pieces, path, check_exact=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -193,3 +194,19 @@ def test_analyze_names_the_top_cause_of_a_chain(chain):
     # root_causes keep their communicator and say the same per group
     assert result["root_causes"][0]["text"] == ("8 s of waits caused by kernel matmul_forward (layer 0) on rank 0, "
                                                 "4 s directly and 4 s through other waits")
+
+
+@pytest.mark.parametrize("name", ["small_8ranks_3d", "small_2ranks_sp_contiguous", "small_2ranks_pp2_1f1b"])
+def test_blocks_of_waits_give_the_costs_of_all(name, monkeypatch):
+    # with blocks of a few overlaps, the waits are worked on a handful at a time: the same table, to the bit
+    trace = load(SAMPLES / f"{name}.parquet")
+    window = select(trace)
+    calls = mpi.calls(trace, window)
+    wait_rows, segs = waits.wait_states(calls), segments.segments(segments.kernel_records(trace, window))
+    whole = delay.delay_costs(calls, wait_rows, segs, window, keys=(mpi.GROUP,))
+    monkeypatch.setattr(delay, "_CHUNK", 5)
+    blocks = delay.delay_costs(calls, wait_rows, segs, window, keys=(mpi.GROUP,))
+    assert len(wait_rows) > 5 and len(whole.causes)
+    pd.testing.assert_frame_equal(blocks.causes, whole.causes, check_exact=True)
+    assert (blocks.total_wait_s, blocks.propagating_waits, blocks.propagating_wait_s) == (
+        whole.total_wait_s, whole.propagating_waits, whole.propagating_wait_s)
