@@ -13,11 +13,14 @@ from trainer.kernels.launch import NO_TRACE, Kernel
 
 class SlotSource(Protocol):
     """What a tracer offers the launcher (see gpt2trace.record.recorder.KernelRecorder): a key per kernel, asked
-    once, and a slot per call for that key plus the call's layer."""
+    once; per call, the launcher appends the call's key (the kernel's plus the layer) to `keys` and passes the slot
+    `slots[i]` of that call, `grow` making room when `slots` runs out. Both lists stay the same objects."""
+    keys: list[int]
+    slots: list[np.ndarray]
 
     def kernel_key(self, kernel: str) -> int: ...
 
-    def slot(self, key: int) -> np.ndarray: ...
+    def grow(self) -> None: ...
 
 
 class NonFiniteOutput(Exception):
@@ -42,17 +45,27 @@ class Launcher:
     @recorder.setter
     def recorder(self, recorder: SlotSource | None) -> None:
         self._recorder = recorder
+        self._keys = None if recorder is None else recorder.keys
+        self._slots = None if recorder is None else recorder.slots
         self._kernel_keys: dict[Kernel, int] = {}    # the recorder's key of each kernel, asked once
 
     def __call__(self, k: Kernel, layer: int, *args) -> None:
-        recorder = self._recorder
-        if recorder is None:
+        keys = self._keys
+        if keys is None:
             slot = NO_TRACE
         else:
+            # The slot handed out here, on the recorder's lists, rather than by a method of the recorder: the
+            # call and its lookups cost ~120 ns on every kernel call.
             key = self._kernel_keys.get(k)
             if key is None:
-                key = self._kernel_keys[k] = recorder.kernel_key(k.name)
-            slot = recorder.slot(key + layer)
+                key = self._kernel_keys[k] = self._recorder.kernel_key(k.name)
+            i = len(keys)
+            keys.append(key + layer)
+            try:
+                slot = self._slots[i]
+            except IndexError:                 # free when not raised: the slots run out only in the first steps
+                self._recorder.grow()
+                slot = self._slots[i]
         k(self.nthreads, *args, slot)
         if self.check_finite:
             for a in args:

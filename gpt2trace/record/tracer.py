@@ -109,11 +109,10 @@ class Tracer:
 
     # -- the trainer's Observer -------------------------------------------------------------------------
     def begin_step(self, step: int) -> None:
-        self.recorder.step = step
-        self.recorder.microstep = 0
+        self.recorder.mark(step, 0)
 
     def microstep(self, micro: int) -> None:
-        self.recorder.microstep = micro
+        self.recorder.mark(self.recorder.step, micro)
 
     def phase(self, name: str, nbytes: int | None = None) -> _Phase:
         """A `phase` record around the block, and the resident memory at its end; `nbytes` goes to its `bytes`
@@ -157,7 +156,7 @@ class Tracer:
         """The step's records are complete: mark the boundary, and close the window when it is time. A part that
         cannot be written (an OutputError: a full disk) is raised here, on the loop's thread."""
         t = time.monotonic_ns()
-        self._last_end = _StepEnd(t, self.recorder.n, len(self._phases), len(self._counters), len(self._comms),
+        self._last_end = _StepEnd(t, len(self.recorder.keys), len(self._phases), len(self._counters), len(self._comms),
                                   len(self._tasks), step)
         if self._first_step is None:
             self._first_step = step
@@ -165,8 +164,7 @@ class Tracer:
             self._cut(t, self._last_end)
         # In the next window, as the time between steps it is.
         self._phases.add(FLUSH_PHASE, (t, time.monotonic_ns(), NO_VALUE, NO_VALUE, NULL))
-        self.recorder.step = NO_VALUE
-        self.recorder.microstep = NO_VALUE
+        self.recorder.mark(NO_VALUE, NO_VALUE)
 
     def close(self, whole_run: bool = True) -> None:
         """Write the open window; raise the failure of a part's write, if any (then nothing more was written).
@@ -224,7 +222,7 @@ class Tracer:
         tasks = self._tasks[: kept[3]]
         steps = (self._first_step, last) if self._first_step is not None and last is not None else None
         window = RawWindow(self.rank, self._window_start, end_ns, self.origin, self.nthreads, self._main_tid,
-                           times, np.array(calls.keys, dtype=np.int64), np.array(calls.marks, dtype=np.int64),
+                           times, calls.keys, calls.marks,
                            list(self.recorder.kernel_names), phase_names, phases, comm_names, comms, counter_names,
                            counters, values, _task_buffers(tasks))
         self._window_start = end_ns

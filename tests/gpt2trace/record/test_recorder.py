@@ -29,10 +29,10 @@ def test_slot_is_a_view_marked_absent():
 
 def test_take_returns_the_calls_and_their_meta():
     rec = KernelRecorder(nthreads=2, capacity=8)
-    rec.step, rec.microstep = 4, 1
+    rec.mark(4, 1)
     _fill(_slot(rec, "matmul_forward", 0), 100, 200, (110, 150, 7), (120, 190, 8))
     _fill(_slot(rec, "gelu_forward", -1), 210, 260, (215, 250, 7))      # the second block was not run
-    rec.step = 5
+    rec.mark(5, 1)
     _fill(_slot(rec, "matmul_forward", 1), 300, 400, (301, 399, 7), (302, 398, 8))
     times, calls = rec.take()
     meta = call_meta(calls)
@@ -77,17 +77,17 @@ def test_take_upto_drops_the_calls_after_it_and_resets_every_slot():
 
 def test_step_changes_between_takes_and_without_calls():
     rec = KernelRecorder(nthreads=1, capacity=4)
-    rec.step, rec.microstep = 0, 0
+    rec.mark(0, 0)
     _slot(rec, "a", 2)
-    rec.microstep = 1
-    rec.step = NO_VALUE                         # changed twice with no call between: only the last counts
-    rec.step = 1
+    rec.mark(0, 1)
+    rec.mark(NO_VALUE, 1)                       # changed twice with no call between: only the last counts
+    rec.mark(1, 1)
     _slot(rec, "b", -1)
     _slot(rec, "a", 70_000)                      # layers beyond 16 bits keep their value
     _, calls = rec.take()
     assert call_meta(calls).tolist() == [[0, 2, 0, 0], [1, -1, 1, 1], [0, 70_000, 1, 1]]
     _slot(rec, "b", 0)                            # the next window starts in the step the last one ended in
-    rec.step = 2
+    rec.mark(2, 1)
     _, calls = rec.take()
     assert call_meta(calls).tolist() == [[1, 0, 1, 1]]
 
@@ -124,3 +124,22 @@ def test_the_launcher_asks_a_kernels_key_once_per_recorder():
     launcher.recorder = None                         # untraced: no slot asked
     launcher(residual_forward, 0, out, x, x)
     assert second.n == 0
+
+
+def test_the_launcher_grows_the_slots_and_keeps_the_lists_it_holds():
+    # the launcher hands out slots on the recorder's own lists: 5 calls into 2 slots grow them twice (2 -> 4 -> 8),
+    # a take clears them in place, and the next calls still land in the recorder
+    x = np.ones(64, np.float32)
+    out = np.empty_like(x)
+    rec = KernelRecorder(nthreads=2, capacity=2)
+    keys, slots = rec.keys, rec.slots
+    launcher = Launcher(2, rec)
+    for layer in range(5):
+        launcher(residual_forward, layer, out, x, x)
+    assert rec.keys is keys and rec.slots is slots and len(slots) == 8
+    times, calls = rec.take()
+    assert call_meta(calls)[:, 1].tolist() == [0, 1, 2, 3, 4]
+    # every call's region and both blocks were written by the kernel, the first ones' before the growth too
+    assert (times[:, 0, :2] > 0).all() and (times[:, 0, 1] >= times[:, 0, 0]).all() and (times[:, 1:, 2] > 0).all()
+    launcher(residual_forward, 7, out, x, x)
+    assert rec.keys is keys and rec.n == 1 and call_meta(rec.take()[1])[:, 1].tolist() == [7]
