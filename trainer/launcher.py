@@ -13,14 +13,15 @@ from trainer.kernels.launch import NO_TRACE, Kernel
 
 class SlotSource(Protocol):
     """What a tracer offers the launcher (see gpt2trace.record.recorder.KernelRecorder): a key per kernel, asked
-    once; per call, the launcher appends the call's key (the kernel's plus the layer) to `keys` and passes the slot
-    `slots[i]` of that call, `grow` making room when `slots` runs out. Both lists stay the same objects."""
+    once; per call, the launcher appends the call's key (the kernel's plus the layer) to `keys` and passes call i
+    the slot `slots[i % len(slots)]` (a power of two of them, reused in turn), calling `spill(i)` first when i is a
+    multiple of len(slots). Both lists stay the same objects."""
     keys: list[int]
     slots: list[np.ndarray]
 
     def kernel_key(self, kernel: str) -> int: ...
 
-    def grow(self) -> None: ...
+    def spill(self, i: int) -> None: ...
 
 
 class NonFiniteOutput(Exception):
@@ -47,6 +48,7 @@ class Launcher:
         self._recorder = recorder
         self._keys = None if recorder is None else recorder.keys
         self._slots = None if recorder is None else recorder.slots
+        self._mask = 0 if recorder is None else len(recorder.slots) - 1
         self._kernel_keys: dict[Kernel, int] = {}    # the recorder's key of each kernel, asked once
 
     def __call__(self, k: Kernel, layer: int, *args) -> None:
@@ -61,11 +63,10 @@ class Launcher:
                 key = self._kernel_keys[k] = self._recorder.kernel_key(k.name)
             i = len(keys)
             keys.append(key + layer)
-            try:
-                slot = self._slots[i]
-            except IndexError:                 # free when not raised: the slots run out only in the first steps
-                self._recorder.grow()
-                slot = self._slots[i]
+            j = i & self._mask
+            if not j:
+                self._recorder.spill(i)
+            slot = self._slots[j]
         k(self.nthreads, *args, slot)
         if self.check_finite:
             for a in args:

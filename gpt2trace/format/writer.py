@@ -13,10 +13,11 @@ Why Arrow IPC for the parts: a part is written during the run, on the training l
 until the merge. The tracer writes a window's raw buffers (gpt2trace.format.raw_window) as a one-row IPC file, a
 copy of its buffers, uncompressed; the merge decodes them into records and pays the full encoding (zstd,
 dictionaries, delta timestamps, statistics) once. Uncompressed because the loop waits for the write: on the
-`small` model's 1 s windows (~0.5 MB) LZ4 took ~1.2 ms to save ~0.13 ms of writing, and the parts live only until
-the merge, twice the size (~0.5 MB/s of parts on the demo, against ~0.3 MB/s of merged trace). Parts of earlier versions (Parquet with the states in them; IPC
-files of raw events, one row per kernel call, gpt2trace.format.parts; or without the columns added since) are
-still read by the merge and `recover`.
+`small` model's 1 s windows (~0.5 MB) LZ4 took ~1.2 ms to save ~0.13 ms of writing; the parts, living only until
+the merge, are twice the size (~0.6 MB/s of parts on the demo, against ~0.3 MB/s of merged trace). Parts of
+earlier versions (Parquet with the states in them; IPC files of raw events, one row per kernel call,
+gpt2trace.format.parts; LZ4-compressed; or without the columns added since) are still read by the merge and
+`recover`.
 
 Files are opened by Python and handed to pyarrow as file objects: pyarrow's own path handling cannot encode
 file names that are not UTF-8 (which Linux allows).

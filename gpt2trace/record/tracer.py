@@ -9,9 +9,9 @@ Windows and parts. The records since the last cut form the open window. At the e
 closed and written, on the loop's own thread, as one part: its raw buffers (gpt2trace.format.raw_window: the
 kernel slots as the kernels filled them, the calls' keys, the phases, MPI calls and counters), as Extrae writes
 its buffers to .mpit files. The merge builds the records from them (as mpi2prv does), so during the run nothing
-is done per record: a cut costs the loop copies, an LZ4 encoding and one file write (~3 ms for the ~6,600
-calls of 1 s of the `small` model), and no writer thread competes with the kernels' threads for the cores and
-the GIL.
+is done per record: a cut costs the loop the keys turned into an array, an IPC encoding in memory and one file
+write (~0.7-1.2 ms for the ~6,500 calls of 1 s of the `small` model, ~0.6 MB), and no writer thread competes with
+the kernels' threads for the cores and the GIL.
 
 What a kill loses. A SIGKILL at time t loses only the open window: less than `flush_every_s` + one step of
 completed steps, plus the step in progress (the parts on disk are whole and hold whole steps).
@@ -21,8 +21,8 @@ every whole step and drops the step it was in. After a failed write (a full disk
 the parts on disk stay a contiguous run of whole steps.
 
 Memory. At every phase end the main thread also records the process's resident memory (`rss_bytes` counter,
-gpt2trace.record.resident: one pread, ~1.4 us) with the phase's step and micro-batch, so a trace shows how much
-each rank holds after each forward, backward or optimizer step.
+gpt2trace.record.resident: one pread, ~1.5-2 us, most of a phase's cost) with the phase's step and micro-batch, so a
+trace shows how much each rank holds after each forward, backward or optimizer step.
 
 Each step's end is recorded as a `trace_flush` phase on the main thread, in the next window: the tracer's own
 time on the loop (the bookkeeping at a step's end, and the part's write at a cut).
