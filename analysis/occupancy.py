@@ -12,7 +12,7 @@ import pandas as pd
 from analysis.records import NS, Records, records
 from analysis.segments import Segments
 from analysis.window import Window
-from gpt2trace.format.lanes import distinct_lanes, time_key, time_key_fits
+from gpt2trace.format.lanes import distinct_index, distinct_lanes, time_key, time_key_fits
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, LAYER, RANK, START_NS, STATE, THREAD, Kind, State
 
@@ -34,16 +34,30 @@ def _events(st, ranks: np.ndarray):
     if not time_key_fits(4 * len(ranks), width):
         raise ValueError("trace span too long for composite keys")
     pos = np.searchsorted(ranks, st[RANK][run])
-    on_main = (st[THREAD][run] == 0).astype(np.int64)
+    off = time_key(pos, 0, lo, width)                  # a rank's keys start at its position x width
+    on_main = st[THREAD][run] == 0
     # each thread's ends, then its starts, are runs already in order (a thread's intervals do not overlap), which
     # a stable sort (a merge of runs) takes advantage of
-    key = np.sort(np.concatenate([time_key(pos, e, lo, width) * 4 + on_main,            # an end: bit 1 clear
-                                  time_key(pos, s, lo, width) * 4 + 2 + on_main]), kind="stable")
-    step = (key & 2) - 1
-    main = np.cumsum(step * (key & 1))
+    n = len(run)
+    key = np.empty(2 * n, np.int64)
+    for half, t, flag in ((key[:n], e, 0), (key[n:], s, 2)):     # an end: bit 1 clear; a start: set
+        np.add(off, t, out=half)
+        half <<= 2
+        half += on_main
+        half += flag
+    key.sort(kind="stable")
+    kind = (key & 3).astype(np.int8)                  # 0, 1: a worker's, the main thread's end; 2, 3: starts
+    main = np.cumsum(_MAIN_STEP[kind], dtype=np.int64)
+    level = np.cumsum(_LEVEL_STEP[kind], dtype=np.int64)
     key >>= 2
-    rank = key // width
-    return rank, key - rank * width + lo, main, np.cumsum(step) - main
+    # the events come rank after rank, two per interval: rank and time without a division
+    per_rank = 2 * np.bincount(pos, minlength=len(ranks))
+    key -= np.repeat(time_key(np.arange(len(ranks)), 0, lo, width), per_rank)
+    return np.repeat(np.arange(len(ranks)), per_rank), key, main, level - main
+
+
+_MAIN_STEP = np.array([0, -1, 0, 1], dtype=np.int8)    # by event kind (the two low bits of `_events`' keys)
+_LEVEL_STEP = np.array([-1, -1, 1, 1], dtype=np.int8)
 
 
 def occupancy(trace: Trace, window: Window, segs: Segments, top: int = 10, bins: int = 100,
@@ -72,13 +86,15 @@ def from_parts(parts: list[dict], segs: Segments, top: int = 10) -> dict:
             "per_kernel": _per_kernel(segs, waits), "serial_sections": sections, "timeline": timeline}
 
 
-def part(st: Records, window: Window, segs: Segments, top: int = 10, bins: int = 100) -> dict:
+def part(st: Records, window: Window, segs: Segments, top: int = 10, bins: int = 100,
+         lanes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> dict:
     """What the ranks of `st` (the window's state records of some ranks; `segs` their segments) contribute: their
     rows of per_rank, levels and the timeline, their `top` serial sections, and `waits`, the Synchronization and
-    Fork/Join nanoseconds per kernel key."""
+    Fork/Join nanoseconds per kernel key. `lanes`: `lane_index` of the records' rank and thread, if the caller has
+    it."""
     T = window.t1_ns - window.t0_ns
     # from the distinct (rank, thread) pairs, found by counting: a sort or a ufunc.at over every record is slow
-    lane_rank, lane_thread = distinct_lanes(st[RANK], st[THREAD])
+    lane_rank, lane_thread = lanes[:2] if lanes is not None else distinct_lanes(st[RANK], st[THREAD])
     ranks, lane_ri = np.unique(lane_rank, return_inverse=True)
     ranks = ranks.astype(st[RANK].dtype) if len(st) else np.zeros(0, dtype=np.int32)
     threads = np.zeros(len(ranks), dtype=np.int64)
@@ -114,7 +130,7 @@ def kernel_wall(segs: Segments) -> pd.DataFrame:
 
 def _kernel_keys(segs: Segments) -> tuple[np.ndarray, np.ndarray]:
     """The distinct (kernel, layer) keys of the segments, sorted, and each segment's position among them."""
-    return np.unique(segs.name.astype(np.int64) * 65538 + segs.layer + 1, return_inverse=True)
+    return distinct_index(segs.name.astype(np.int64) * 65538 + segs.layer + 1)
 
 
 def _wall_table(segs: Segments, ukey: np.ndarray, kidx: np.ndarray) -> pd.DataFrame:
@@ -177,9 +193,18 @@ def _sections(rank, t, dt, serial, ranks, window: Window, top: int) -> pd.DataFr
     first = np.flatnonzero(~joined)
     last = np.r_[first[1:], len(pos)] - 1                           # a run is in one rank, where times increase
     start, seconds = t[pos[first]], (t[pos[last] + 1] - t[pos[first]]) / NS
-    top = np.argsort(-seconds, kind="stable")[:top]                 # DataFrame.nlargest: ties in order
+    top = _largest(seconds, top)
     return pd.DataFrame({RANK: ranks[rank[pos[first[top]]]].astype(int), "start_s": (start[top] - window.t0_ns) / NS,
                          "seconds": seconds[top]})
+
+
+def _largest(x: np.ndarray, k: int) -> np.ndarray:
+    """The positions of the `k` largest of `x`, largest first, ties in order (DataFrame.nlargest's): those of
+    np.argsort(-x, kind="stable")[:k], with a sort of the candidates only."""
+    if 0 < k < len(x):
+        cand = np.flatnonzero(x >= np.partition(x, len(x) - k)[len(x) - k])   # the k-th largest and above
+        return cand[np.argsort(-x[cand], kind="stable")[:k]]
+    return np.argsort(-x, kind="stable")[:k]
 
 
 def _timeline(rank, t, level, dt, ranks, window: Window, bins: int) -> dict:

@@ -40,6 +40,7 @@ from analysis.critical_path import kernel_regions
 from analysis.records import Records, extent, records, threads
 from analysis.window import Window, of_steps
 from gpt2trace.format import communicators as comms
+from gpt2trace.format.lanes import lane_index
 from gpt2trace.format.reader import Reads, Trace, check_states
 from gpt2trace.format.schema import (
     BLOCK,
@@ -188,9 +189,10 @@ def part(group: Trace, ctx: Context, top: int = 10, bins: int = 100) -> Part:
     kern = _recode(segments.kernel_records(group, window), ctx.kernel_names)
     segs = segments.segments(kern)
     states = records(group, Kind.STATE, (RANK, THREAD, STATE), window)
-    return Part(states=state_profile.lane_states(states),
-                occupancy=occupancy.part(states, window, segs, top, bins),
-                pop=pop.part(states, kern), bursts=bursts.counts(states),
+    lanes = lane_index(states[RANK], states[THREAD])        # each record's thread, found once for the analyses
+    times = state_profile.lane_states(states, lanes)
+    return Part(states=times, occupancy=occupancy.part(states, window, segs, top, bins, lanes),
+                pop=pop.part(states, kern, times), bursts=bursts.counts(states),
                 imbalance=imbalance.threads_part(kern), kernel_threads=kernel_threads.cells(kern),
                 counters=counters.part(group, window, states), tasks=tasks.part(group, window, ctx.steps), segs=segs,
                 regions=kernel_regions(kern) if ctx.groups > 1 else None, kern=kern if ctx.groups == 1 else None)

@@ -53,6 +53,7 @@ def records(trace: Trace, kind: str, columns: tuple[str, ...], window: Span | No
         s, e = out[START_NS], out[END_NS]
         keep = ((s < window.t1_ns) & (e > window.t0_ns)) | ((s == e) & (s >= window.t0_ns) & (s < window.t1_ns))
         if not keep.all():
+            keep = np.flatnonzero(keep)             # once for all the columns
             out = {c: v[keep] for c, v in out.items()}
         if clip:
             out[START_NS] = np.maximum(out[START_NS], window.t0_ns)

@@ -38,11 +38,12 @@ class LaneStates:
         return LaneStates(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("rank", "thread", "ns")))
 
 
-def lane_states(states: Records) -> LaneStates:
-    dur = (states[END_NS] - states[START_NS]).astype(np.float64)
-    state = np.clip(states[STATE].astype(np.int64), 0, _STATE_SLOTS - 1)
-    rank, thread, lane = lane_index(states[RANK], states[THREAD])      # threads with state records
-    ns = np.bincount(lane * _STATE_SLOTS + state, weights=dur, minlength=len(rank) * _STATE_SLOTS)
+def lane_states(states: Records, lanes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> LaneStates:
+    """`lanes`: `lane_index` of the records' (rank, thread), if the caller has it."""
+    rank, thread, lane = lanes if lanes is not None else lane_index(states[RANK], states[THREAD])
+    cell = lane * _STATE_SLOTS
+    cell += np.clip(states[STATE], 0, _STATE_SLOTS - 1)
+    ns = np.bincount(cell, weights=states[END_NS] - states[START_NS], minlength=len(rank) * _STATE_SLOTS)
     return LaneStates(rank, thread, ns.reshape(-1, _STATE_SLOTS))
 
 

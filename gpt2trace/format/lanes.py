@@ -43,6 +43,9 @@ def distinct_index(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     key = np.asarray(key).astype(np.int64, copy=False)
     if not len(key):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if is_sorted(key):          # records grouped by lane, as readers give them: runs, no counting
+        first = run_starts(key)
+        return key[first], np.repeat(np.arange(len(first), dtype=np.int64), np.diff(np.r_[first, len(key)]))
     if int(key.max()) < _COUNTING_MAX:
         present = np.flatnonzero(np.bincount(key))
         position = np.full(int(present[-1]) + 1, -1, dtype=np.int64)
@@ -59,6 +62,20 @@ def distinct_lanes(rank: np.ndarray, thread: np.ndarray) -> tuple[np.ndarray, np
     if len(key) and int(key.max()) < _COUNTING_MAX:
         return split_key(np.flatnonzero(np.bincount(key)).astype(np.int64), w)
     return split_key(np.unique(key), w)
+
+
+def is_sorted(a: np.ndarray) -> bool:
+    """Whether `a` is in ascending order (ties allowed)."""
+    return bool((a[1:] >= a[:-1]).all())
+
+
+def in_lane_order(lane: np.ndarray, t: np.ndarray) -> bool:
+    """Whether records are sorted by (lane, t), as per-thread buffers write them: then `lane_order` is the
+    identity."""
+    if len(lane) < 2:
+        return True
+    step = lane[1:] - lane[:-1]
+    return bool((step >= 0).all() and not ((step == 0) & (t[1:] < t[:-1])).any())
 
 
 def time_key_fits(lanes: int, span: int) -> bool:
