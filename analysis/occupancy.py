@@ -18,8 +18,9 @@ from gpt2trace.format.schema import END_NS, LAYER, RANK, START_NS, STATE, THREAD
 
 
 def _events(st, ranks: np.ndarray):
-    """Running intervals as +1/-1 events sorted by (rank, time), ends before starts at equal times; and the
-    main-thread and worker counts after each event.
+    """Running intervals as +1/-1 events sorted by (rank, time), ends before starts at equal times: where each
+    rank's events start (`ptr`: those of ranks[i] are ptr[i]:ptr[i + 1]), their times, and the main-thread count
+    and the number of threads Running after each event.
 
     Events of a rank at the same time and of the same sign come in any order: what is read of them, the time
     until the next event and the counts after the last of them, does not depend on it. So one plain sort of keys
@@ -27,7 +28,7 @@ def _events(st, ranks: np.ndarray):
     """
     run = np.flatnonzero((st[STATE] == State.RUNNING) & (st[END_NS] > st[START_NS]))
     if not len(run):
-        return (np.zeros(0, np.int64),) * 4
+        return (np.zeros(len(ranks) + 1, np.int64),) + (np.zeros(0, np.int64),) * 3
     s, e = st[START_NS][run], st[END_NS][run]
     lo = int(s.min())
     width = int(e.max()) - lo + 1
@@ -50,10 +51,10 @@ def _events(st, ranks: np.ndarray):
     main = np.cumsum(_MAIN_STEP[kind], dtype=np.int64)
     level = np.cumsum(_LEVEL_STEP[kind], dtype=np.int64)
     key >>= 2
-    # the events come rank after rank, two per interval: rank and time without a division
+    # the events come rank after rank, two per interval: times without a division
     per_rank = 2 * np.bincount(pos, minlength=len(ranks))
     key -= np.repeat(time_key(np.arange(len(ranks)), 0, lo, width), per_rank)
-    return np.repeat(np.arange(len(ranks)), per_rank), key, main, level - main
+    return np.r_[0, np.cumsum(per_rank)], key, main, level
 
 
 _MAIN_STEP = np.array([0, -1, 0, 1], dtype=np.int8)    # by event kind (the two low bits of `_events`' keys)
@@ -99,24 +100,31 @@ def part(st: Records, window: Window, segs: Segments, top: int = 10, bins: int =
     ranks = ranks.astype(st[RANK].dtype) if len(st) else np.zeros(0, dtype=np.int32)
     threads = np.zeros(len(ranks), dtype=np.int64)
     np.maximum.at(threads, lane_ri.ravel(), lane_thread + 1)
-    rank, t, main, workers = _events(st, ranks) if len(st) else (np.zeros(0, np.int64),) * 4
-    level = main + workers
-    same = np.r_[rank[1:] == rank[:-1], False] if len(rank) else np.zeros(0, bool)
-    dt = np.where(same, np.r_[np.diff(t), 0], 0) if len(t) else np.zeros(0, np.int64)
+    ptr, t, main, level = _events(st, ranks) if len(st) else (np.zeros(1, np.int64),) + (np.zeros(0, np.int64),) * 3
+    dt = np.zeros(len(t), np.int64)                 # from each event to the next of its rank (0 after its last)
+    np.subtract(t[1:], t[:-1], out=dt[:-1])
+    dt[ptr[1:][ptr[1:] > 0] - 1] = 0
     nlev = int(threads.max()) + 1 if len(threads) else 1
-    at_level = np.bincount(rank * nlev + level, weights=dt, minlength=len(ranks) * nlev).reshape(len(ranks), nlev)
+    at_level = np.zeros((len(ranks), nlev))
+    # serial: the main thread alone Running, on a rank of more than one thread
+    serial = (main == 1) & (level == 1)
+    serial_ns = np.zeros(len(ranks))
+    for i, (a, b) in enumerate(zip(ptr[:-1].tolist(), ptr[1:].tolist())):       # one iteration per rank
+        at_level[i] = np.bincount(level[a:b], weights=dt[a:b], minlength=nlev)
+        if threads[i] > 1:
+            serial_ns[i] = dt[a:b][serial[a:b]].sum()
+        else:
+            serial[a:b] = False
     at_level[:, 0] += T - at_level.sum(axis=1)                       # before the first / after the last event
     busy = (at_level * np.arange(nlev)).sum(axis=1)
-    serial = (main == 1) & (workers == 0) & (threads[rank] > 1 if len(rank) else False)
-    serial_ns = np.bincount(rank, weights=dt * serial, minlength=len(ranks))
     per_rank = pd.DataFrame({RANK: ranks.astype(int), "threads": threads, "mean_occupancy": busy / T,
                              "serial_s": serial_ns / NS, "serial_fraction": serial_ns / T})
     levels = pd.DataFrame({RANK: np.repeat(ranks.astype(int), nlev), "level": np.tile(np.arange(nlev), len(ranks)),
                            "seconds": at_level.ravel() / NS})
     levels = levels[levels["level"] <= np.repeat(threads, nlev)].reset_index(drop=True)
     return {"per_rank": per_rank, "levels": levels, "waits": _kernel_waits(st, segs),
-            "serial_sections": _sections(rank, t, dt, serial, ranks, window, top),
-            "timeline": _timeline(rank, t, level, dt, ranks, window, bins)}
+            "serial_sections": _sections(ptr, t, dt, serial, ranks, window, top),
+            "timeline": _timeline(ptr, t, level, dt, ranks, window, bins)}
 
 
 def kernel_wall(segs: Segments) -> pd.DataFrame:
@@ -174,9 +182,9 @@ def _per_kernel(segs: Segments, waits: pd.DataFrame) -> pd.DataFrame:
     return out[cols].sort_values("sync_s", ascending=False, kind="stable").reset_index(drop=True)
 
 
-def _sections(rank, t, dt, serial, ranks, window: Window, top: int) -> pd.DataFrame:
-    """The longest runs of serial time: rank, start (s from the window start), seconds; `dt` the time from each
-    event to the next of its rank (0 after its last).
+def _sections(ptr, t, dt, serial, ranks, window: Window, top: int) -> pd.DataFrame:
+    """The longest runs of serial time: rank, start (s from the window start), seconds; `ptr`, `t`: `_events`',
+    `dt` the time from each event to the next of its rank (0 after its last).
 
     Runs are found on the intervals of positive length, so zero-length steps between events do not cut them.
     """
@@ -189,12 +197,13 @@ def _sections(rank, t, dt, serial, ranks, window: Window, top: int) -> pd.DataFr
     # and ends where it starts
     k = np.flatnonzero(flag)
     pos = pos[k]
-    joined = np.r_[False, (np.diff(k) == 1) & (rank[pos[1:]] == rank[pos[:-1]]) & (t[pos[1:]] == t[pos[:-1] + 1])]
+    rank = np.searchsorted(ptr, pos, side="right") - 1             # of these events only
+    joined = np.r_[False, (np.diff(k) == 1) & (rank[1:] == rank[:-1]) & (t[pos[1:]] == t[pos[:-1] + 1])]
     first = np.flatnonzero(~joined)
     last = np.r_[first[1:], len(pos)] - 1                           # a run is in one rank, where times increase
     start, seconds = t[pos[first]], (t[pos[last] + 1] - t[pos[first]]) / NS
     top = _largest(seconds, top)
-    return pd.DataFrame({RANK: ranks[rank[pos[first[top]]]].astype(int), "start_s": (start[top] - window.t0_ns) / NS,
+    return pd.DataFrame({RANK: ranks[rank[first[top]]].astype(int), "start_s": (start[top] - window.t0_ns) / NS,
                          "seconds": seconds[top]})
 
 
@@ -207,14 +216,14 @@ def _largest(x: np.ndarray, k: int) -> np.ndarray:
     return np.argsort(-x, kind="stable")[:k]
 
 
-def _timeline(rank, t, level, dt, ranks, window: Window, bins: int) -> dict:
+def _timeline(ptr, t, level, dt, ranks, window: Window, bins: int) -> dict:
     """Mean Running threads per rank in `bins` equal bins of the window."""
     T = window.t1_ns - window.t0_ns
     edges = window.t0_ns + (np.arange(bins + 1) * (T / bins)).astype(np.int64)
     area = np.r_[0, np.cumsum(level * dt)]                           # area[k] = integral up to event k
     series = {}
     for i, r in enumerate(ranks):                                    # one iteration per rank
-        a, b = np.searchsorted(rank, i), np.searchsorted(rank, i, side="right")
+        a, b = int(ptr[i]), int(ptr[i + 1])
         if a == b:
             series[int(r)] = [0.0] * bins
             continue
