@@ -12,7 +12,7 @@ import pandas as pd
 from analysis.records import NS, Records, records
 from analysis.segments import Segments
 from analysis.window import Window
-from gpt2trace.format.lanes import distinct_index, distinct_lanes, time_key, time_key_fits
+from gpt2trace.format.lanes import distinct_lanes, is_sorted, run_starts, time_key_fits
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, LAYER, RANK, START_NS, STATE, THREAD, Kind, State
 
@@ -23,37 +23,42 @@ def _events(st, ranks: np.ndarray):
     and the number of threads Running after each event.
 
     Events of a rank at the same time and of the same sign come in any order: what is read of them, the time
-    until the next event and the counts after the last of them, does not depend on it. So one plain sort of keys
-    that carry the event (rank, time, start, main thread) in their bits, and no permutation to apply.
+    until the next event and the counts after the last of them, does not depend on it. So one plain sort per rank
+    of keys that carry the event (time, start, main thread) in their bits, and no permutation to apply.
     """
     run = np.flatnonzero((st[STATE] == State.RUNNING) & (st[END_NS] > st[START_NS]))
     if not len(run):
         return (np.zeros(len(ranks) + 1, np.int64),) + (np.zeros(0, np.int64),) * 3
+    rank = st[RANK][run]
+    if not is_sorted(rank):                             # rank by rank (as a reader gives them)
+        run = run[np.argsort(rank, kind="stable")]
+        rank = st[RANK][run]
     s, e = st[START_NS][run], st[END_NS][run]
     lo = int(s.min())
     width = int(e.max()) - lo + 1
     if not time_key_fits(4 * len(ranks), width):
         raise ValueError("trace span too long for composite keys")
-    pos = np.searchsorted(ranks, st[RANK][run])
-    off = time_key(pos, 0, lo, width)                  # a rank's keys start at its position x width
     on_main = st[THREAD][run] == 0
-    # each thread's ends, then its starts, are runs already in order (a thread's intervals do not overlap), which
-    # a stable sort (a merge of runs) takes advantage of
-    n = len(run)
-    key = np.empty(2 * n, np.int64)
-    for half, t, flag in ((key[:n], e, 0), (key[n:], s, 2)):     # an end: bit 1 clear; a start: set
-        np.add(off, t, out=half)
-        half <<= 2
-        half += on_main
-        half += flag
-    key.sort(kind="stable")
-    kind = (key & 3).astype(np.int8)                  # 0, 1: a worker's, the main thread's end; 2, 3: starts
-    main = np.cumsum(_MAIN_STEP[kind], dtype=np.int64)
-    level = np.cumsum(_LEVEL_STEP[kind], dtype=np.int64)
+    bound = np.r_[run_starts(rank), len(run)]
+    key = np.empty(2 * len(run), np.int64)
+    for a, b in zip(bound[:-1].tolist(), bound[1:].tolist()):       # one iteration per rank: its events
+        k, n = key[2 * a:2 * b], b - a
+        for half, t, flag in ((k[:n], e[a:b], 0), (k[n:], s[a:b], 2)):     # an end: bit 1 clear; a start: set
+            np.subtract(t, lo, out=half)
+            half <<= 2
+            half += on_main[a:b]
+            half += flag
+        # each thread's ends, then its starts, are runs already in order (a thread's intervals do not overlap),
+        # which a stable sort (a merge of runs) takes advantage of
+        k.sort(kind="stable")
+    kind = key.astype(np.int8)                          # the low byte, then its two low bits: 0, 1 a worker's,
+    kind &= 3                                           # the main thread's end; 2, 3 starts
+    main = np.cumsum(_MAIN_STEP[kind], dtype=np.int32)  # (a rank's events end with every count back to 0)
+    level = np.cumsum(_LEVEL_STEP[kind], dtype=np.int32)
     key >>= 2
-    # the events come rank after rank, two per interval: times without a division
-    per_rank = 2 * np.bincount(pos, minlength=len(ranks))
-    key -= np.repeat(time_key(np.arange(len(ranks)), 0, lo, width), per_rank)
+    key += lo
+    per_rank = np.zeros(len(ranks), np.int64)
+    per_rank[np.searchsorted(ranks, rank[bound[:-1]])] = 2 * np.diff(bound)
     return np.r_[0, np.cumsum(per_rank)], key, main, level
 
 
@@ -138,7 +143,7 @@ def kernel_wall(segs: Segments) -> pd.DataFrame:
 
 def _kernel_keys(segs: Segments) -> tuple[np.ndarray, np.ndarray]:
     """The distinct (kernel, layer) keys of the segments, sorted, and each segment's position among them."""
-    return distinct_index(segs.name.astype(np.int64) * 65538 + segs.layer + 1)
+    return np.unique(segs.name.astype(np.int64) * 65538 + segs.layer + 1, return_inverse=True)
 
 
 def _wall_table(segs: Segments, ukey: np.ndarray, kidx: np.ndarray) -> pd.DataFrame:
