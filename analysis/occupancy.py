@@ -162,14 +162,16 @@ def _kernel_waits(st, segs: Segments) -> pd.DataFrame:
         return pd.DataFrame({"sync_s": [], "fork_s": []}, index=pd.Index([], dtype=np.int64))
     ukey, kidx = _kernel_keys(segs)
     state, start, end = st[STATE], st[START_NS], st[END_NS]
-    sel = np.flatnonzero(((state == State.SYNCHRONIZATION) | (state == State.SCHEDULING_FORK_JOIN)) & (end > start))
-    state, start, end = state[sel], start[sel], end[sel]
     sync = state == State.SYNCHRONIZATION
+    sel = np.flatnonzero((sync | (state == State.SCHEDULING_FORK_JOIN)) & (end > start))
+    start, end, sync = start[sel], end[sel], sync[sel]
     # A Synchronization record starts inside the kernel's segment (when the thread's block ends); a Fork/Join
     # record ends inside it (when the thread's block starts).
     seg = segs.locate(st[RANK][sel], np.where(sync, start, end - 1))
     ok = seg >= 0
-    ns = np.bincount(kidx[seg[ok]] * 2 + sync[ok], weights=(end - start)[ok], minlength=2 * len(ukey))
+    if not ok.all():                            # (most are in a segment)
+        seg, sync, start, end = seg[ok], sync[ok], start[ok], end[ok]
+    ns = np.bincount(kidx[seg] * 2 + sync, weights=end - start, minlength=2 * len(ukey))
     return pd.DataFrame({"sync_s": ns[1::2], "fork_s": ns[0::2]}, index=ukey)
 
 

@@ -92,7 +92,7 @@ def _rank_split(states: Records, kern: Records) -> tuple[int, int, int, int, int
     start, end, state = states[START_NS], states[END_NS], states[STATE]
     dur = end - start
     running = (state == State.RUNNING) & (dur > 0)
-    useful, master_useful = int(dur.sum(where=running)), int(dur[:m].sum(where=running[:m]))
+    useful, master_useful = int(np.dot(dur, running)), int(np.dot(dur[:m], running[:m]))     # no copy of a subset
     if n < 2:
         return n, 0, useful, 0, master_useful, 0, 0
 
