@@ -51,7 +51,9 @@ def records(trace: Trace, kind: str, columns: tuple[str, ...], window: Span | No
     names = tuple(_dictionary(part.column(NAME))) if NAME in part.column_names else ()
     if window is not None:
         s, e = out[START_NS], out[END_NS]
-        keep = ((s < window.t1_ns) & (e > window.t0_ns)) | ((s == e) & (s >= window.t0_ns) & (s < window.t1_ns))
+        keep = e > window.t0_ns                     # (s < t1 and e > t0) or (s == e and t0 <= s < t1)
+        keep |= (s == e) & (s >= window.t0_ns)
+        keep &= s < window.t1_ns
         owned = not keep.all()
         if owned:
             out = _kept(out, keep)
