@@ -93,14 +93,14 @@ def from_parts(parts: list[dict], segs: Segments, top: int = 10) -> dict:
 
 
 def part(st: Records, window: Window, segs: Segments, top: int = 10, bins: int = 100,
-         lanes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> dict:
+         lanes: tuple[np.ndarray, np.ndarray] | None = None) -> dict:
     """What the ranks of `st` (the window's state records of some ranks; `segs` their segments) contribute: their
     rows of per_rank, levels and the timeline, their `top` serial sections, and `waits`, the Synchronization and
-    Fork/Join nanoseconds per kernel key. `lanes`: `lane_index` of the records' rank and thread, if the caller has
-    it."""
+    Fork/Join nanoseconds per kernel key. `lanes`: the distinct (rank, thread) pairs of the records, sorted (as
+    `lanes.distinct_lanes` gives them), if the caller has them."""
     T = window.t1_ns - window.t0_ns
     # from the distinct (rank, thread) pairs, found by counting: a sort or a ufunc.at over every record is slow
-    lane_rank, lane_thread = lanes[:2] if lanes is not None else distinct_lanes(st[RANK], st[THREAD])
+    lane_rank, lane_thread = lanes if lanes is not None else distinct_lanes(st[RANK], st[THREAD])
     ranks, lane_ri = np.unique(lane_rank, return_inverse=True)
     ranks = ranks.astype(st[RANK].dtype) if len(st) else np.zeros(0, dtype=np.int32)
     threads = np.zeros(len(ranks), dtype=np.int64)

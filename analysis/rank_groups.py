@@ -40,7 +40,6 @@ from analysis.critical_path import kernel_regions
 from analysis.records import Records, extent, records, threads
 from analysis.window import Window, of_steps
 from gpt2trace.format import communicators as comms
-from gpt2trace.format.lanes import lane_index
 from gpt2trace.format.reader import Reads, Trace, check_states
 from gpt2trace.format.schema import (
     BLOCK,
@@ -190,9 +189,8 @@ def part(group: Trace, ctx: Context, top: int = 10, bins: int = 100) -> Part:
     timed = segments.by_time(kern)          # sorted once for the segments and the regions
     segs = segments.segments(timed)
     states = records(group, Kind.STATE, (RANK, THREAD, STATE), window)
-    lanes = lane_index(states[RANK], states[THREAD])        # each record's thread, found once for the analyses
-    times = state_profile.lane_states(states, lanes)
-    return Part(states=times, occupancy=occupancy.part(states, window, segs, top, bins, lanes),
+    times = state_profile.lane_states(states)                # and the threads with state records, found once
+    return Part(states=times, occupancy=occupancy.part(states, window, segs, top, bins, (times.rank, times.thread)),
                 pop=pop.part(states, kern, times), bursts=bursts.counts(states),
                 imbalance=imbalance.threads_part(kern), kernel_threads=kernel_threads.cells(kern),
                 counters=counters.part(group, window, states), tasks=tasks.part(group, window, ctx.steps), segs=segs,

@@ -55,6 +55,18 @@ def distinct_index(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return present, index.ravel().astype(np.int64)
 
 
+def lane_runs(rank: np.ndarray, thread: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Records grouped by lane in (rank, thread) order, as readers give them: the lanes' rank and thread and
+    where each lane's records start (then the number of records: lane i's are bound[i]:bound[i + 1]); None for
+    records in another order."""
+    w = key_width(thread)
+    key = lane_key(rank, thread, w)
+    if not is_sorted(key):
+        return None
+    first = run_starts(key)
+    return *split_key(key[first], w), np.r_[first, len(key)]
+
+
 def distinct_lanes(rank: np.ndarray, thread: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct (rank, thread) pairs, sorted (`lane_index` without each record's lane, a pass less)."""
     w = key_width(thread)
