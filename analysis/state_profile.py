@@ -41,7 +41,7 @@ class LaneStates:
 def lane_states(states: Records) -> LaneStates:
     dur = states[END_NS] - states[START_NS]
     state = np.clip(states[STATE], 0, _STATE_SLOTS - 1)
-    runs = lane_runs(states[RANK], states[THREAD])
+    runs = lane_runs(states[RANK], states[THREAD]) if len(states) else None
     if runs is None:
         rank, thread, lane = lane_index(states[RANK], states[THREAD])      # threads with state records
         ns = np.bincount(lane * _STATE_SLOTS + state, weights=dur, minlength=len(rank) * _STATE_SLOTS)
