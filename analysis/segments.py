@@ -39,11 +39,15 @@ class Segments:
             return np.full(len(t_ns), -1, dtype=np.int64)
         key = time_key(rank, t_ns, self.lo, self.width)
         seg_start = time_key(self.rank, self.start_ns, self.lo, self.width)
-        i = np.searchsorted(seg_start, key, side="right") - 1
+        i = np.searchsorted(seg_start, key, side="right")
+        i -= 1
         # the rank's own (a time outside the segments' span has a key in a neighbour rank's range)
         at = np.maximum(i, 0)
-        ok = (i >= 0) & (self.rank[at] == rank) & (t_ns < self.end_ns[at])
-        return np.where(ok, i, -1)
+        ok = self.rank[at] == rank
+        ok &= t_ns < self.end_ns[at]
+        ok &= i >= 0
+        i[~ok] = -1
+        return i
 
 
 def kernel_records(trace: Trace, window: Window | None) -> Records:

@@ -97,7 +97,14 @@ def time_key_fits(lanes: int, span: int) -> bool:
 
 def time_key(lane: np.ndarray, t: np.ndarray, lo: int, span: int) -> np.ndarray:
     """(lane, t) as one sortable int64: lane * span + (t - lo), for lo <= t < lo + span."""
-    return np.asarray(lane).astype(np.int64) * span + (np.asarray(t, dtype=np.int64) - lo)
+    lane, t = np.asarray(lane), np.asarray(t, dtype=np.int64)
+    if lane.shape != t.shape:
+        return lane.astype(np.int64) * span + (t - lo)
+    key = lane.astype(np.int64)                     # one array, the arithmetic in place
+    key *= span
+    key -= lo
+    key += t
+    return key
 
 
 def lane_order(rank: np.ndarray, thread: np.ndarray, start: np.ndarray) -> np.ndarray:
