@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.records import NS, Records
-from gpt2trace.format.lanes import distinct_index, lane_index, lane_order
+from gpt2trace.format.lanes import distinct_index, in_lane_order, key_width, lane_key, lane_order, split_key
 from gpt2trace.format.schema import END_NS, RANK, START_NS, STATE, THREAD, State
 
 CELL_COLUMNS = [RANK, THREAD, "bin", "count", "seconds", "share"]
@@ -47,9 +47,10 @@ class Counts:
 
 
 def counts(states: Records, bins_per_decade: int = 10) -> Counts:
-    rank, thread, start, end = _bursts(states)
+    key, width, start, end = _bursts(states)
     dur = end - start
-    lane_rank, lane_thread, lane = lane_index(rank, thread)
+    present, lane = distinct_index(key)
+    lane_rank, lane_thread = split_key(present, width)
     x = np.log10(dur.astype(np.float64)) * bins_per_decade
     near = np.abs(x - np.round(x)) < _NEAR_EDGE
     slot = np.floor(x[~near]).astype(np.int64)
@@ -96,16 +97,21 @@ def from_counts(groups: list[Counts]) -> dict:
     return {"edges_s": edges / NS, "cells": cells}
 
 
-def _bursts(states: Records) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(rank, thread, start_ns, end_ns) of the bursts of positive length, by (rank, thread, start)."""
-    run = states[STATE] == State.RUNNING
-    r, th, s, e = states[RANK][run], states[THREAD][run], states[START_NS][run], states[END_NS][run]
+def _bursts(states: Records) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
+    """(lane key, its width (`lanes.lane_key`), start_ns, end_ns) of the bursts of positive length, by (rank,
+    thread, start)."""
+    run = np.flatnonzero(states[STATE] == State.RUNNING)
+    thread = states[THREAD][run]
+    width = key_width(thread)
+    lane = lane_key(states[RANK][run], thread, width)
+    s, e = states[START_NS][run], states[END_NS][run]
+    if not in_lane_order(lane, s):                      # as a reader gives them: no sort
+        order = lane_order(lane, np.zeros_like(lane), s)
+        lane, s, e = lane[order], s[order], e[order]
     if not len(s):
-        return r, th, s, e
-    order = lane_order(r, th, s)
-    r, th, s, e = r[order], th[order], s[order], e[order]
-    joins = np.r_[False, (r[1:] == r[:-1]) & (th[1:] == th[:-1]) & (s[1:] <= e[:-1])]
+        return lane, width, s, e
+    joins = np.r_[False, (lane[1:] == lane[:-1]) & (s[1:] <= e[:-1])]
     head = np.flatnonzero(~joins)
-    r, th, s, e = r[head], th[head], s[head], np.maximum.reduceat(e, head)
+    lane, s, e = lane[head], s[head], np.maximum.reduceat(e, head)
     keep = e > s
-    return r[keep], th[keep], s[keep], e[keep]
+    return lane[keep], width, s[keep], e[keep]

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.records import NS, Records
-from gpt2trace.format.lanes import lane_index
+from gpt2trace.format.lanes import distinct_index, lane_index
 from gpt2trace.format.schema import END_NS, NAME, RANK, START_NS, THREAD
 
 COLUMNS = ["kernel", RANK, THREAD, "seconds", "ratio"]
@@ -29,7 +29,8 @@ def cells(kern: Records) -> pd.DataFrame:
     if not len(kern):
         return pd.DataFrame({"kernel": [], RANK: [], THREAD: [], "ns": []})
     rank, thread, lane = lane_index(kern[RANK], kern[THREAD])
-    codes, name = np.unique(kern[NAME], return_inverse=True)
+    codes, name = distinct_index(kern[NAME] + 1)             # codes from -1 (no name): by counting
+    codes -= 1
     cell = name * len(rank) + lane
     t = np.bincount(cell, weights=kern[END_NS] - kern[START_NS], minlength=len(codes) * len(rank))
     used = np.flatnonzero(np.bincount(cell, minlength=t.size))

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.records import NS, Records
-from gpt2trace.format.lanes import distinct_index
+from gpt2trace.format.lanes import is_sorted, run_starts
 from gpt2trace.format.schema import END_NS, RANK, START_NS, STATE, THREAD, State
 
 _FORK_JOIN = (State.SCHEDULING_FORK_JOIN, State.SYNCHRONIZATION)
@@ -84,31 +84,37 @@ def _by_rank(rank: np.ndarray) -> tuple[np.ndarray, list]:
 def _rank_split(states: Records, kern: Records) -> tuple[int, int, int, int, int, int, int]:
     """One rank's (n_p, regions, useful, R_p, S_p, imbalance, scheduling), nanoseconds."""
     thread = states[THREAD]
-    threads, local = distinct_index(thread)            # a thread's column among the rank's threads
+    if not is_sorted(thread):                   # thread by thread (as a reader gives them): sums in any order
+        states = states.take(np.argsort(thread, kind="stable"))
+        thread = states[THREAD]
+    bound = np.r_[run_starts(thread), len(thread)]      # thread j's records: bound[j]:bound[j + 1]
+    n, m = len(bound) - 1, int(bound[1])                # the master (lowest thread id) first
     start, end, state = states[START_NS], states[END_NS], states[STATE]
     dur = end - start
     running = (state == State.RUNNING) & (dur > 0)
-    is_master = thread == threads[0]
-    useful, master_useful = int(dur[running].sum()), int(dur[running & is_master].sum())
-    n = len(threads)
+    useful, master_useful = int(np.dot(dur, running)), int(np.dot(dur[:m], running[:m]))     # no copy of a subset
     if n < 2:
         return n, 0, useful, 0, master_useful, 0, 0
 
-    sin = (dur > 0) & ((state == _FORK_JOIN[0]) | (state == _FORK_JOIN[1]) | (running & ~is_master))
+    sin = (state == _FORK_JOIN[0]) | (state == _FORK_JOIN[1])
+    sin[m:] |= running[m:]                      # workers only compute inside regions
+    sin &= dur > 0
     kin = kern[END_NS] > kern[START_NS]
     # The union of the intervals (touching ones joined) from their starts and their ends sorted apart: the i-th
     # start opens a region when the i intervals that start before it have all ended, i.e. when the i-th smallest
     # end is before it (no other interval ends before it); those i ends are then the i smallest, so a region ends
     # at the last end before the next region opens. Each sort merges runs already in order, one per thread.
-    cs = np.sort(np.concatenate([start[sin], kern[START_NS][kin]]), kind="stable")
-    ce = np.sort(np.concatenate([end[sin], kern[END_NS][kin]]), kind="stable")
+    cs = np.concatenate([start[sin], kern[START_NS][kin]])
+    ce = np.concatenate([end[sin], kern[END_NS][kin]])
+    cs.sort(kind="stable")
+    ce.sort(kind="stable")
     starts = np.flatnonzero(np.r_[True, cs[1:] > ce[:-1]]) if len(cs) else np.zeros(0, np.int64)
     c_start, c_end = cs[starts], ce[np.r_[starts[1:], len(ce)] - 1] if len(ce) else ce
 
-    # Useful time of each thread in each region. A worker's Running record is one of the intervals: it lies in
-    # one region, the first that ends after it starts. The master's can overlap several regions, or none.
-    worker = np.flatnonzero(running & ~is_master)
-    run = np.flatnonzero(running & is_master)
+    # Useful time of each thread in each region (`per`, thread by thread). The master's Running records can
+    # overlap several regions, or none; a worker's is one of the intervals: it lies in one region, the first that
+    # ends after it starts.
+    run = np.flatnonzero(running[:m])
     s, e = start[run], end[run]
     i0 = np.searchsorted(c_end, s, side="right")
     i1 = np.searchsorted(c_start, e, side="left")
@@ -116,11 +122,13 @@ def _rank_split(states: Records, kern: Records) -> tuple[int, int, int, int, int
     rec = np.repeat(run, count)
     comp = np.repeat(i0, count) + np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
     overlap = np.maximum(np.minimum(end[rec], c_end[comp]) - np.maximum(start[rec], c_start[comp]), 0)
-    comp = np.concatenate([comp, np.searchsorted(c_end, start[worker], side="right")])
-    per = np.bincount(comp * n + local[np.concatenate([rec, worker])], minlength=len(c_start) * n,
-                      weights=np.concatenate([overlap, dur[worker]]))
-    per = per.reshape(len(c_start), n).astype(np.int64)  # integer ns
-    top = per.max(axis=1) if len(c_start) else np.zeros(0, np.int64)
+    per = np.empty((n, len(c_start)), dtype=np.int64)   # integer ns
+    per[0] = np.bincount(comp, weights=overlap, minlength=len(c_start))
+    for j, (a, b) in enumerate(zip(bound[1:-1].tolist(), bound[2:].tolist()), start=1):   # one per worker
+        worker = running[a:b]
+        per[j] = np.bincount(np.searchsorted(c_end, start[a:b][worker], side="right"), weights=dur[a:b][worker],
+                             minlength=len(c_start))
+    top = per.max(axis=0) if len(c_start) else np.zeros(0, np.int64)
     wall = c_end - c_start
     in_master = int(overlap.sum())
     return (n, len(c_start), useful, int(wall.sum()), master_useful - in_master,

@@ -24,6 +24,7 @@ import pandas as pd
 
 from analysis import lost, mpi, openmp, replay, segments
 from analysis.records import NS, Records, records
+from analysis.state_profile import LaneStates
 from analysis.window import Window
 from gpt2trace.format.lanes import lane_index
 from gpt2trace.format.reader import Trace
@@ -80,9 +81,12 @@ class Part:
     split: openmp.Split | None
 
 
-def part(states: Records, kern: Records) -> Part:
-    """The `Part` of the ranks of `states` and `kern` (the window's state and kernel records of some ranks)."""
-    tt = thread_times(states)
+def part(states: Records, kern: Records, times: LaneStates | None = None) -> Part:
+    """The `Part` of the ranks of `states` and `kern` (the window's state and kernel records of some ranks);
+    `times`: the states' `lane_states` if the caller has them (a thread's Running time is its time in the
+    Running state)."""
+    tt = (thread_times(states) if times is None else
+          {RANK: times.rank, THREAD: times.thread, "useful_ns": np.ascontiguousarray(times.ns[:, State.RUNNING])})
     return Part(tt, openmp.split(states, kern) if len(tt[RANK]) else None)
 
 

@@ -186,14 +186,15 @@ def part(group: Trace, ctx: Context, top: int = 10, bins: int = 100) -> Part:
     """Pass 2 over one group (of at least its PART_READS): its window's kernel and state records, reduced."""
     window = ctx.window
     kern = _recode(segments.kernel_records(group, window), ctx.kernel_names)
-    segs = segments.segments(kern)
+    timed = segments.by_time(kern)          # sorted once for the segments and the regions
+    segs = segments.segments(timed)
     states = records(group, Kind.STATE, (RANK, THREAD, STATE), window)
-    return Part(states=state_profile.lane_states(states),
-                occupancy=occupancy.part(states, window, segs, top, bins),
-                pop=pop.part(states, kern), bursts=bursts.counts(states),
+    times = state_profile.lane_states(states)                # and the threads with state records, found once
+    return Part(states=times, occupancy=occupancy.part(states, window, segs, top, bins, (times.rank, times.thread)),
+                pop=pop.part(states, kern, times), bursts=bursts.counts(states),
                 imbalance=imbalance.threads_part(kern), kernel_threads=kernel_threads.cells(kern),
                 counters=counters.part(group, window, states), tasks=tasks.part(group, window, ctx.steps), segs=segs,
-                regions=kernel_regions(kern) if ctx.groups > 1 else None, kern=kern if ctx.groups == 1 else None)
+                regions=kernel_regions(timed) if ctx.groups > 1 else None, kern=kern if ctx.groups == 1 else None)
 
 
 def _recode(kern: Records, names: tuple[str, ...]) -> Records:

@@ -51,13 +51,29 @@ def records(trace: Trace, kind: str, columns: tuple[str, ...], window: Span | No
     names = tuple(_dictionary(part.column(NAME))) if NAME in part.column_names else ()
     if window is not None:
         s, e = out[START_NS], out[END_NS]
-        keep = ((s < window.t1_ns) & (e > window.t0_ns)) | ((s == e) & (s >= window.t0_ns) & (s < window.t1_ns))
-        if not keep.all():
-            out = {c: v[keep] for c, v in out.items()}
-        if clip:
-            out[START_NS] = np.maximum(out[START_NS], window.t0_ns)
-            out[END_NS] = np.minimum(out[END_NS], window.t1_ns)
+        keep = e > window.t0_ns                     # (s < t1 and e > t0) or (s == e and t0 <= s < t1)
+        keep |= (s == e) & (s >= window.t0_ns)
+        keep &= s < window.t1_ns
+        owned = not keep.all()
+        if owned:
+            out = _kept(out, keep)
+        if clip:                            # in place in the copies made here
+            out[START_NS] = np.maximum(out[START_NS], window.t0_ns, out=out[START_NS] if owned else None)
+            out[END_NS] = np.minimum(out[END_NS], window.t1_ns, out=out[END_NS] if owned else None)
     return Records(out, names)
+
+
+_MAX_RUNS = 4096
+
+
+def _kept(cols: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.ndarray]:
+    """The columns' rows where `keep` holds (copies). A window leaves out the first and last records of each
+    thread, so the rows kept are a few runs, copied as blocks: faster than a gather."""
+    edge = np.flatnonzero(np.diff(keep.view(np.int8), prepend=np.int8(0), append=np.int8(0)))
+    if len(edge) > 2 * _MAX_RUNS:
+        return {c: v[keep] for c, v in cols.items()}
+    runs = [slice(a, b) for a, b in edge.reshape(-1, 2).tolist()] or [slice(0, 0)]
+    return {c: np.concatenate([v[r] for r in runs]) for c, v in cols.items()}
 
 
 def _numpy(part: pa.Table, name: str) -> np.ndarray:

@@ -12,7 +12,7 @@ import numpy as np
 
 from analysis.records import Records, records
 from analysis.window import Window
-from gpt2trace.format.lanes import time_key, time_key_fits
+from gpt2trace.format.lanes import is_sorted, time_key, time_key_fits
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, LAYER, NAME, RANK, START_NS, STEP, THREAD, Kind
 
@@ -39,15 +39,33 @@ class Segments:
             return np.full(len(t_ns), -1, dtype=np.int64)
         key = time_key(rank, t_ns, self.lo, self.width)
         seg_start = time_key(self.rank, self.start_ns, self.lo, self.width)
-        i = np.searchsorted(seg_start, key, side="right") - 1
+        i = np.searchsorted(seg_start, key, side="right")
+        i -= 1
         # the rank's own (a time outside the segments' span has a key in a neighbour rank's range)
         at = np.maximum(i, 0)
-        ok = (i >= 0) & (self.rank[at] == rank) & (t_ns < self.end_ns[at])
-        return np.where(ok, i, -1)
+        ok = self.rank[at] == rank
+        ok &= t_ns < self.end_ns[at]
+        ok &= i >= 0
+        i[~ok] = -1
+        return i
 
 
 def kernel_records(trace: Trace, window: Window | None) -> Records:
     return records(trace, Kind.KERNEL, (RANK, THREAD, NAME, LAYER, STEP), window)
+
+
+def by_time(kern: Records) -> Records:
+    """The kernel records in (rank, start) order, ties in their order: how `segments` and the critical path's
+    regions (`kernel_regions`) read them, sorted once for both."""
+    if len(kern) < 2:
+        return kern
+    rank, start = kern[RANK], kern[START_NS]
+    lo = int(start.min())
+    width = int(start.max()) - lo + 1
+    if not time_key_fits(int(rank.max()) + 1, width):
+        return kern.take(np.lexsort((start, rank)))
+    key = time_key(rank, start, lo, width)
+    return kern if is_sorted(key) else kern.take(np.argsort(key, kind="stable"))
 
 
 def segments(kern: Records) -> Segments:
@@ -61,15 +79,16 @@ def segments(kern: Records) -> Segments:
     if not time_key_fits(int(rank.max()) + 1, width):
         raise ValueError("trace span too long for composite keys")  # ~ 50 days at 1 ns with 1000 ranks
     cs, ce = time_key(rank, start, lo, width), time_key(rank, end, lo, width)
-    order = np.argsort(cs, kind="stable")
-    cs, ce = cs[order], ce[order]
-    name, layer = kern[NAME][order], kern[LAYER][order].astype(np.int64)
+    name, layer = kern[NAME], kern[LAYER].astype(np.int64)
+    if not is_sorted(cs):                       # (`by_time` sorts them so)
+        order = np.argsort(cs, kind="stable")
+        cs, ce, name, layer, rank = cs[order], ce[order], name[order], layer[order], rank[order]
     key = name.astype(np.int64) * 65538 + (layer + 1)
     reach = np.maximum.accumulate(ce)
     cut = np.ones(n, dtype=bool)
     cut[1:] = (cs[1:] >= reach[:-1]) | (key[1:] != key[:-1])
     first = np.flatnonzero(cut)
-    seg_rank = rank[order][first]
+    seg_rank = rank[first]
     return Segments(rank=seg_rank, start_ns=cs[first] - seg_rank * width + lo,
                     end_ns=np.maximum.reduceat(ce, first) - seg_rank * width + lo,
                     name=name[first], layer=layer[first], busy_ns=np.add.reduceat(ce - cs, first),

@@ -13,7 +13,7 @@ import pandas as pd
 
 from analysis.records import NS, Records
 from analysis.window import Window
-from gpt2trace.format.lanes import lane_index
+from gpt2trace.format.lanes import lane_index, lane_runs
 from gpt2trace.format.schema import END_NS, RANK, START_NS, STATE, STATE_NAMES, THREAD, State
 
 _STATE_SLOTS = 32   # Paraver ids are small; anything larger is folded into the last slot's name
@@ -39,11 +39,18 @@ class LaneStates:
 
 
 def lane_states(states: Records) -> LaneStates:
-    dur = (states[END_NS] - states[START_NS]).astype(np.float64)
-    state = np.clip(states[STATE].astype(np.int64), 0, _STATE_SLOTS - 1)
-    rank, thread, lane = lane_index(states[RANK], states[THREAD])      # threads with state records
-    ns = np.bincount(lane * _STATE_SLOTS + state, weights=dur, minlength=len(rank) * _STATE_SLOTS)
-    return LaneStates(rank, thread, ns.reshape(-1, _STATE_SLOTS))
+    dur = states[END_NS] - states[START_NS]
+    state = np.clip(states[STATE], 0, _STATE_SLOTS - 1)
+    runs = lane_runs(states[RANK], states[THREAD]) if len(states) else None
+    if runs is None:
+        rank, thread, lane = lane_index(states[RANK], states[THREAD])      # threads with state records
+        ns = np.bincount(lane * _STATE_SLOTS + state, weights=dur, minlength=len(rank) * _STATE_SLOTS)
+        return LaneStates(rank, thread, ns.reshape(-1, _STATE_SLOTS))
+    rank, thread, bound = runs                  # records thread by thread: one count per thread, no lane index
+    ns = np.zeros((len(rank), _STATE_SLOTS))
+    for i, (a, b) in enumerate(zip(bound[:-1].tolist(), bound[1:].tolist())):
+        ns[i] = np.bincount(state[a:b], weights=dur[a:b], minlength=_STATE_SLOTS)
+    return LaneStates(rank, thread, ns)
 
 
 def from_lanes(lanes: LaneStates, window: Window) -> dict[str, pd.DataFrame]:

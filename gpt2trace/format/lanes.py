@@ -43,6 +43,9 @@ def distinct_index(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     key = np.asarray(key).astype(np.int64, copy=False)
     if not len(key):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if is_sorted(key):          # records grouped by lane, as readers give them: runs, no counting
+        first = run_starts(key)
+        return key[first], np.repeat(np.arange(len(first), dtype=np.int64), np.diff(np.r_[first, len(key)]))
     if int(key.max()) < _COUNTING_MAX:
         present = np.flatnonzero(np.bincount(key))
         position = np.full(int(present[-1]) + 1, -1, dtype=np.int64)
@@ -50,6 +53,18 @@ def distinct_index(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return present.astype(np.int64), position[key]
     present, index = np.unique(key, return_inverse=True)
     return present, index.ravel().astype(np.int64)
+
+
+def lane_runs(rank: np.ndarray, thread: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Records grouped by lane in (rank, thread) order, as readers give them: the lanes' rank and thread and
+    where each lane's records start (then the number of records: lane i's are bound[i]:bound[i + 1]); None for
+    records in another order."""
+    w = key_width(thread)
+    key = lane_key(rank, thread, w)
+    if not is_sorted(key):
+        return None
+    first = run_starts(key)
+    return *split_key(key[first], w), np.r_[first, len(key)]
 
 
 def distinct_lanes(rank: np.ndarray, thread: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -61,6 +76,20 @@ def distinct_lanes(rank: np.ndarray, thread: np.ndarray) -> tuple[np.ndarray, np
     return split_key(np.unique(key), w)
 
 
+def is_sorted(a: np.ndarray) -> bool:
+    """Whether `a` is in ascending order (ties allowed)."""
+    return bool((a[1:] >= a[:-1]).all())
+
+
+def in_lane_order(lane: np.ndarray, t: np.ndarray) -> bool:
+    """Whether records are sorted by (lane, t), as per-thread buffers write them: then `lane_order` is the
+    identity."""
+    if len(lane) < 2:
+        return True
+    step = lane[1:] - lane[:-1]
+    return bool((step >= 0).all() and not ((step == 0) & (t[1:] < t[:-1])).any())
+
+
 def time_key_fits(lanes: int, span: int) -> bool:
     """Whether (lane, time) keys for `lanes` lanes over `span` time units fit (see `time_key`)."""
     return lanes * span < LIMIT
@@ -68,7 +97,14 @@ def time_key_fits(lanes: int, span: int) -> bool:
 
 def time_key(lane: np.ndarray, t: np.ndarray, lo: int, span: int) -> np.ndarray:
     """(lane, t) as one sortable int64: lane * span + (t - lo), for lo <= t < lo + span."""
-    return np.asarray(lane).astype(np.int64) * span + (np.asarray(t, dtype=np.int64) - lo)
+    lane, t = np.asarray(lane), np.asarray(t, dtype=np.int64)
+    if lane.shape != t.shape:
+        return lane.astype(np.int64) * span + (t - lo)
+    key = lane.astype(np.int64)                     # one array, the arithmetic in place
+    key *= span
+    key -= lo
+    key += t
+    return key
 
 
 def lane_order(rank: np.ndarray, thread: np.ndarray, start: np.ndarray) -> np.ndarray:

@@ -66,3 +66,11 @@ def test_bursts_hold_every_thread_s_running_time(cfg):
         mine = [c for c in cells if (c["rank"], c["thread"]) == lane]
         assert sum(c["seconds"] for c in mine) == pytest.approx(secs, rel=1e-9)
         assert sum(c["share"] for c in mine) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("name", ["fork_join", "slow_thread"])
+def test_counts_do_not_depend_on_the_order_of_the_records(name, request):
+    states = _states(request.getfixturevalue(name))
+    a, b = bursts.counts(states), bursts.counts(states.take(np.arange(len(states))[::-1]))
+    for f in ("rank", "thread", "lane", "slot", "count", "ns", "edge_lane", "edge_ns"):
+        assert getattr(a, f).tolist() == getattr(b, f).tolist(), f

@@ -1,8 +1,12 @@
+import numpy as np
 import pytest
 
+from analysis import occupancy as occ
 from analysis import segments
 from analysis.occupancy import occupancy
+from analysis.records import records
 from analysis.window import select
+from gpt2trace.format.schema import RANK, STATE, THREAD, Kind
 
 
 def _occ(trace, bins=10):
@@ -45,3 +49,16 @@ def test_single_thread_ranks_have_no_serial_time(late_rank):
     # One thread per rank: Running 6 s and 9 s of 10.
     got = out["per_rank"][["mean_occupancy", "serial_s"]].to_numpy().ravel().tolist()
     assert got == pytest.approx([0.6, 0, 0.9, 0])
+
+
+@pytest.mark.parametrize("name", ["fork_join", "slow_thread", "late_rank"])
+def test_part_does_not_depend_on_the_order_of_the_records(name, request):
+    """Rank by rank (as a reader gives them) or in reverse (sorted by rank first): the same tables."""
+    trace = request.getfixturevalue(name)
+    window = select(trace)
+    segs = segments.segments(segments.kernel_records(trace, window))
+    states = records(trace, Kind.STATE, (RANK, THREAD, STATE), window)
+    a, b = occ.part(states, window, segs), occ.part(states.take(np.arange(len(states))[::-1]), window, segs)
+    for key in ("per_rank", "levels", "waits", "serial_sections"):
+        assert a[key].equals(b[key]), key
+    assert a["timeline"] == b["timeline"]

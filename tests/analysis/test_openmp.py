@@ -121,3 +121,15 @@ def test_split_does_not_depend_on_the_record_order():
     for f in fields(openmp.Split):
         assert np.array_equal(getattr(a, f.name), getattr(b, f.name)), f.name
     assert a.rank.tolist() == [0, 1, 2] and a.threads.tolist() == [3, 3, 3] and (a.regions > 0).all()
+
+
+@pytest.mark.parametrize("name", ["fork_join", "slow_thread", "serial"])
+def test_split_does_not_depend_on_the_order_of_the_records(name, request):
+    """Records thread by thread (as a reader gives them) and in reverse (sorted by thread first): the same."""
+    trace = request.getfixturevalue(name)
+    w = select(trace)
+    states, kern = records(trace, Kind.STATE, (RANK, THREAD, STATE), w), kernel_records(trace, w)
+    a = openmp.split(states, kern)
+    b = openmp.split(states.take(np.arange(len(states))[::-1]), kern.take(np.arange(len(kern))[::-1]))
+    for f in fields(a):
+        assert getattr(a, f.name).tolist() == getattr(b, f.name).tolist(), f.name

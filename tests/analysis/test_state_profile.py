@@ -1,9 +1,14 @@
 """The state profile on the hand-built slow-thread team (see conftest.slow_thread for the intervals)."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from analysis.analyze import analyze
+from analysis.records import records
+from analysis.state_profile import lane_states
+from analysis.window import select
+from gpt2trace.format.schema import RANK, STATE, THREAD, Kind
 
 
 def test_state_profile_of_the_slow_thread_team(slow_thread):
@@ -24,3 +29,11 @@ def test_state_profile_of_the_slow_thread_team(slow_thread):
     assert per == {(0, 0): pytest.approx(1), (0, 1): pytest.approx(1), (0, 2): pytest.approx(1)}
     slow = {r["name"]: r["seconds"] for r in states["per_thread"] if r["thread"] == 2}
     assert slow == pytest.approx({"Scheduling and Fork/Join": 1, "Running": 6, "Idle": 3})
+
+
+def test_lane_states_do_not_depend_on_the_order_of_the_records(slow_thread):
+    """Thread by thread (one count per thread) or not (a lane index per record): the same times."""
+    states = records(slow_thread, Kind.STATE, (RANK, THREAD, STATE), select(slow_thread))
+    a, b = lane_states(states), lane_states(states.take(np.arange(len(states))[::-1]))
+    assert a.rank.tolist() == b.rank.tolist() == [0, 0, 0] and a.thread.tolist() == b.thread.tolist() == [0, 1, 2]
+    assert a.ns.tolist() == b.ns.tolist()

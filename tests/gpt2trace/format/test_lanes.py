@@ -70,3 +70,39 @@ def test_runs_and_ordinal():
     assert lanes.run_starts(np.zeros(0, np.int64)).tolist() == []
     # the k-th occurrence of each key, in the given order (keys need not be grouped)
     assert lanes.ordinal(np.array([5, 3, 5, 5, 3, 9])).tolist() == [0, 0, 1, 2, 1, 0]
+
+
+def test_distinct_index_of_sorted_keys_goes_by_runs():
+    key = np.array([0, 0, 3, 3, 3, 7], np.int32)             # grouped, as a reader gives lane keys: no counting
+    present, index = lanes.distinct_index(key)
+    assert present.tolist() == [0, 3, 7] and index.dtype == np.int64 and index.tolist() == [0, 0, 1, 1, 1, 2]
+    p, i = np.unique(key, return_inverse=True)
+    assert present.tolist() == p.tolist() and index.tolist() == i.tolist()
+
+
+@pytest.mark.parametrize("rank, thread, start, in_order", [
+    ([0, 0, 1, 1], [0, 1, 0, 0], [5, 0, 1, 2], True),         # lane by lane, each in time order
+    ([0, 0, 1, 1], [0, 1, 0, 0], [5, 0, 2, 1], False),        # rank 1 thread 0 goes back in time
+    ([1, 0], [0, 0], [0, 1], False),                          # lanes out of order
+    ([3], [2], [9], True),
+])
+def test_in_lane_order_and_lane_runs(rank, thread, start, in_order):
+    rank, thread, start = np.array(rank), np.array(thread), np.array(start)
+    assert lanes.in_lane_order(lanes.lane_key(rank, thread, lanes.key_width(thread)), start) == in_order
+    runs = lanes.lane_runs(rank, thread)
+    if in_order:         # (these are grouped by lane; the other two cases are not, except for the times)
+        r, t, bound = runs
+        assert list(zip(r.tolist(), t.tolist())) == list(zip(*lanes.distinct_lanes(rank, thread)))
+        assert bound[-1] == len(rank) and (np.diff(bound) > 0).all()
+
+
+def test_lane_runs_of_records_out_of_lane_order():
+    assert lanes.lane_runs(np.array([1, 0]), np.array([0, 0])) is None
+    r, t, bound = lanes.lane_runs(np.array([0, 0, 0, 2]), np.array([1, 1, 3, 0]))
+    assert r.tolist() == [0, 0, 2] and t.tolist() == [1, 3, 0] and bound.tolist() == [0, 2, 3, 4]
+
+
+def test_time_key_in_place_is_the_formula():
+    lane, t = np.array([0, 2, 1], np.int32), np.array([10, 11, 19])
+    assert lanes.time_key(lane, t, 10, 10).tolist() == [0, 21, 19]            # lane x 10 + (t - 10)
+    assert lanes.time_key(1, t, 10, 10).tolist() == [10, 11, 19]              # a scalar lane: broadcast
