@@ -47,8 +47,14 @@ class Source:
         names = pfile.schema_arrow.names
         present = [c for c in columns if c in names]
         try:
-            for batch in pfile.iter_batches(batch_size=rows, columns=present):
-                yield _typed(self.name, pa.Table.from_batches([batch]), columns)
+            for g in range(pfile.metadata.num_row_groups):
+                # a row group of our writers' size decoded whole is ~30% cheaper than in batches (format.reader)
+                if pfile.metadata.row_group(g).num_rows <= 2 * BATCH_ROWS:
+                    batches = pfile.read_row_group(g, columns=present).to_batches(max_chunksize=rows)
+                else:
+                    batches = pfile.iter_batches(batch_size=rows, columns=present, row_groups=[g])
+                for batch in batches:
+                    yield _typed(self.name, pa.Table.from_batches([batch]), columns)
         except (pa.ArrowException, OSError) as exc:
             raise TraceError(f"{self.name}: cannot read the Parquet data ({_first_line(exc)})") from None
 
