@@ -13,7 +13,7 @@ from gpt2trace.cli import json_text
 from gpt2trace.cli.common import console, fail, plain
 from gpt2trace.cli.progress import progress
 from gpt2trace.format.errors import OutputError, TraceError
-from gpt2trace.format.limits import GROUP_RECORDS, PRV_BYTES_PER_RECORD
+from gpt2trace.format.limits import GROUP_RECORDS
 
 
 def info(
@@ -42,15 +42,13 @@ def _info(trace: Path, group_records: int) -> dict:
     """Our Parquet traces rank group by rank group (memory of one group, whatever the trace's length), and so a
     Paraver trace too big to import whole, through a temporary rank-ordered import; the other formats through their
     importers."""
+    from gpt2trace.cli.grouped import Processes, readable
     from gpt2trace.format.info import trace_info
-    from gpt2trace.interop.loader import PARAVER_SUFFIXES, is_big_paraver, is_otf2, load
-    from gpt2trace.interop.paraver_stream import streamed
-    if is_big_paraver(trace, group_records * PRV_BYTES_PER_RECORD):
-        with streamed(trace) as imported:
-            return _file_info(imported, group_records, shown=trace)
-    if is_otf2(trace) or trace.name.endswith(PARAVER_SUFFIXES):
-        return trace_info(load(trace))
-    return _file_info(trace, group_records)
+    from gpt2trace.interop.loader import PARAVER_SUFFIXES, is_otf2, load
+    with readable(trace, Processes(), group_records) as (source, shown):
+        if shown is None and (is_otf2(trace) or trace.name.endswith(PARAVER_SUFFIXES)):
+            return trace_info(load(trace))
+        return _file_info(source, group_records, shown)
 
 
 def _file_info(path: Path, group_records: int, shown: Path | None = None) -> dict:

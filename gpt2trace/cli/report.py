@@ -13,7 +13,7 @@ import typer
 
 from gpt2trace.cli.common import console, fail, output, trace_files
 from gpt2trace.format.errors import OutputError, TraceError
-from gpt2trace.format.limits import GROUP_RECORDS, PRV_BYTES_PER_RECORD
+from gpt2trace.format.limits import GROUP_RECORDS
 
 
 def parse_window(spec: str) -> tuple[float, float]:
@@ -58,21 +58,19 @@ def report(
     window_s = parse_window(window) if window else None
 
     from analysis.window import WindowError, parse_steps
-    from gpt2trace.interop.loader import PARAVER_SUFFIXES, is_big_paraver, is_otf2, load
-    from gpt2trace.interop.paraver_stream import streamed
+    from gpt2trace.cli.grouped import Processes, readable
+    from gpt2trace.interop.loader import PARAVER_SUFFIXES, is_otf2, load
     from gpt2trace.report import write
     options = dict(steps=steps, window_s=window_s, top=top,
                    **({} if exact_records is None else {"exact_budget": exact_records}))
     try:
         if steps is not None:
             parse_steps(steps)
-        if is_big_paraver(trace, group_records * PRV_BYTES_PER_RECORD):
-            with streamed(trace) as imported:
-                made = _write_parquet(imported, out.path, options, group_records, shown=trace)
-        elif is_otf2(trace) or trace.name.endswith(PARAVER_SUFFIXES):
-            made = write(load(trace), out.path, **options)
-        else:
-            made = _write_parquet(trace, out.path, options, group_records)
+        with readable(trace, Processes(), group_records) as (source, shown):
+            if shown is None and (is_otf2(trace) or trace.name.endswith(PARAVER_SUFFIXES)):
+                made = write(load(trace), out.path, **options)
+            else:
+                made = _write_parquet(source, out.path, options, group_records, shown)
     except (TraceError, WindowError, OutputError) as exc:
         fail(str(exc))
     size = out.path.stat().st_size / 2**20
