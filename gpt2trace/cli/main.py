@@ -7,6 +7,7 @@ pandas and Numba load inside the command that needs them, so `gpt2trace --help` 
 from __future__ import annotations
 
 import atexit
+import ctypes
 import gc
 import os
 import sys
@@ -92,11 +93,11 @@ for _name, _command in (("run", run.run), ("analyze", analyze.analyze), ("report
 def main() -> None:
     """The `gpt2trace` command as a process (the console script and `python -m gpt2trace`).
 
-    The process ends with os._exit in the last exit handler, once the command's output is flushed, its threads
-    joined and MPI finalized: Arrow's C++ thread pools can still be running when the interpreter's teardown
-    destroys them, which aborts the process now and then with "terminate called without an active exception"
-    after all its work is written (apache/arrow#34314); under mpiexec that abort made the job's exit code 6.
-    Registered first, the handler runs after every other one (mpi4py's, a profiler's, coverage's)."""
+    The process ends in the last exit handler, once the command's output is flushed, its threads joined and MPI
+    finalized, without the interpreter's teardown: Arrow's C++ thread pools can still be running when that
+    teardown destroys them, which aborts the process now and then with "terminate called without an active
+    exception" after all its work is written (apache/arrow#34314); under mpiexec that abort made the job's exit
+    code 6. Registered first, the handler runs after every other one (mpi4py's, a profiler's, coverage's)."""
     atexit.register(_leave)
     try:
         app()
@@ -117,6 +118,11 @@ def _leave() -> None:
         except (OSError, ValueError):   # a closed pipe: nothing more can be said
             pass
     mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
-        mpi.Finalize()
+    if mpi is not None and mpi.Is_initialized():
+        if not mpi.Is_finalized():
+            mpi.Finalize()
+        # MPICH (4.1 on) tells its launcher that a rank ended well in a C exit handler, not in MPI_Finalize; a rank
+        # gone without it counts as crashed, and Hydra kills the ranks still finalizing (exit code 9). C's exit
+        # runs those handlers and still skips the interpreter's teardown.
+        ctypes.CDLL(None).exit(_status[0])
     os._exit(_status[0])
