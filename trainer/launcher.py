@@ -13,11 +13,15 @@ from trainer.kernels.launch import NO_TRACE, Kernel
 
 class SlotSource(Protocol):
     """What a tracer offers the launcher (see gpt2trace.record.recorder.KernelRecorder): a key per kernel, asked
-    once, and a slot per call for that key plus the call's layer."""
+    once; per call, the launcher appends the call's key (the kernel's plus the layer) to `keys` and passes call i
+    the slot `slots[i % len(slots)]` (a power of two of them, reused in turn), calling `spill(i)` first when i is a
+    multiple of len(slots). Both lists stay the same objects."""
+    keys: list[int]
+    slots: list[np.ndarray]
 
     def kernel_key(self, kernel: str) -> int: ...
 
-    def slot(self, key: int) -> np.ndarray: ...
+    def spill(self, i: int) -> None: ...
 
 
 class NonFiniteOutput(Exception):
@@ -42,17 +46,27 @@ class Launcher:
     @recorder.setter
     def recorder(self, recorder: SlotSource | None) -> None:
         self._recorder = recorder
+        self._keys = None if recorder is None else recorder.keys
+        self._slots = None if recorder is None else recorder.slots
+        self._mask = 0 if recorder is None else len(recorder.slots) - 1
         self._kernel_keys: dict[Kernel, int] = {}    # the recorder's key of each kernel, asked once
 
     def __call__(self, k: Kernel, layer: int, *args) -> None:
-        recorder = self._recorder
-        if recorder is None:
+        keys = self._keys
+        if keys is None:
             slot = NO_TRACE
         else:
+            # The slot handed out here, on the recorder's lists, rather than by a method of the recorder: the
+            # call and its lookups cost ~120 ns on every kernel call.
             key = self._kernel_keys.get(k)
             if key is None:
-                key = self._kernel_keys[k] = recorder.kernel_key(k.name)
-            slot = recorder.slot(key + layer)
+                key = self._kernel_keys[k] = self._recorder.kernel_key(k.name)
+            i = len(keys)
+            keys.append(key + layer)
+            j = i & self._mask
+            if not j:
+                self._recorder.spill(i)
+            slot = self._slots[j]
         k(self.nthreads, *args, slot)
         if self.check_finite:
             for a in args:

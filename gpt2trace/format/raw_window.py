@@ -16,7 +16,6 @@ in the order they first appear on the rank, which is why a rank's parts are deco
 from __future__ import annotations
 
 import json
-from array import array
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,9 +60,10 @@ _FILL = {S.THREAD: (0, np.int32), S.STATE: (NULL, np.int16), S.NAME: (NULL, np.i
 
 
 class Rows:
-    """Records of one kind as the loop appends them: a name each (a list) and `width` int64 fields each (an
-    array.array), plus a float each for counters. A cut takes them as NumPy arrays without converting row by row
-    (a list of tuples cost ~1 us a row at the cut, ~0.6 ms a window of the `small` model)."""
+    """Records of one kind as the loop appends them: a name each, and `width` int64 fields each, plus a float each
+    for counters, in flat lists. A row costs the loop ~70 ns (a list's extend by a tuple), where an array.array's
+    extend walks the tuple item by item (~700 ns); a cut turns the lists into NumPy arrays (~25 ns a field, a few
+    hundred rows a window)."""
     __slots__ = ("names", "ints", "floats", "width")
 
     def __init__(self, width: int):
@@ -72,15 +72,15 @@ class Rows:
 
     def clear(self) -> None:
         self.names: list[str] = []
-        self.ints = array("q")
-        self.floats = array("d")
+        self.ints: list[int] = []
+        self.floats: list[float] = []
 
     def __len__(self) -> int:
         return len(self.names)
 
     def add(self, name: str, fields: tuple[int, ...], value: float | None = None) -> None:
         self.names.append(name)
-        self.ints.extend(fields)
+        self.ints += fields
         if value is not None:
             self.floats.append(value)
 
@@ -89,9 +89,9 @@ class Rows:
         the buffers restart empty (rows after `upto` are dropped: a step cut short)."""
         n = len(self.names) if upto is None else min(upto, len(self.names))
         names = self.names[:n]
-        ints = np.frombuffer(self.ints, dtype=np.int64)[: n * self.width].reshape(n, self.width)
-        floats = np.frombuffer(self.floats, dtype=np.float64)[:n] if len(self.floats) else np.zeros(0)
-        self.clear()                   # the arrays taken keep the old buffers, never appended to again
+        ints = np.fromiter(self.ints, np.int64, n * self.width).reshape(n, self.width)
+        floats = np.fromiter(self.floats, np.float64, min(n, len(self.floats)))
+        self.clear()
         return names, ints, floats
 
 
@@ -150,14 +150,30 @@ def encode(w: RawWindow, metadata: dict[bytes, bytes]) -> pa.Table:
     values.update({"tasks": _flat(t and t.tasks), "task_names": t.names if t else [],
                    "task_pred_offsets": _flat(t and t.pred_offsets), "task_preds": _flat(t and t.preds),
                    "task_idle": _flat(t and t.idle), "task_graphs": _flat(t and t.graphs)})
-    columns = []
-    for name, typ in _BUFFERS.items():
-        flat = pa.array(values[name], type=typ)
-        columns.append(pa.LargeListArray.from_arrays(pa.array([0, len(flat)], pa.int64()), flat))
+    columns = [_one_list(values[name], typ) for name, typ in _BUFFERS.items()]
     info = {"rank": w.rank, "start_ns": w.start_ns, "end_ns": w.end_ns, "origin_ns": w.origin_ns,
             "threads": w.threads, "main_tid": w.main_tid}
     meta = {**metadata, META_RAW: json.dumps(info).encode()}
     return pa.Table.from_arrays(columns, names=list(_BUFFERS), metadata=meta)
+
+
+def _one_list(values: np.ndarray | list[str], typ: pa.DataType) -> pa.Array:
+    """A one-row list array holding `values`: NumPy buffers are wrapped as they are (pa.array and
+    LargeListArray.from_arrays cost ~10 us a buffer more, ~0.15 ms a cut); the empty ones (a forkjoin run's task
+    buffers) are made once."""
+    if len(values) == 0 and typ in _EMPTY_LISTS:
+        return _EMPTY_LISTS[typ]
+    if typ == pa.string():
+        flat = pa.array(values, typ)
+    else:
+        a = np.ascontiguousarray(values, dtype=typ.to_pandas_dtype()).reshape(-1)
+        flat = pa.Array.from_buffers(typ, len(a), [None, pa.py_buffer(a)])
+    offsets = pa.py_buffer(np.array([0, len(flat)], np.int64))
+    return pa.Array.from_buffers(pa.large_list(typ), 1, [None, offsets], children=[flat])
+
+
+_EMPTY_LISTS: dict[pa.DataType, pa.Array] = {}
+_EMPTY_LISTS.update({typ: _one_list([], typ) for typ in set(_BUFFERS.values())})
 
 
 def _flat(a: np.ndarray | None) -> np.ndarray:

@@ -9,9 +9,9 @@ Windows and parts. The records since the last cut form the open window. At the e
 closed and written, on the loop's own thread, as one part: its raw buffers (gpt2trace.format.raw_window: the
 kernel slots as the kernels filled them, the calls' keys, the phases, MPI calls and counters), as Extrae writes
 its buffers to .mpit files. The merge builds the records from them (as mpi2prv does), so during the run nothing
-is done per record: a cut costs the loop copies, an LZ4 encoding and one file write (~3 ms for the ~6,600
-calls of 1 s of the `small` model), and no writer thread competes with the kernels' threads for the cores and
-the GIL.
+is done per record: a cut costs the loop the keys turned into an array, an IPC encoding in memory and one file
+write (~0.7-1.2 ms for the ~6,500 calls of 1 s of the `small` model, ~0.6 MB), and no writer thread competes with
+the kernels' threads for the cores and the GIL.
 
 What a kill loses. A SIGKILL at time t loses only the open window: less than `flush_every_s` + one step of
 completed steps, plus the step in progress (the parts on disk are whole and hold whole steps).
@@ -21,8 +21,8 @@ every whole step and drops the step it was in. After a failed write (a full disk
 the parts on disk stay a contiguous run of whole steps.
 
 Memory. At every phase end the main thread also records the process's resident memory (`rss_bytes` counter,
-gpt2trace.record.resident: one pread, ~1.4 us) with the phase's step and micro-batch, so a trace shows how much
-each rank holds after each forward, backward or optimizer step.
+gpt2trace.record.resident: one pread, ~1.5-2 us, most of a phase's cost) with the phase's step and micro-batch, so a
+trace shows how much each rank holds after each forward, backward or optimizer step.
 
 Each step's end is recorded as a `trace_flush` phase on the main thread, in the next window: the tracer's own
 time on the loop (the bookkeeping at a step's end, and the part's write at a cut).
@@ -109,11 +109,10 @@ class Tracer:
 
     # -- the trainer's Observer -------------------------------------------------------------------------
     def begin_step(self, step: int) -> None:
-        self.recorder.step = step
-        self.recorder.microstep = 0
+        self.recorder.mark(step, 0)
 
     def microstep(self, micro: int) -> None:
-        self.recorder.microstep = micro
+        self.recorder.mark(self.recorder.step, micro)
 
     def phase(self, name: str, nbytes: int | None = None) -> _Phase:
         """A `phase` record around the block, and the resident memory at its end; `nbytes` goes to its `bytes`
@@ -157,7 +156,7 @@ class Tracer:
         """The step's records are complete: mark the boundary, and close the window when it is time. A part that
         cannot be written (an OutputError: a full disk) is raised here, on the loop's thread."""
         t = time.monotonic_ns()
-        self._last_end = _StepEnd(t, self.recorder.n, len(self._phases), len(self._counters), len(self._comms),
+        self._last_end = _StepEnd(t, len(self.recorder.keys), len(self._phases), len(self._counters), len(self._comms),
                                   len(self._tasks), step)
         if self._first_step is None:
             self._first_step = step
@@ -165,8 +164,7 @@ class Tracer:
             self._cut(t, self._last_end)
         # In the next window, as the time between steps it is.
         self._phases.add(FLUSH_PHASE, (t, time.monotonic_ns(), NO_VALUE, NO_VALUE, NULL))
-        self.recorder.step = NO_VALUE
-        self.recorder.microstep = NO_VALUE
+        self.recorder.mark(NO_VALUE, NO_VALUE)
 
     def close(self, whole_run: bool = True) -> None:
         """Write the open window; raise the failure of a part's write, if any (then nothing more was written).
@@ -224,7 +222,7 @@ class Tracer:
         tasks = self._tasks[: kept[3]]
         steps = (self._first_step, last) if self._first_step is not None and last is not None else None
         window = RawWindow(self.rank, self._window_start, end_ns, self.origin, self.nthreads, self._main_tid,
-                           times, np.array(calls.keys, dtype=np.int64), np.array(calls.marks, dtype=np.int64),
+                           times, calls.keys, calls.marks,
                            list(self.recorder.kernel_names), phase_names, phases, comm_names, comms, counter_names,
                            counters, values, _task_buffers(tasks))
         self._window_start = end_ns
