@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -57,8 +58,12 @@ CONFIGS = {
 }
 
 
-def worker(model: str, B: int, T: int, threads: int, steps: int, blocks: int, tmp: str) -> dict:
-    """One process, one model: an untimed warm-up block, then `blocks` blocks of `steps` steps, A B B A ..."""
+def worker(model: str, B: int, T: int, threads: int, steps: int, blocks: int, tmp: str, one_tracer: bool) -> dict:
+    """One process, one model: an untimed warm-up block, then `blocks` blocks of `steps` steps, A B B A ...
+
+    one_tracer: a single tracer for the whole run, attached in the traced blocks and detached in the others (its
+    windows cut every 2 x flush_every_s of wall time: about every flush_every_s of traced time); otherwise a
+    tracer per traced block."""
     from gpt2trace.run.runner import TraceConfig, prepare_process
     prepare_process(threads)
     import pyarrow.compute as pc
@@ -89,10 +94,20 @@ def worker(model: str, B: int, T: int, threads: int, steps: int, blocks: int, tm
     out = {"blocks": [], "records": 0, "bytes": 0, "traced_steps": 0, "flush_ns": 0, "cut_ns": 0, "parts": 0,
            "part_bytes": 0, "merge_ns": 0,
            "close_ns": 0}
+    run_path = Path(tmp) / "run.parquet"
+    run_tracer = (Tracer(run_path, 0, threads, {}, flush_every_s=2 * TraceConfig().flush_every_s)
+                  if one_tracer else None)
     for i in range(blocks):
         traced = (i % 4) in (0, 3)                               # A B B A: drift cancels in pairs
         path = Path(tmp) / f"block{i}.parquet"
-        if traced:
+        if run_tracer is not None:
+            launcher.recorder = run_tracer.recorder if traced else None
+            block = replace(tcfg, steps=(i + 1) * steps)
+            t0, c0 = time.perf_counter_ns(), time.process_time_ns()
+            train(m, data, block, dp, observer=run_tracer if traced else None, start_step=i * steps)
+            wall, cpu = time.perf_counter_ns() - t0, time.process_time_ns() - c0
+            out["traced_steps"] += steps if traced else 0
+        elif traced:
             tracer = Tracer(path, 0, threads, {}, flush_every_s=TraceConfig().flush_every_s)
             launcher.recorder = tracer.recorder
             t0, c0 = time.perf_counter_ns(), time.process_time_ns()
@@ -121,6 +136,19 @@ def worker(model: str, B: int, T: int, threads: int, steps: int, blocks: int, tm
             wall, cpu = time.perf_counter_ns() - t0, time.process_time_ns() - c0
         out["blocks"].append({"traced": traced, "ms_per_step": wall / 1e6 / steps,
                               "cpu_ms_per_step": cpu / 1e6 / steps})
+    if run_tracer is not None:
+        out["cut_ns"] = run_tracer.cut_ns
+        t1 = time.perf_counter_ns()
+        run_tracer.close()
+        out["close_ns"] = time.perf_counter_ns() - t1
+        out["parts"], out["part_bytes"] = run_tracer.writer.seq, run_tracer.writer.bytes
+        t0 = time.perf_counter_ns()
+        merged = merge_parts(run_path)
+        out["merge_ns"] = time.perf_counter_ns() - t0
+        out["records"], out["bytes"] = merged.records, run_path.stat().st_size
+        t = pq.read_table(run_path, columns=["name", "start_ns", "end_ns"])
+        f = pc.filter(t, pc.equal(t["name"], FLUSH_PHASE))
+        out["flush_ns"] = pc.sum(pc.subtract(f["end_ns"], f["start_ns"])).as_py() or 0
     return out
 
 
@@ -193,10 +221,24 @@ def hot_path(tmp: str) -> dict:
                   "per_phase_ns": res["phase_traced"] - res["phase_untraced"]}
 
 
-def measure(name: str, blocks: int, steps: int, tmp: Path) -> dict:
+def totals(blocks: list[dict], key: str) -> tuple[float, float, float]:
+    """sum(traced) / sum(untraced) - 1 over whole A B B A groups, and its 95% interval by resampling the groups:
+    every traced block's time counts (the ones holding a cut too), where a median would leave them out."""
+    groups = [blocks[i:i + 4] for i in range(0, len(blocks) - 3, 4)]
+    sums = [(sum(b[key] for b in g if b["traced"]), sum(b[key] for b in g if not b["traced"])) for g in groups]
+
+    def ratio(picked):
+        return sum(a for a, _ in picked) / sum(b for _, b in picked) - 1
+
+    rng = random.Random(0)
+    boot = sorted(ratio([rng.choice(sums) for _ in sums]) for _ in range(2000))
+    return ratio(sums), boot[49], boot[1949]
+
+
+def measure(name: str, blocks: int, steps: int, tmp: Path, one_tracer: bool) -> dict:
     model, B, T, threads, _ = CONFIGS[name]
     cmd = [sys.executable, __file__, "--worker", model, str(B), str(T), str(threads), str(steps), str(blocks),
-           str(tmp)]
+           str(tmp), str(int(one_tracer))]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"{name} failed:\n{out.stderr[-2000:]}")
@@ -210,6 +252,8 @@ def measure(name: str, blocks: int, steps: int, tmp: Path) -> dict:
     cpu_on = statistics.median(b["cpu_ms_per_step"] for b in res["blocks"] if b["traced"])
     cpu_off = statistics.median(b["cpu_ms_per_step"] for b in res["blocks"] if not b["traced"])
     traced_wall_ns = sum(traced) * steps * 1e6
+    total, total_lo, total_hi = totals(res["blocks"], "ms_per_step")
+    cpu_total, cpu_lo, cpu_hi = totals(res["blocks"], "cpu_ms_per_step")
     per_step = res["records"] / res["traced_steps"]
     print(f"{name}: {len(traced)} traced / {len(untraced)} untraced blocks of {steps} steps: {on:.2f} / {off:.2f} "
           f"ms/step", flush=True)
@@ -221,7 +265,9 @@ def measure(name: str, blocks: int, steps: int, tmp: Path) -> dict:
             "parts": res["parts"], "records_per_step": per_step, "bytes_per_record": res["bytes"] / res["records"],
             "part_bytes_per_record": res["part_bytes"] / res["records"],
             "merge_ns_per_record": res["merge_ns"] / res["records"],
-            "close_ms_per_block": res["close_ns"] / 1e6 / len(traced),
+            "close_ms_per_block": res["close_ns"] / 1e6 / (1 if one_tracer else len(traced)),
+            "overhead_total": total, "overhead_total_95": [total_lo, total_hi], "cpu_overhead_total": cpu_total,
+            "cpu_overhead_total_95": [cpu_lo, cpu_hi], "one_tracer": one_tracer,
             "blocks_ms_traced": traced, "blocks_ms_untraced": untraced}
 
 
@@ -230,8 +276,10 @@ def main() -> None:
     ap.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
     ap.add_argument("--blocks", type=int, default=8, help="blocks per configuration (A B B A ...)")
     ap.add_argument("--steps", type=int, help="steps per block (default: small 240, d12 4)")
+    ap.add_argument("--one-tracer", action="store_true",
+                    help="one tracer for the run, detached in the untraced blocks (for blocks shorter than a window)")
     ap.add_argument("--hot-path", action="store_true", help="the loop's cost per traced kernel call and phase")
-    ap.add_argument("--worker", nargs=7, help=argparse.SUPPRESS)
+    ap.add_argument("--worker", nargs=8, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.hot_path:
         with tempfile.TemporaryDirectory() as tmp:
@@ -249,15 +297,15 @@ def main() -> None:
         print(f"wrote {out}")
         return
     if args.worker:
-        model, B, T, threads, steps, blocks, tmp = args.worker
-        print(json.dumps(worker(model, int(B), int(T), int(threads), int(steps), int(blocks), tmp)))
+        model, B, T, threads, steps, blocks, tmp, one = args.worker
+        print(json.dumps(worker(model, int(B), int(T), int(threads), int(steps), int(blocks), tmp, one == "1")))
         return
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.configs:
             before = os.getloadavg()
-            row = measure(name, args.blocks, args.steps or CONFIGS[name][4], Path(tmp))
+            row = measure(name, args.blocks, args.steps or CONFIGS[name][4], Path(tmp), args.one_tracer)
             rows.append(row | {"load_before": before, "load_after": os.getloadavg(), "cpu": cpu_model()})
 
     print(f"\n{cpu_model()}, {os.cpu_count()} CPUs; load average (1, 5, 15 min) per configuration, before -> after:")
@@ -277,6 +325,13 @@ def main() -> None:
               f"{r.get('close_ms_per_block', float('nan')):>8.2f} "
               f"{r['cpu_ms_traced']:>9.2f}/{r['cpu_ms_untraced']:<9.2f} "
               f"{100 * r['cpu_overhead']:>11.2f}%")
+    for r in rows:
+        lo, hi = r["overhead_total_95"]
+        clo, chi = r["cpu_overhead_total_95"]
+        print(f"{r['config']}: all traced time / all untraced time - 1 (whole A B B A groups; 95% interval, groups "
+              f"resampled): wall {100 * r['overhead_total']:.2f}% ({100 * lo:.2f}..{100 * hi:.2f}%), CPU "
+              f"{100 * r['cpu_overhead_total']:.2f}% ({100 * clo:.2f}..{100 * chi:.2f}%)"
+              + ("; one tracer for the run" if r["one_tracer"] else ""))
     print("ms: block wall time / steps, median over blocks; overhead: traced/untraced - 1 (pairs: each traced block "
           "against its neighbour); flush: the tracer's time on the loop's thread, of which cut: writing the parts; "
           "both as a share of the traced wall time; close: writing the last window at a run's end, per block; "
