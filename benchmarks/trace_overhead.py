@@ -2,6 +2,7 @@
 
     python benchmarks/trace_overhead.py                          # small and d12, 8 blocks each (A B B A A B B A)
     python benchmarks/trace_overhead.py --configs small --blocks 4 --steps 60    # a quick check
+    python benchmarks/trace_overhead.py --configs small --blocks 400 --steps 10 --one-tracer   # a drifting machine
 
 One process per configuration trains one model; after an untimed warm-up block, blocks of steps alternate
 traced (A) and untraced (B) as A B B A A B B A, so drift in the machine's speed (a shared machine) hits both
@@ -19,6 +20,11 @@ start-up or memory placement. Per configuration:
 - records per step of the merged trace;
 - bytes per record (compressed, merged trace) and of the parts while the run goes; the merge's time per record
   (it decodes the parts' raw buffers and builds the kernel and state records from them, after the run);
+- all traced time / all untraced time - 1, over whole A B B A groups, wall and CPU, with a 95% interval from
+  resampling the groups: every traced block counts, the ones holding a cut too. With `--one-tracer` a single
+  tracer serves the whole run (attached in the traced blocks, detached in the others, its windows cut every
+  2 x flush_every_s of wall time: about every flush_every_s of traced time), so blocks can be much shorter than a
+  window and the machine's drift stays the same within a group;
 - CPU ms/step traced and untraced: the process's CPU time (every thread: the loop and the kernels' workers) per
   step, median over the blocks of each kind, and their ratio - 1: what tracing costs in work, which time taken by
   other load on a shared machine does not stretch as it stretches wall time.
