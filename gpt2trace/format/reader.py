@@ -134,7 +134,7 @@ def load(path: str | Path, ranks: Iterable[int] | None = None, reads: Reads | No
         try:
             if ranks is None:
                 every = range(pfile.metadata.num_row_groups)
-                batches = _batches(pfile, _with_values(pfile.metadata, wanted, every), every)
+                batches = row_group_batches(pfile, _with_values(pfile.metadata, wanted, every), every)
                 return _build(batches, arrow_schema.names, meta, path, version, reads=reads)
             batches, world = _rank_batches(path, pfile, wanted, ranks)
             return _build(batches, arrow_schema.names, meta, path, version, world=world, reads=reads)
@@ -192,21 +192,23 @@ def _rank_batches(path: Path, pfile: pq.ParquetFile, columns: list[str], ranks: 
                          f"{_ranges(list(by_rank))}")
     groups = sorted({g for r in wanted for g in by_rank[r]})
     columns = _with_values(pfile.metadata, columns, groups)
-    batches = _batches(pfile, columns, groups)
+    batches = row_group_batches(pfile, columns, groups)
     if rank_order.mixed_groups(pfile.metadata, path).isdisjoint(groups):
         return batches, list(by_rank)
     return (_only(path, b, wanted) for b in batches), list(rank_order.records_per_rank(pfile, path))
 
 
-def _batches(pfile: pq.ParquetFile, columns: list[str], groups: Iterable[int]) -> Iterator[pa.RecordBatch]:
-    """The records of the row `groups`, a row group at a time when it holds at most 2 x BATCH_ROWS rows (as our
-    writers make them): a whole row group decodes its columns on Arrow's threads and costs ~30% less than the same
-    rows in batches; larger row groups (other writers) in batches of BATCH_ROWS, so memory stays bounded."""
+def row_group_batches(pfile: pq.ParquetFile, columns: list[str], groups: Iterable[int],
+                      rows: int | None = None) -> Iterator[pa.RecordBatch]:
+    """The records of the row `groups`, in batches of at most `rows` (None: as decoded). A row group of at most
+    2 x BATCH_ROWS rows (as our writers make them) is decoded whole: its columns decode on Arrow's threads, ~30%
+    less than the same rows in batches; larger row groups (other writers) in batches of `rows` or BATCH_ROWS, so
+    memory stays bounded."""
     for g in groups:
         if pfile.metadata.row_group(g).num_rows <= 2 * BATCH_ROWS:
-            yield from pfile.read_row_group(g, columns=columns).to_batches()
+            yield from pfile.read_row_group(g, columns=columns).to_batches(max_chunksize=rows)
         else:
-            yield from pfile.iter_batches(batch_size=BATCH_ROWS, columns=columns, row_groups=[g])
+            yield from pfile.iter_batches(batch_size=rows or BATCH_ROWS, columns=columns, row_groups=[g])
 
 
 def _with_values(meta: pq.FileMetaData, columns: list[str], groups: Iterable[int]) -> list[str]:
