@@ -44,10 +44,10 @@ def _info(trace: Path, group_records: int) -> dict:
     importers."""
     from gpt2trace.cli.grouped import Processes, readable
     from gpt2trace.format.info import trace_info
-    from gpt2trace.interop.loader import PARAVER_SUFFIXES, is_otf2, load
+    from gpt2trace.interop.loader import is_parquet, load
     with readable(trace, Processes(), group_records) as (source, shown):
-        if shown is None and (is_otf2(trace) or trace.name.endswith(PARAVER_SUFFIXES)):
-            return trace_info(load(trace))
+        if not is_parquet(source):
+            return trace_info(load(source))
         return _file_info(source, group_records, shown)
 
 

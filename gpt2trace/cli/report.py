@@ -59,7 +59,7 @@ def report(
 
     from analysis.window import WindowError, parse_steps
     from gpt2trace.cli.grouped import Processes, readable
-    from gpt2trace.interop.loader import PARAVER_SUFFIXES, is_otf2, load
+    from gpt2trace.interop.loader import is_parquet, load
     from gpt2trace.report import write
     options = dict(steps=steps, window_s=window_s, top=top,
                    **({} if exact_records is None else {"exact_budget": exact_records}))
@@ -67,8 +67,8 @@ def report(
         if steps is not None:
             parse_steps(steps)
         with readable(trace, Processes(), group_records) as (source, shown):
-            if shown is None and (is_otf2(trace) or trace.name.endswith(PARAVER_SUFFIXES)):
-                made = write(load(trace), out.path, **options)
+            if not is_parquet(source):
+                made = write(load(source), out.path, **options)
             else:
                 made = _write_parquet(source, out.path, options, group_records, shown)
     except (TraceError, WindowError, OutputError) as exc:

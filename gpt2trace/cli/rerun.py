@@ -133,9 +133,9 @@ def _run_options() -> dict[str, tuple[str, str]]:
 def _stored(trace: Path) -> dict:
     """The trace's run configuration: a Parquet trace's from its metadata alone, another format's from loading it
     (a Paraver export keeps it beside the .prv)."""
-    from gpt2trace.interop.loader import PARAVER_SUFFIXES, is_otf2
+    from gpt2trace.interop.loader import is_parquet
     from gpt2trace.run.rerun import check_stored, stored_run
-    if is_otf2(trace) or trace.name.endswith(PARAVER_SUFFIXES):
+    if not is_parquet(trace):
         from gpt2trace.interop.loader import load
         return check_stored(load(trace).run, trace)
     return stored_run(trace)
