@@ -72,11 +72,9 @@ def worker(model: str, B: int, T: int, threads: int, steps: int, blocks: int, tm
     tracer per traced block."""
     from gpt2trace.run.runner import TraceConfig, prepare_process
     prepare_process(threads)
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     from gpt2trace.format.writer import merge_parts
-    from gpt2trace.record.tracer import FLUSH_PHASE, Tracer
+    from gpt2trace.record.tracer import Tracer
     from trainer.config import TrainConfig, model_config
     from trainer.data import TokenLoader, synthetic_corpus
     from trainer.dp import Local
@@ -106,56 +104,49 @@ def worker(model: str, B: int, T: int, threads: int, steps: int, blocks: int, tm
     for i in range(blocks):
         traced = (i % 4) in (0, 3)                               # A B B A: drift cancels in pairs
         path = Path(tmp) / f"block{i}.parquet"
-        if run_tracer is not None:
-            launcher.recorder = run_tracer.recorder if traced else None
-            block = replace(tcfg, steps=(i + 1) * steps)
-            t0, c0 = time.perf_counter_ns(), time.process_time_ns()
-            train(m, data, block, dp, observer=run_tracer if traced else None, start_step=i * steps)
-            wall, cpu = time.perf_counter_ns() - t0, time.process_time_ns() - c0
-            out["traced_steps"] += steps if traced else 0
-        elif traced:
-            tracer = Tracer(path, 0, threads, {}, flush_every_s=TraceConfig().flush_every_s)
-            launcher.recorder = tracer.recorder
-            t0, c0 = time.perf_counter_ns(), time.process_time_ns()
-            train(m, data, tcfg, dp, observer=tracer)
-            wall, cpu = time.perf_counter_ns() - t0, time.process_time_ns() - c0
-            out["cut_ns"] += tracer.cut_ns           # the parts written during the steps
-            t1 = time.perf_counter_ns()
-            tracer.close()                           # the last window, once per run: timed apart
-            out["close_ns"] += time.perf_counter_ns() - t1
-            out["parts"] += tracer.writer.seq
-            out["part_bytes"] += tracer.writer.bytes
-            t0 = time.perf_counter_ns()
-            merged = merge_parts(path)
-            out["merge_ns"] += time.perf_counter_ns() - t0
-            out["records"] += merged.records
-            out["bytes"] += path.stat().st_size
-            out["traced_steps"] += steps
-            t = pq.read_table(path, columns=["name", "start_ns", "end_ns"])
-            f = pc.filter(t, pc.equal(t["name"], FLUSH_PHASE))
-            out["flush_ns"] += pc.sum(pc.subtract(f["end_ns"], f["start_ns"])).as_py() or 0
-            path.unlink()
+        if one_tracer:
+            tracer, block, first = run_tracer if traced else None, replace(tcfg, steps=(i + 1) * steps), i * steps
         else:
-            launcher.recorder = None
-            t0, c0 = time.perf_counter_ns(), time.process_time_ns()
-            train(m, data, tcfg, dp)
-            wall, cpu = time.perf_counter_ns() - t0, time.process_time_ns() - c0
+            tracer = Tracer(path, 0, threads, {}, flush_every_s=TraceConfig().flush_every_s) if traced else None
+            block, first = tcfg, 0
+        launcher.recorder = None if tracer is None else tracer.recorder
+        t0, c0 = time.perf_counter_ns(), time.process_time_ns()
+        train(m, data, block, dp, observer=tracer, start_step=first)
+        wall, cpu = time.perf_counter_ns() - t0, time.process_time_ns() - c0
+        out["traced_steps"] += steps if traced else 0
+        if tracer is not None and not one_tracer:
+            _tally(tracer, path, out)
+            path.unlink()
         out["blocks"].append({"traced": traced, "ms_per_step": wall / 1e6 / steps,
                               "cpu_ms_per_step": cpu / 1e6 / steps})
     if run_tracer is not None:
-        out["cut_ns"] = run_tracer.cut_ns
-        t1 = time.perf_counter_ns()
-        run_tracer.close()
-        out["close_ns"] = time.perf_counter_ns() - t1
-        out["parts"], out["part_bytes"] = run_tracer.writer.seq, run_tracer.writer.bytes
-        t0 = time.perf_counter_ns()
-        merged = merge_parts(run_path)
-        out["merge_ns"] = time.perf_counter_ns() - t0
-        out["records"], out["bytes"] = merged.records, run_path.stat().st_size
-        t = pq.read_table(run_path, columns=["name", "start_ns", "end_ns"])
-        f = pc.filter(t, pc.equal(t["name"], FLUSH_PHASE))
-        out["flush_ns"] = pc.sum(pc.subtract(f["end_ns"], f["start_ns"])).as_py() or 0
+        _tally(run_tracer, run_path, out)
     return out
+
+
+def _tally(tracer, path: Path, out: dict) -> None:
+    """Add a finished run's tracer figures to `out`: the parts written during the steps, the close (its last
+    window, once per run: timed apart), the merge, the merged trace's records and bytes, and the `trace_flush`
+    phases it holds (the tracer's time on the loop)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from gpt2trace.format.writer import merge_parts
+    from gpt2trace.record.tracer import FLUSH_PHASE
+    out["cut_ns"] += tracer.cut_ns
+    t1 = time.perf_counter_ns()
+    tracer.close()
+    out["close_ns"] += time.perf_counter_ns() - t1
+    out["parts"] += tracer.writer.seq
+    out["part_bytes"] += tracer.writer.bytes
+    t0 = time.perf_counter_ns()
+    merged = merge_parts(path)
+    out["merge_ns"] += time.perf_counter_ns() - t0
+    out["records"] += merged.records
+    out["bytes"] += path.stat().st_size
+    t = pq.read_table(path, columns=["name", "start_ns", "end_ns"])
+    f = pc.filter(t, pc.equal(t["name"], FLUSH_PHASE))
+    out["flush_ns"] += pc.sum(pc.subtract(f["end_ns"], f["start_ns"])).as_py() or 0
 
 
 def hot_path(tmp: str) -> dict:
