@@ -7,7 +7,6 @@ pandas and Numba load inside the command that needs them, so `gpt2trace --help` 
 from __future__ import annotations
 
 import atexit
-import ctypes
 import gc
 import os
 import sys
@@ -123,6 +122,8 @@ def _leave() -> None:
             mpi.Finalize()
         # MPICH (4.1 on) tells its launcher that a rank ended well in a C exit handler, not in MPI_Finalize; a rank
         # gone without it counts as crashed, and Hydra kills the ranks still finalizing (exit code 9). C's exit
-        # runs those handlers and still skips the interpreter's teardown.
+        # runs those handlers and still skips the interpreter's teardown. (ctypes imported here only: the start-up
+        # of every command does without it.)
+        import ctypes
         ctypes.CDLL(None).exit(_status[0])
     os._exit(_status[0])
