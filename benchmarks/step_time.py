@@ -47,20 +47,25 @@ def worker_ours(model: str, B: int, T: int, threads: int, steps: int) -> dict:
     from trainer.train import train
 
     class RegionTimer:
-        """A trace-slot source (like the tracer's recorder) that sums each kernel's region time."""
+        """A slot source (trainer.launcher.SlotSource, like the tracer's recorder) of one slot, so the launcher
+        spills before every call: each spill adds the call before's region time to its kernel's total."""
         def __init__(self, nthreads):
-            self.buf = np.zeros((nthreads + 1, 3), dtype=np.int64)
-            self.total, self.last = {}, None
+            self.keys, self.slots = [], [np.zeros((nthreads + 1, 3), dtype=np.int64)]
+            self.names, self.total = [], {}
 
-        def slot(self, kernel, layer):
-            self._close()
-            self.last = kernel
-            return self.buf
+        def kernel_key(self, kernel):
+            self.names.append(kernel)
+            return (len(self.names) - 1) << 32      # plus the layer, which the breakdown does not need
+
+        def spill(self, i):
+            if i:
+                name = self.names[(self.keys[i - 1] + 1) >> 32]      # + 1: a layer of -1 (none)
+                region = self.slots[0][0]
+                self.total[name] = self.total.get(name, 0) + int(region[1] - region[0])
 
         def _close(self):
-            if self.last is not None:
-                self.total[self.last] = self.total.get(self.last, 0) + int(self.buf[0, 1] - self.buf[0, 0])
-                self.last = None
+            self.spill(len(self.keys))
+            self.keys.clear()
 
     cfg = model_config(model)
     tcfg = TrainConfig(batch_size=B, seq_len=T, steps=steps + 1, lr=1e-4)

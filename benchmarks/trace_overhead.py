@@ -3,6 +3,7 @@
     python benchmarks/trace_overhead.py                          # small and d12, 8 blocks each (A B B A A B B A)
     python benchmarks/trace_overhead.py --configs small --blocks 4 --steps 60    # a quick check
     python benchmarks/trace_overhead.py --configs small --blocks 400 --steps 10 --one-tracer   # a drifting machine
+    python benchmarks/trace_overhead.py --configs small --blocks 160 --steps 10 --one-tracer --processes 8
 
 One process per configuration trains one model; after an untimed warm-up block, blocks of steps alternate
 traced (A) and untraced (B) as A B B A A B B A, so drift in the machine's speed (a shared machine) hits both
@@ -25,6 +26,10 @@ start-up or memory placement. Per configuration:
   tracer serves the whole run (attached in the traced blocks, detached in the others, its windows cut every
   2 x flush_every_s of wall time: about every flush_every_s of traced time), so blocks can be much shorter than a
   window and the machine's drift stays the same within a group;
+- with `--processes N`, the same in N processes one after the other, pooled (`pooled`): the overheads above are
+  then the mean of the processes' own, with an interval from resampling the processes, since each process's
+  memory layout shifts its result by more than its own interval (measured 2026-11-27, the same code in three
+  processes of 400 blocks: +1.40, +2.91 and +0.31%, each with an interval of about +-1.1%);
 - CPU ms/step traced and untraced: the process's CPU time (every thread: the loop and the kernels' workers) per
   step, median over the blocks of each kind, and their ratio - 1: what tracing costs in work, which time taken by
   other load on a shared machine does not stretch as it stretches wall time.
@@ -68,8 +73,8 @@ def worker(model: str, B: int, T: int, threads: int, steps: int, blocks: int, tm
     """One process, one model: an untimed warm-up block, then `blocks` blocks of `steps` steps, A B B A ...
 
     one_tracer: a single tracer for the whole run, attached in the traced blocks and detached in the others (its
-    windows cut every 2 x flush_every_s of wall time: about every flush_every_s of traced time); otherwise a
-    tracer per traced block."""
+    windows cut every 2 x flush_every_s of wall time: about every flush_every_s of traced time, and memory sampled
+    likewise every 2 x memory_every_s); otherwise a tracer per traced block."""
     from gpt2trace.run.runner import TraceConfig, prepare_process
     prepare_process(threads)
 
@@ -99,15 +104,17 @@ def worker(model: str, B: int, T: int, threads: int, steps: int, blocks: int, tm
            "part_bytes": 0, "merge_ns": 0,
            "close_ns": 0}
     run_path = Path(tmp) / "run.parquet"
-    run_tracer = (Tracer(run_path, 0, threads, {}, flush_every_s=2 * TraceConfig().flush_every_s)
-                  if one_tracer else None)
+    every = TraceConfig()
+    run_tracer = (Tracer(run_path, 0, threads, {}, flush_every_s=2 * every.flush_every_s,
+                         memory_every_s=2 * every.memory_every_s) if one_tracer else None)
     for i in range(blocks):
         traced = (i % 4) in (0, 3)                               # A B B A: drift cancels in pairs
         path = Path(tmp) / f"block{i}.parquet"
         if one_tracer:
             tracer, block, first = run_tracer if traced else None, replace(tcfg, steps=(i + 1) * steps), i * steps
         else:
-            tracer = Tracer(path, 0, threads, {}, flush_every_s=TraceConfig().flush_every_s) if traced else None
+            tracer = (Tracer(path, 0, threads, {}, flush_every_s=every.flush_every_s,
+                             memory_every_s=every.memory_every_s) if traced else None)
             block, first = tcfg, 0
         launcher.recorder = None if tracer is None else tracer.recorder
         t0, c0 = time.perf_counter_ns(), time.process_time_ns()
@@ -176,14 +183,20 @@ def hot_path(tmp: str) -> dict:
             recorder.take()
         return dt
 
+    # a step that samples no memory: the second within memory_every_s of the first
+    unsampled = Tracer(Path(tmp) / "unsampled.parquet", 0, 1, {}, flush_every_s=1e9, memory_every_s=1e9)
+    unsampled.begin_step(0)
+    unsampled.begin_step(1)
+
     def phases(observer) -> float:
         t0 = time.thread_time_ns()
         for _ in range(n):
             with observer.phase("forward"):
                 pass
         dt = (time.thread_time_ns() - t0) / n
-        tracer._phases.clear()
-        tracer._counters.clear()
+        for t in (tracer, unsampled):
+            t._phases.clear()
+            t._counters.clear()
         return dt
 
     window = Tracer(Path(tmp) / "cut.parquet", 0, 1, {}, flush_every_s=1e9)   # cut by hand, as a run's tracer
@@ -204,18 +217,21 @@ def hot_path(tmp: str) -> dict:
         window._cut(time.monotonic_ns(), None)
         return time.thread_time_ns() - t0
 
-    best = {"call_untraced": [], "call_traced": [], "phase_untraced": [], "phase_traced": [], "cut_ns": []}
+    best = {"call_untraced": [], "call_traced": [], "phase_untraced": [], "phase_traced": [],
+            "phase_traced_unsampled": [], "cut_ns": []}
     for _ in range(15):
         best["call_untraced"].append(calls(None))
         best["call_traced"].append(calls(tracer.recorder))
         best["phase_untraced"].append(phases(NullObserver()))
         best["phase_traced"].append(phases(tracer))
+        best["phase_traced_unsampled"].append(phases(unsampled))
         best["cut_ns"].append(cut())
-    tracer.close()
-    window.close()
+    for t in (tracer, unsampled, window):
+        t.close()
     res = {k: min(v) for k, v in best.items()}
     return res | {"per_call_ns": res["call_traced"] - res["call_untraced"],
-                  "per_phase_ns": res["phase_traced"] - res["phase_untraced"]}
+                  "per_phase_ns": res["phase_traced"] - res["phase_untraced"],
+                  "per_phase_unsampled_ns": res["phase_traced_unsampled"] - res["phase_untraced"]}
 
 
 def totals(blocks: list[dict], key: str) -> tuple[float, float, float]:
@@ -227,9 +243,40 @@ def totals(blocks: list[dict], key: str) -> tuple[float, float, float]:
     def ratio(picked):
         return sum(a for a, _ in picked) / sum(b for _, b in picked) - 1
 
+    return (ratio(sums), *_interval(sums, ratio))
+
+
+def _interval(items: list, stat) -> tuple[float, float]:
+    """The 95% interval of stat(items) from 2,000 resamplings of the items (with replacement)."""
     rng = random.Random(0)
-    boot = sorted(ratio([rng.choice(sums) for _ in sums]) for _ in range(2000))
-    return ratio(sums), boot[49], boot[1949]
+    boot = sorted(stat([rng.choice(items) for _ in items]) for _ in range(2000))
+    return boot[49], boot[1949]
+
+
+def pooled(runs: list[dict]) -> dict:
+    """One row for the same configuration measured in several processes: the blocks of all of them pooled for the
+    medians, and the all-traced / all-untraced overheads as the mean of the processes' own, with a 95% interval
+    from resampling the processes. Each process is a draw of its own memory layout (where the model's buffers,
+    the tracer's and the interpreter's land relative to each other in the caches), which shifts its result by
+    more than its groups' interval says: the runs of one process cannot average that away, several processes
+    can."""
+    traced = [x for r in runs for x in r["blocks_ms_traced"]]
+    untraced = [x for r in runs for x in r["blocks_ms_untraced"]]
+    row = dict(runs[-1]) | {
+        "blocks": sum(r["blocks"] for r in runs), "processes": len(runs),
+        "ms_traced": statistics.median(traced), "ms_untraced": statistics.median(untraced),
+        "overhead": statistics.median(traced) / statistics.median(untraced) - 1,
+        "overhead_pairs": [p for r in runs for p in r["overhead_pairs"]],
+        "blocks_ms_traced": traced, "blocks_ms_untraced": untraced}
+    for key in ("cpu_ms_traced", "cpu_ms_untraced", "flush_share", "cut_share", "records_per_step",
+                "bytes_per_record", "part_bytes_per_record", "merge_ns_per_record", "close_ms_per_block"):
+        row[key] = statistics.mean(r[key] for r in runs)
+    row["cpu_overhead"] = row["cpu_ms_traced"] / row["cpu_ms_untraced"] - 1
+    for key in ("overhead_total", "cpu_overhead_total"):
+        values = [r[key] for r in runs]
+        row[key], row[key + "_95"] = statistics.mean(values), list(_interval(values, statistics.mean))
+        row[key + "_per_process"] = values
+    return row
 
 
 def measure(name: str, blocks: int, steps: int, tmp: Path, one_tracer: bool) -> dict:
@@ -275,6 +322,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, help="steps per block (default: small 240, d12 4)")
     ap.add_argument("--one-tracer", action="store_true",
                     help="one tracer for the run, detached in the untraced blocks (for blocks shorter than a window)")
+    ap.add_argument("--processes", type=int, default=1,
+                    help="measure each configuration in this many processes, one after the other, and pool them")
     ap.add_argument("--hot-path", action="store_true", help="the loop's cost per traced kernel call and phase")
     ap.add_argument("--worker", nargs=8, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -284,7 +333,8 @@ def main() -> None:
         print(f"per kernel call: {res['call_untraced']:.0f} ns untraced, {res['call_traced']:.0f} traced: "
               f"+{res['per_call_ns']:.0f} ns (slot, kernel key, clock and thread-id reads; one thread)")
         print(f"per phase: {res['phase_untraced']:.0f} ns untraced, {res['phase_traced']:.0f} traced: "
-              f"+{res['per_phase_ns']:.0f} ns (two clock reads, the record, the resident memory)")
+              f"+{res['per_phase_ns']:.0f} ns (two clock reads, the record, the resident memory); in a step that "
+              f"samples no memory +{res['per_phase_unsampled_ns']:.0f} ns")
         print(f"per cut of a 1 s window of small: {res['cut_ns'] / 1e6:.2f} ms (6,464 calls, 384 phases, "
               "576 counters)")
         RESULTS.mkdir(exist_ok=True)
@@ -302,7 +352,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.configs:
             before = os.getloadavg()
-            row = measure(name, args.blocks, args.steps or CONFIGS[name][4], Path(tmp), args.one_tracer)
+            runs = [measure(name, args.blocks, args.steps or CONFIGS[name][4], Path(tmp), args.one_tracer)
+                    for _ in range(args.processes)]
+            row = runs[0] if len(runs) == 1 else pooled(runs)
             rows.append(row | {"load_before": before, "load_after": os.getloadavg(), "cpu": cpu_model()})
 
     print(f"\n{cpu_model()}, {os.cpu_count()} CPUs; load average (1, 5, 15 min) per configuration, before -> after:")
@@ -325,10 +377,16 @@ def main() -> None:
     for r in rows:
         lo, hi = r["overhead_total_95"]
         clo, chi = r["cpu_overhead_total_95"]
-        print(f"{r['config']}: all traced time / all untraced time - 1 (whole A B B A groups; 95% interval, groups "
-              f"resampled): wall {100 * r['overhead_total']:.2f}% ({100 * lo:.2f}..{100 * hi:.2f}%), CPU "
+        many = r.get("processes", 1) > 1
+        how = (f"mean of {r['processes']} processes; 95% interval, processes resampled" if many else
+               "whole A B B A groups; 95% interval, groups resampled")
+        print(f"{r['config']}: all traced time / all untraced time - 1 ({how}): wall "
+              f"{100 * r['overhead_total']:.2f}% ({100 * lo:.2f}..{100 * hi:.2f}%), CPU "
               f"{100 * r['cpu_overhead_total']:.2f}% ({100 * clo:.2f}..{100 * chi:.2f}%)"
               + ("; one tracer for the run" if r["one_tracer"] else ""))
+        if many:
+            print(f"  per process: wall {' '.join(f'{100 * x:+.2f}%' for x in r['overhead_total_per_process'])}; "
+                  f"CPU {' '.join(f'{100 * x:+.2f}%' for x in r['cpu_overhead_total_per_process'])}")
     print("ms: block wall time / steps, median over blocks; overhead: traced/untraced - 1 (pairs: each traced block "
           "against its neighbour); flush: the tracer's time on the loop's thread, of which cut: writing the parts; "
           "both as a share of the traced wall time; close: writing the last window at a run's end, per block; "

@@ -4,8 +4,9 @@
     python sample_traces/make_samples.py NAME.parquet    # only those named
 
 Each is a `gpt2trace run` on the built-in synthetic corpus (seed 1337); timings differ from run to run and
-machine to machine, the structure (records per step, threads, steps, counters) does not. Tests check them
-with the same invariants as fresh traces (tests/gpt2trace/format/test_sample_traces.py).
+machine to machine, the structure (records per step, threads, steps, counters) does not. They sample the
+resident memory in every step (`--memory-every 0`): a few steps of milliseconds would otherwise sample only the
+first. Tests check them with the same invariants as fresh traces (tests/gpt2trace/format/test_sample_traces.py).
 """
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def make(name: str, model: str, threads: int, steps: int, batch_size: int, seq_l
 
     cfg = RunConfig(model_config(model), TrainConfig(batch_size=batch_size, seq_len=seq_len, steps=steps, lr=1e-3,
                                                      grad_accum=grad_accum),
-                    ParallelConfig(threads=threads), TraceConfig(Path(name)))
+                    ParallelConfig(threads=threads), TraceConfig(Path(name), memory_every_s=0.0))
     result = run(cfg)
     size = Path(name).stat().st_size
     if size > MAX_BYTES:
@@ -81,8 +82,8 @@ def make(name: str, model: str, threads: int, steps: int, batch_size: int, seq_l
 
 
 def make_mpi(name: str, options: list[str]) -> None:
-    subprocess.run([sys.executable, "-m", "gpt2trace", "run", *options, "--trace", name], check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "gpt2trace", "run", *options, "--memory-every", "0", "--trace", name],
+                   check=True, stdout=subprocess.DEVNULL)
     if Path(name).stat().st_size > MAX_BYTES:
         raise SystemExit(f"{name} is over the {MAX_BYTES:,}-byte budget of a sample trace")
 

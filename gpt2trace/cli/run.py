@@ -30,7 +30,8 @@ OPTIONS = {
     "batch_size": "-B/--batch-size", "seq_len": "-T/--seq-len", "steps": "--steps", "lr": "--lr",
     "weight_decay": "--weight-decay", "grad_accum": "--grad-accum", "seed": "--seed", "threads": "--threads",
     "ranks": "--ranks", "n_layer": "--n-layer", "n_head": "--n-head", "n_embd": "--n-embd",
-    "vocab_size": "--vocab-size", "max_seq_len": "--max-seq-len", "flush_every_s": "--flush-every", "sp": "--sp",
+    "vocab_size": "--vocab-size", "max_seq_len": "--max-seq-len", "flush_every_s": "--flush-every",
+    "memory_every_s": "--memory-every", "sp": "--sp",
     "tp": "--tp", "pp": "--pp", "pp_layers": "--pp-layers", "data_loading": "--data-loading",
     "emulate_network": "--emulate-network", "save_every": "--save-every", "schedule": "--schedule",
     "task_block": "--task-block",
@@ -128,6 +129,10 @@ def run(
         "--flush-every", help="Seconds between the trace parts written during the run: a kill loses at most "
                               "about this much plus a step. 0: write every step before the next starts.")
     ] = TraceConfig.flush_every_s,
+    memory_every: Annotated[float, typer.Option(
+        "--memory-every", help="Seconds between the steps whose phase ends sample the resident memory (each "
+                               "sample is a system call). 0: every step.")
+    ] = TraceConfig.memory_every_s,
     n_layer: Annotated[int | None, typer.Option("--n-layer", show_default=False)] = None,
     n_head: Annotated[int | None, typer.Option("--n-head", show_default=False)] = None,
     n_embd: Annotated[int | None, typer.Option("--n-embd", show_default=False)] = None,
@@ -158,8 +163,8 @@ def run(
         cfg = _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay, grad_accum, threads,
                       ranks, rank, dp_sync, data_loading, (sp, sp_split, sp_reduce),
                       (pp, pp_schedule, pp_layers, recompute), seed, (save, save_every, resume),
-                      metrics_json, None if no_trace else trace, flush_every, sizes, emulate_network, tp,
-                      (schedule, task_block))
+                      metrics_json, None if no_trace else trace, (flush_every, memory_every), sizes,
+                      emulate_network, tp, (schedule, task_block))
         check_run(cfg, processes_here=ranks if inside is None else 1, first_rank=rank == 0)
     except (TrainerError, OutputError) as exc:
         if rank != 0:           # every rank finds the same; rank 0 says it once
@@ -181,11 +186,11 @@ def run(
 
 
 def _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay, grad_accum, threads, ranks, rank,
-            dp_sync, data_loading, sequence, pipeline, seed, saving, metrics_json, trace, flush_every, sizes,
+            dp_sync, data_loading, sequence, pipeline, seed, saving, metrics_json, trace, tracing, sizes,
             network=None, tp=1, tasks=(Schedule.forkjoin, DEFAULT_TASK_BLOCK)):
     """The RunConfig the options describe (trainer.errors.ConfigError for a value out of range). `sequence` is
     (--sp, --sp-split, --sp-reduce), `pipeline` (--pp, --pp-schedule, --pp-layers, --recompute), `saving` (--save,
-    --save-every, --resume), `tasks` (--schedule, --task-block)."""
+    --save-every, --resume), `tracing` (--flush-every, --memory-every), `tasks` (--schedule, --task-block)."""
     from gpt2trace.run.runner import RunConfig
     from trainer.config import ModelConfig, ParallelConfig, TrainConfig, model_config
     from trainer.errors import TrainerError
@@ -222,7 +227,7 @@ def _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay
                          task_block=tasks[1])
     SequenceSplit(T, par.sp, par.sp_split)        # -T must be a multiple of --sp
     from gpt2trace.record.network import parse
-    return RunConfig(mcfg, tcfg, par, TraceConfig(trace, flush_every), data, init_from, save, metrics_json,
+    return RunConfig(mcfg, tcfg, par, TraceConfig(trace, *tracing), data, init_from, save, metrics_json,
                      save_every, resume, parse(network) if network is not None else None)
 
 

@@ -8,8 +8,10 @@ does this itself, on plain lists (trainer/launcher.py): a method call here cost 
 Slots come from a ring of RING calls (`slots`, views made once): call i writes into slots[i % RING], and before a
 slot is reused (`spill`, every RING calls) the ring's calls are copied to `times`, the window's buffer. A slot of
 its own per call (a view of `times`) was last touched a window earlier, so each call paid cache misses on it
-(~0.3-0.4 us a call with a kernel's 0.25-2 MB between calls, against ~0.1 us for the ring; a spill costs ~2 us per
-RING calls). `keys` and `slots` stay the same list objects for the recorder's life, so the launcher can hold them.
+(~0.3-0.4 us a call with a kernel's 0.25-2 MB between calls, against ~0.1 us for the ring). A spill's two NumPy
+assignments cost ~2 us alone but ~40 us inside a training step (its code and data out of cache after the kernels),
+whatever the ring's size: with a ring of 64 that was ~0.4 us a call, ~0.2% of the `small` model's step, hence
+1024. `keys` and `slots` stay the same list objects for the recorder's life, so the launcher can hold them.
 
 A call's step and microstep are not stored per call but as the call index at which they changed (`mark`: a few
 times a step, where calls come by the hundred): the merge turns keys and marks into columns with a few NumPy
@@ -25,7 +27,7 @@ from gpt2trace.format import raw_window
 
 NO_VALUE = raw_window.NO_VALUE
 _LAYER_BITS = raw_window.LAYER_BITS   # a call's key: kernel id << 32, plus its layer (-1: none); key + 1 splits
-RING = 64                             # slots reused in turn by the calls (a power of two: the launcher masks)
+RING = 1024                           # slots reused in turn by the calls (a power of two: the launcher masks)
 
 
 @dataclass(frozen=True)

@@ -121,6 +121,7 @@ SETTINGS: dict[str, tuple[str, str, Callable, str]] = {
     "pp_layers": ("parallel", "pp_layers", _layers, "layer counts separated by commas, e.g. 3,3,3,1, or none"),
     "recompute": ("parallel", "recompute", _flag, "true or false"),
     "flush_every": ("trace", "flush_every_s", float, "a number of seconds"),
+    "memory_every": ("trace", "memory_every_s", float, "a number of seconds"),
     "emulate_network": ("run", "network", _network, 'a network, e.g. "nodes=5,link=10Gb/s,latency=5us", or none'),
     "data": ("run", "data", _path_or(SYNTHETIC), f"a token file, or {SYNTHETIC} (the built-in corpus)"),
     "init_from": ("run", "init_from", _path_or(NONE), f"a checkpoint, or {NONE} (random weights)"),
@@ -142,7 +143,8 @@ def rerun_config(run: dict, changes: Mapping[str, str], trace: Path | None) -> R
                        ("sp_reduce", SPReduce), ("pp_schedule", PPSchedule), ("schedule", Schedule)):
         if name in parallel:
             parallel[name] = kind(parallel[name])
-    flush = {"flush_every_s": run.get("trace", {}).get("flush_every_s", TraceConfig.flush_every_s)}
+    flush = {name: run.get("trace", {}).get(name, getattr(TraceConfig, name))
+             for name in ("flush_every_s", "memory_every_s")}
     data = None if run.get("data") in (None, SYNTHETIC) else Path(run["data"])
     top = {"data": data, "init_from": Path(run["init_from"]) if run.get("init_from") else None,
            "network": _stored_network(run.get("network"))}

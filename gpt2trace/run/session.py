@@ -62,7 +62,8 @@ class TraceSession:
         self.kept: KeptTrace | None = None     # set by `finish`, also when it raises
 
     @classmethod
-    def open(cls, path: Path, run_json: dict, threads: int, flush_every_s: float, comm=None) -> TraceSession:
+    def open(cls, path: Path, run_json: dict, threads: int, flush_every_s: float, memory_every_s: float,
+             comm=None) -> TraceSession:
         """Collective over `comm` (a raw mpi4py communicator) when given. Rank 0 must have cleared the way for
         `path` before (gpt2trace.run.preflight); nothing is written until the first part."""
         from gpt2trace.record.machine import machine_info
@@ -89,7 +90,8 @@ class TraceSession:
         }
         if comm is not None:
             comm.Barrier()  # rank 0 has cleared the way before anyone writes a part
-        tracer = Tracer(path, rank, threads, meta, origin_ns=origin, flush_every_s=flush_every_s)
+        tracer = Tracer(path, rank, threads, meta, origin_ns=origin, flush_every_s=flush_every_s,
+                        memory_every_s=memory_every_s)
         return cls(path, tracer, comm, clock_start, origin0)
 
     def finish(self, whole_run: bool) -> KeptTrace:

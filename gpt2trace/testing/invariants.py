@@ -144,8 +144,9 @@ def check_running_per_step(trace: Trace) -> None:
 
 def check_steps(trace: Trace, steps: int, grad_accum: int, tokens: int, lr: float, closed: bool = True,
                 rss: bool = True) -> None:
-    """Counters once per step (end == start), the phases of every step, the resident memory at every phase end,
-    the tracer's flushes (one per step; the last flush's own `trace_flush` phase would be in the next window,
+    """Counters once per step (end == start), the phases of every step, the resident memory at every phase end of
+    the sampled steps (each rank's first, then one every `memory_every_s`) and of every checkpoint, the tracer's
+    flushes (one per step; the last flush's own `trace_flush` phase would be in the next window,
     which a killed run never writes). `rss` False: a trace recorded before the tracer sampled memory, which has
     no samples."""
     co = records(trace, S.Kind.COUNTER)
@@ -167,20 +168,26 @@ def check_steps(trace: Trace, steps: int, grad_accum: int, tokens: int, lr: floa
         assert steps == 0 or (per_step[name] == n).all(), (name, per_step)
     flushes = ph[ph[S.NAME] == S.Phase.TRACE_FLUSH]
     assert flushes[S.STEP].isna().all() and len(flushes) == (steps if closed else max(steps - 1, 0))
-    # one sample at the end of each of the trainer's phases, with its rank, step and micro-batch
     if not rss:
         assert samples.empty, "resident memory samples in a trace said to have none"
         return
+    # a sample is a phase's end, with its rank, step and micro-batch: of every phase of a sampled step
     cols = [S.RANK, S.END_NS, S.STEP, S.MICROSTEP]
-    assert _in_order(samples[cols]) == _in_order(ph[ph[S.NAME] != S.Phase.TRACE_FLUSH][cols]), \
-        "resident memory: not one sample at each phase end"
+    ends = ph[ph[S.NAME] != S.Phase.TRACE_FLUSH][[*cols, S.NAME]]
+    m = ends.merge(samples[cols].assign(sampled=True), on=cols, how="left")
+    assert len(m) == len(ends) and m["sampled"].notna().sum() == len(samples), \
+        "resident memory: a sample at no phase end, or two at one"
+    m["sampled"] = m["sampled"].notna()
+    always = (m[S.NAME] == S.Phase.CHECKPOINT) | m[S.STEP].isna()
+    assert m[always]["sampled"].all(), "resident memory: a checkpoint or a phase outside the steps not sampled"
+    per_step = m[~always].groupby([S.RANK, S.STEP])["sampled"]
+    assert (per_step.all() == per_step.any()).all(), "resident memory: a step sampled at some phase ends only"
+    if steps:
+        first = m[~always].sort_values(S.STEP, kind="stable").groupby(S.RANK).head(1)
+        assert first["sampled"].all(), "resident memory: a rank's first step not sampled"
     assert (samples[S.VALUE] > 0).all(), "resident memory: a sample <= 0"
 
 
-def _in_order(df: pd.DataFrame) -> list[list]:
-    """Rows as lists (None for nulls), sorted by the first two columns."""
-    df = df.sort_values(list(df.columns[:2]), kind="stable")
-    return df.astype(object).where(df.notna(), None).values.tolist()
 
 
 def check_messages(trace: Trace) -> None:

@@ -108,6 +108,7 @@ BAD = [
     ("negative steps", lambda tmp: [*TINY, "--steps", "-1"], "--steps -1: must be an integer >= 0"),
     ("threads 0", lambda tmp: [*TINY, "--threads", "0"], "--threads 0: must be an integer >= 1"),
     ("negative flush interval", lambda tmp: [*TINY, "--flush-every", "-1"], "--flush-every -1.0: must be"),
+    ("memory interval inf", lambda tmp: [*TINY, "--memory-every", "inf"], "--memory-every inf: must be a finite"),
     ("heads do not divide channels", lambda tmp: [*TINY, "--n-head", "5"], "--n-head 5: must divide n_embd (32)"),
     # 26 TiB of activations: estimated (parameters, gradients, AdamW moments, activations) before allocating
     ("batch too big for memory", lambda tmp: [*TINY, "-B", "100000000"], "the run needs about "),

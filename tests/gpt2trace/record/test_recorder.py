@@ -57,7 +57,7 @@ def test_take_copies_and_resets_the_slots():
 
 def test_the_ring_is_reused_and_the_window_grows_keeping_every_call():
     # 2 rings and 5 calls: the ring's slots are handed out again from call RING on, each call's times kept in the
-    # window, which grows from 2 calls to 64 (first spill), 128, then 256 (the take keeps the last 5)
+    # window, which grows from 2 calls to RING (first spill), 2 RING, then 4 RING (the take keeps the last 5)
     n = 2 * RING + 5
     rec = KernelRecorder(nthreads=1, capacity=2)
     for i in range(n):
@@ -65,7 +65,7 @@ def test_the_ring_is_reused_and_the_window_grows_keeping_every_call():
         assert slot is rec.slots[i % RING] and slot[1, 2] == NO_VALUE      # reused, marked not run again
         _fill(slot, 10 * i, 10 * i + 5, (10 * i, 10 * i + 5, 1))
     times, calls = rec.take()
-    assert len(times) == n and len(rec.times) == 256
+    assert len(times) == n and len(rec.times) == 4 * RING
     assert times[:, 0, 0].tolist() == [10 * i for i in range(n)] and times[:, 1, 2].tolist() == [1] * n
     assert call_meta(calls)[:, 1].tolist() == list(range(n))
     for i in range(n):                       # the next window spills into the other buffer: the one taken holds

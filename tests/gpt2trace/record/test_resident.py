@@ -1,5 +1,6 @@
 """The resident memory the tracer samples: the reader against /proc, and a real 2-rank pipeline run under mpiexec
-whose trace has one positive sample per rank at each phase end, which `analyze` summarizes per rank."""
+sampling every step (`--memory-every 0`), whose trace has one positive sample per rank at each phase end, which
+`analyze` summarizes per rank."""
 from __future__ import annotations
 
 import os
@@ -36,7 +37,7 @@ def test_a_real_pipeline_run_samples_every_ranks_memory(tmp_path):
     path = tmp_path / "trace.parquet"
     run = subprocess.run([sys.executable, "-m", "gpt2trace", "run", "--model", "tiny", "--ranks", "2", "--pp", "2",
                           "--grad-accum", "2", "--steps", "2", "--threads", "1", "-B", "2", "-T", "16",
-                          "--trace", str(path)], capture_output=True, text=True, timeout=600)
+                          "--memory-every", "0", "--trace", str(path)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     trace = load(path)
     co = records(trace, S.Kind.COUNTER)

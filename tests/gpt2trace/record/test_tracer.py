@@ -112,6 +112,49 @@ def test_a_part_per_step_and_thread_numbering(tracer, tmp_path):
     assert len(flush) == 1 and flush[S.STEP].isna().all() and FLUSH_PHASE in S.PHASES
 
 
+def _rss_steps(tracer, end: int) -> list[tuple]:
+    """(phase, step, micro-batch) of each phase end that sampled the resident memory in the open window."""
+    part = _part(tracer, end).to_pandas()
+    rss = part[(part[S.KIND] == S.Kind.COUNTER) & (part[S.NAME] == RSS_COUNTER)]
+    ends = part[part[S.KIND] == S.Kind.PHASE].set_index(S.END_NS)[S.NAME]
+    return [(ends[t], int(s), int(m)) for t, s, m in zip(rss[S.START_NS], rss[S.STEP], rss[S.MICROSTEP])]
+
+
+def _micro_step(tracer, step, checkpoint=False):
+    tracer.begin_step(step)
+    for micro in (0, 1):
+        tracer.microstep(micro)
+        with tracer.phase("forward"):
+            pass
+    if checkpoint:
+        with tracer.phase("checkpoint", nbytes=10):
+            pass
+    tracer.end_step(step)
+
+
+@pytest.mark.parametrize("every_s, sampled", [(0.0, [0, 1, 2]), (3600.0, [0])])   # every step; the first only
+def test_memory_is_sampled_at_every_phase_end_of_the_steps_due(tmp_path, every_s, sampled):
+    tracer = Tracer(tmp_path / "trace.parquet", rank=0, nthreads=2, metadata={}, flush_every_s=1e9,
+                    memory_every_s=every_s)
+    for step in range(3):
+        _micro_step(tracer, step, checkpoint=step == 2)
+    # a sampled step has every micro-batch's phase end; a checkpoint is sampled whichever step it is in
+    want = [("forward", s, m) for s in sampled for m in (0, 1)]
+    assert _rss_steps(tracer, time.monotonic_ns() - ORIGIN) == [*want, ("checkpoint", 2, 1)]
+    tracer.close()
+
+
+def test_a_step_is_sampled_again_once_memory_every_s_has_passed(tmp_path):
+    tracer = Tracer(tmp_path / "trace.parquet", rank=0, nthreads=2, metadata={}, flush_every_s=1e9,
+                    memory_every_s=0.05)
+    _micro_step(tracer, 0)
+    _micro_step(tracer, 1)            # begins well within 50 ms of step 0
+    time.sleep(0.06)
+    _micro_step(tracer, 2)
+    assert [s for _, s, _ in _rss_steps(tracer, time.monotonic_ns() - ORIGIN)] == [0, 0, 2, 2]
+    tracer.close()
+
+
 def test_new_worker_threads_get_the_next_index(tracer):
     main = threading.get_ident()
     tracer.begin_step(0)

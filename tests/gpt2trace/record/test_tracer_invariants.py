@@ -68,6 +68,16 @@ def _drop_a_memory_sample(df):
     return df.drop(df.index[df[S.NAME] == S.Counter.RSS_BYTES][3])
 
 
+def _drop_the_first_steps_memory(df):
+    return df.drop(df.index[(df[S.NAME] == S.Counter.RSS_BYTES) & (df[S.STEP] == 0)])
+
+
+def _move_a_memory_sample(df):
+    i = df.index[df[S.NAME] == S.Counter.RSS_BYTES][1]
+    df.loc[i, [S.START_NS, S.END_NS]] += 1                # 1 ns after the phase end it samples
+    return df
+
+
 def _stretch_a_worker_block(df):
     i = df.index[(df[S.KIND] == "kernel") & (df[S.THREAD] == 1)][2]
     df.loc[i, S.END_NS] += 1                             # 1 ns more than the worker's Running time
@@ -77,7 +87,9 @@ def _stretch_a_worker_block(df):
 BROKEN = [("gap in a worker's states", _drop_a_worker_state, "thread 1: gap or overlap"),
           ("kernel outside its phase", _move_a_kernel_to_the_next_step, "outside the compute phases"),
           ("counter twice in a step", _repeat_a_counter, "counters per step"),
-          ("phase end without memory", _drop_a_memory_sample, "resident memory: not one sample at each phase end"),
+          ("phase end without memory", _drop_a_memory_sample, "a step sampled at some phase ends only"),
+          ("first step without memory", _drop_the_first_steps_memory, "a rank's first step not sampled"),
+          ("memory off a phase end", _move_a_memory_sample, "a sample at no phase end"),
           ("kernel longer than Running", _stretch_a_worker_block, "thread 1: a kernel record is not inside Running")]
 
 

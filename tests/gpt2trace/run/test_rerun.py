@@ -37,12 +37,14 @@ def test_settings_are_changed_by_the_run_options_names():
     stored = stored_run(SAMPLES / "tiny_2ranks_allreduce.parquet")
     cfg = rerun_config(stored, {"dp_sync": "overlap", "batch_size": "8", "ranks": "4", "pp": "2",
                                 "pp_schedule": "gpipe", "pp_layers": "1,1", "recompute": "yes", "lr": "3e-4",
-                                "flush_every": "0", "emulate_network": "nodes=2,link=10Gb/s,latency=5us"}, NEW)
+                                "flush_every": "0", "memory_every": "2",
+                                "emulate_network": "nodes=2,link=10Gb/s,latency=5us"}, NEW)
     assert (cfg.parallel.dp_sync, cfg.parallel.ranks, cfg.parallel.pp, cfg.parallel.pp_schedule) == \
         (DPSync.overlap, 4, 2, PPSchedule.gpipe)
     assert (cfg.parallel.pp_layers, cfg.parallel.recompute, cfg.train.batch_size, cfg.train.lr) == \
         ((1, 1), True, 8, 3e-4)
-    assert cfg.trace.flush_every_s == 0 and cfg.network.nodes == 2 and cfg.network.network.bandwidth_bps == 1.25e9
+    assert cfg.trace.flush_every_s == 0 and cfg.trace.memory_every_s == 2
+    assert cfg.network.nodes == 2 and cfg.network.network.bandwidth_bps == 1.25e9
     assert (cfg.train.steps, cfg.train.seed, cfg.model.n_embd) == (6, 1337, 32)        # the rest as stored
     # a named model replaces the sizes, sizes beside it apply on top
     cfg = rerun_config(stored, {"model": "small", "n_layer": "2"}, NEW)

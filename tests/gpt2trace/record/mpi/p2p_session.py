@@ -111,7 +111,7 @@ def ring(world, tracer, rank: int) -> None:
 def main() -> None:
     world = MPI.COMM_WORLD
     rank, size = world.Get_rank(), world.Get_size()
-    session = TraceSession.open(Path(sys.argv[1]), {"test": "p2p", "ranks": size}, 1, 0.0, world)
+    session = TraceSession.open(Path(sys.argv[1]), {"test": "p2p", "ranks": size}, 1, 0.0, 0.0, world)
     tracer = session.tracer
     comm = TracedComm(world, tracer)
     world.Barrier()                                     # untraced: every rank starts the step together
