@@ -143,12 +143,12 @@ def rerun_config(run: dict, changes: Mapping[str, str], trace: Path | None) -> R
                        ("sp_reduce", SPReduce), ("pp_schedule", PPSchedule), ("schedule", Schedule)):
         if name in parallel:
             parallel[name] = kind(parallel[name])
-    flush = {name: run.get("trace", {}).get(name, getattr(TraceConfig, name))
-             for name in ("flush_every_s", "memory_every_s")}
+    tracing = {name: run.get("trace", {}).get(name, getattr(TraceConfig, name))
+               for name in ("flush_every_s", "memory_every_s")}
     data = None if run.get("data") in (None, SYNTHETIC) else Path(run["data"])
     top = {"data": data, "init_from": Path(run["init_from"]) if run.get("init_from") else None,
            "network": _stored_network(run.get("network"))}
-    parts = {"model": model, "train": train, "parallel": parallel, "trace": flush, "run": top}
+    parts = {"model": model, "train": train, "parallel": parallel, "trace": tracing, "run": top}
     if "model" in changes:                      # a named model first: sizes given beside it apply on top
         name = changes["model"]
         if name not in MODELS:
@@ -173,7 +173,7 @@ def rerun_config(run: dict, changes: Mapping[str, str], trace: Path | None) -> R
         raise ConfigError(resized[0], changes[resized[0]], f"the model comes from the checkpoint {top['init_from']} "
                           "the run started from; add init-from=none to train this one from random weights")
     cfg = RunConfig(ModelConfig(**model), TrainConfig(**train), ParallelConfig(**parallel),
-                    TraceConfig(trace, **flush), **top)
+                    TraceConfig(trace, **tracing), **top)
     from trainer.parallel.split import SequenceSplit
     SequenceSplit(cfg.train.seq_len, cfg.parallel.sp, cfg.parallel.sp_split)     # T must be a multiple of sp
     return cfg
