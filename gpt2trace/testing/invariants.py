@@ -188,8 +188,6 @@ def check_steps(trace: Trace, steps: int, grad_accum: int, tokens: int, lr: floa
     assert (samples[S.VALUE] > 0).all(), "resident memory: a sample <= 0"
 
 
-
-
 def check_messages(trace: Trace) -> None:
     """Every point-to-point message of a trace this tool recorded has both ends (`format.matching` pairs them):
     each Send/Isend is received exactly once on its peer and each Recv/Irecv receives exactly one send; a
