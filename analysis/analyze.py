@@ -92,11 +92,10 @@ def load_group(group: Trace | Callable[[Reads], Trace], reads: Reads) -> Trace:
 
 @dataclass(frozen=True)
 class Explained:
-    """The explanations that need every rank's kernel segments or regions and take the longest to combine (root
-    causes, delay costs, the communication matrix and the critical path), JSON-ready: under MPI another process
-    than the one that combines the rest computes them (`analysis.distributed`)."""
-    root_causes: list
-    delay_costs: dict
+    """The explanations that need every rank's kernel regions (the critical path) or every MPI call of the window
+    paired across ranks (the communication matrix), JSON-ready: under MPI another process than the one that
+    combines the rest computes them (`analysis.distributed`), and receives only the regions for it. The root causes
+    and delay costs need the segments, which the combining process has."""
     comm_matrix: dict
     critical_path: dict
 
@@ -108,19 +107,14 @@ def kernel_view(ctx: rank_groups.Context, parts: list[rank_groups.Part]) -> dict
     return {"regions": (pd.concat([p.regions for p in parts], ignore_index=True), ctx.kernel_names)}
 
 
-def explanations(ctx: rank_groups.Context, segs: segments.Segments, kernel_view: dict,
-                 calls: pd.DataFrame | None = None, wait_rows: pd.DataFrame | None = None) -> Explained:
-    """The `Explained` part of the result, from the segments of every rank and the `kernel_view` (`calls` and
-    `wait_rows`: the window's MPI calls and their wait states, when the caller has them)."""
+def explanations(ctx: rank_groups.Context, kernel_view: dict, calls: pd.DataFrame | None = None) -> Explained:
+    """The `Explained` part of the result, from the `kernel_view` (`calls`: the window's MPI calls, when the caller
+    has them)."""
     trace, window = ctx.shared, ctx.window
     calls = mpi.calls(trace, window) if calls is None else calls
-    wait_rows = waits.wait_states(calls) if wait_rows is None else wait_rows
-    costs = delay.delay_costs(calls, wait_rows, segs, window, keys=(mpi.GROUP,))
     path = critical_path_tables(trace, window, calls, main=main_threads(trace, ctx.pairs), steps=ctx.steps,
                                 **kernel_view)
     return Explained(
-        root_causes=_Plain({**r, "text": rootcause.sentence(r)} for r in rows(rootcause.table(costs))),
-        delay_costs={k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in delay.summary(costs).items()},
         comm_matrix={k: rows(v) for k, v in comm_matrix(calls).items()},                       # per rank pair
         # the path's segments as columns: one row per stretch would be most of the JSON on a large trace
         critical_path={k: (columns(v) if k == "segments" else rows(v) if isinstance(v, pd.DataFrame) else v)
@@ -167,9 +161,12 @@ def combine(ctx: rank_groups.Context, parts: list[rank_groups.Part], top: int = 
         warnings.append(f"{trace.name}: its task records have no predecessors (a .prv import keeps none), so the "
                         "task graph's critical path, the ready tasks and the starvation are not known")
     running_ns = sum(float(p.pop.times["useful_ns"].sum()) for p in parts)
-    if explain:                             # last: under MPI, another process computes them meanwhile
+    if explain:                             # last: under MPI, another process computes `Explained` meanwhile
+        costs = delay.delay_costs(calls, wait_rows, segs, window, keys=(mpi.GROUP,))
+        root_causes = _Plain({**r, "text": rootcause.sentence(r)} for r in rows(rootcause.table(costs)))
+        delay_costs = {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in delay.summary(costs).items()}
         explained = explained() if callable(explained) else (
-            explained or explanations(ctx, segs, kernel_view(ctx, parts), calls, wait_rows))
+            explained or explanations(ctx, kernel_view(ctx, parts), calls))
     result = {
         "trace": trace.name,
         "window": {"t0_s": window.t0_ns / 1e9, "t1_s": window.t1_ns / 1e9, "steps": list(window.steps)},
@@ -189,8 +186,8 @@ def combine(ctx: rank_groups.Context, parts: list[rank_groups.Part], top: int = 
         "comm_matrix": explained.comm_matrix if explain else None,                            # per rank pair
         "memory": {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in mem.items()} if mem else None,
         "network_links": rows(links) if links is not None else None,          # an emulated cluster's link load
-        "root_causes": explained.root_causes if explain else [],
-        "delay_costs": explained.delay_costs if explain else None,               # root causes through chains
+        "root_causes": root_causes if explain else [],
+        "delay_costs": delay_costs if explain else None,                         # root causes through chains
         "states": {k: rows(v) for k, v in
                    state_profile.from_lanes(state_profile.LaneStates.concat([p.states for p in parts]),
                                             window).items()},
@@ -253,6 +250,10 @@ _PLAIN_TYPES = frozenset((str, int, bool, type(None)))      # what jsonable leav
 
 
 def _plain_column(col: pd.Series) -> list:
+    if isinstance(col.dtype, pd.api.extensions.ExtensionDtype) and col.dtype.kind in "iub" and col.hasnans:
+        # A nullable integer column with NAs (a kernel's layer, NA outside the blocks): ints and None, where its
+        # to_numpy() gives floats with NaN on pandas 3 (a layer 7.0)
+        return col.to_numpy(dtype=object, na_value=None).tolist()
     values = col.to_numpy()
     if values.dtype.kind in "iub":
         return values.tolist()

@@ -14,7 +14,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from analysis import analyze, rank_groups, segments
+from analysis import analyze, rank_groups
 from analysis.analyze import combine, load_group
 from analysis.rank_groups import GATHER_READS, PART_READS
 from gpt2trace.format.reader import Reads, Trace
@@ -41,11 +41,11 @@ def analyze_comm(groups: Sequence[Callable[[Reads], Trace]], comm, steps: str | 
     parts = _attempt(lambda: _parts(groups, mine, kept, ctx, top, bins))
     helper = explain and comm.Get_size() > 1 and len(groups) > 1
     if helper:         # process 1 computes the explanations across ranks while process 0 combines the rest
-        kernels = comm.gather(_then(parts, lambda ps: [(p.segs, p.regions) for p in ps]), root=HELPER)
+        regions = comm.gather(_then(parts, lambda ps: [p.regions for p in ps]), root=HELPER)
         parts = _then(parts, lambda ps: [replace(p, regions=None) for p in ps])     # process 0 does not need them
     everything = comm.gather(parts, root=0)
     if helper and process == HELPER:
-        comm.send(_attempt(lambda: _explain(ctx, [k for ks in _values(kernels) for k in ks])), dest=0)
+        comm.send(_attempt(lambda: _explain(ctx, [r for rs in _values(regions) for r in rs])), dest=0)
     if everything is None:
         return None
     explained = (lambda: _values([comm.recv(source=HELPER)])[0]) if helper else None
@@ -85,10 +85,9 @@ def _parts(groups: Sequence[Callable[[Reads], Trace]], mine: range, kept: list[T
     return [rank_groups.part(load_group(groups[i], PART_READS), ctx, top, bins) for i in mine[:-1]] + [last]
 
 
-def _explain(ctx: rank_groups.Context, kernel_parts: list) -> analyze.Explained:
-    segs = segments.concat([s for s, _ in kernel_parts])
-    regions = pd.concat([r for _, r in kernel_parts], ignore_index=True)
-    return analyze.explanations(ctx, segs, {"regions": (regions, ctx.kernel_names)})
+def _explain(ctx: rank_groups.Context, regions: list[pd.DataFrame]) -> analyze.Explained:
+    """The explanations from every group's kernel regions (`analysis.analyze.Explained`)."""
+    return analyze.explanations(ctx, {"regions": (pd.concat(regions, ignore_index=True), ctx.kernel_names)})
 
 
 # What a process sends: (value, None), or (None, the exception it raised) for every process to raise.

@@ -103,3 +103,19 @@ def test_a_real_task_trace_reads_as_tasks_in_the_findings():
     assert r["findings"][thread_level + 1]["metric"].startswith("tasks.totals.")
     assert not any("across the threads" in t or "parallel regions" in t for t in texts)
     assert not any(f["metric"].startswith("occupancy.per_kernel") for f in r["findings"])
+
+
+def test_layers_are_integers_or_none_in_every_table():
+    """A kernel's layer is an int (None outside the blocks) in every table, also in one that holds both: pandas
+    3 gives a nullable integer column with NAs to NumPy as floats (a layer 7.0)."""
+    out = analyze(load(SAMPLES / "tiny_2ranks_allreduce.parquet"))
+    per_kernel = out["occupancy"]["per_kernel"]
+    layers = [r["layer"] for r in per_kernel]
+    assert None in layers and any(v is not None for v in layers)
+    tables = [per_kernel, out["imbalance"], out["root_causes"], *[v for v in out["critical_path"].values()
+                                                                  if isinstance(v, list)]]
+    for table in tables:
+        for row in table:
+            if isinstance(row, dict) and "layer" in row:
+                assert row["layer"] is None or type(row["layer"]) is int, row
+    assert '"layer": 1.0' not in json.dumps(out)
