@@ -120,7 +120,8 @@ def critical_paths(graph: TaskGraph) -> tuple[pd.DataFrame, pd.DataFrame]:
             path_rows.append({RANK: int(rank), STEP: int(step), TASK: int(df[TASK].iat[i]), "name": df[NAME].iat[i],
                               LAYER: _opt(df[LAYER].iat[i]), BLOCK: _opt(df[BLOCK].iat[i]), "seconds": dur[i] / NS})
     cols = [RANK, STEP, TASK, "name", LAYER, BLOCK, "seconds"]
-    return pd.DataFrame(rows), pd.DataFrame(path_rows, columns=cols)
+    # layer and block: ints, NA where a task has none (a column of ints and Nones would be floats)
+    return pd.DataFrame(rows), pd.DataFrame(path_rows, columns=cols).astype({LAYER: "Int64", BLOCK: "Int64"})
 
 
 def _longest_paths(first: list[int], pred: list[int], dur: list[int]) -> tuple[list[int], list[int]]:
@@ -144,10 +145,10 @@ def path_by_kernel(on_path: pd.DataFrame) -> pd.DataFrame:
     share of the paths' total, longest first."""
     if on_path.empty:
         return pd.DataFrame(columns=["name", LAYER, "tasks", "seconds", "share"])
-    g = on_path.assign(layer=on_path[LAYER].fillna(-1)).groupby(["name", LAYER], as_index=False).agg(
+    g = on_path.assign(layer=on_path[LAYER].fillna(-1).astype(np.int64)).groupby(["name", LAYER], as_index=False).agg(
         tasks=("seconds", "size"), seconds=("seconds", "sum"))
     g["share"] = g["seconds"] / g["seconds"].sum()
-    g[LAYER] = g[LAYER].astype(object).where(g[LAYER] >= 0, None)
+    g[LAYER] = g[LAYER].astype("Int64").mask(g[LAYER] < 0)
     return g.sort_values(["seconds", "name"], ascending=[False, True]).reset_index(drop=True)
 
 

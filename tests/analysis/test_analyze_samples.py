@@ -105,17 +105,28 @@ def test_a_real_task_trace_reads_as_tasks_in_the_findings():
     assert not any(f["metric"].startswith("occupancy.per_kernel") for f in r["findings"])
 
 
-def test_layers_are_integers_or_none_in_every_table():
-    """A kernel's layer is an int (None outside the blocks) in every table, also in one that holds both: pandas
-    3 gives a nullable integer column with NAs to NumPy as floats (a layer 7.0)."""
-    out = analyze(load(SAMPLES / "tiny_2ranks_allreduce.parquet"))
-    per_kernel = out["occupancy"]["per_kernel"]
-    layers = [r["layer"] for r in per_kernel]
-    assert None in layers and any(v is not None for v in layers)
-    tables = [per_kernel, out["imbalance"], out["root_causes"], *[v for v in out["critical_path"].values()
-                                                                  if isinstance(v, list)]]
-    for table in tables:
-        for row in table:
-            if isinstance(row, dict) and "layer" in row:
-                assert row["layer"] is None or type(row["layer"]) is int, row
-    assert '"layer": 1.0' not in json.dumps(out)
+# Keys whose values count or number things: ints (or None) wherever they appear in a result.
+INTEGER_KEYS = {"rank", "thread", "layer", "step", "microstep", "block", "task", "count", "calls", "tasks", "waits",
+                "messages", "bytes", "peer", "stage", "ranks", "threads"}
+
+
+def _floats_for_ints(obj, path: str = "") -> list[str]:
+    """Where an integer key holds a float (a layer 7.0), as paths into the result."""
+    if isinstance(obj, dict):
+        return [f"{path}.{k}" for k, v in obj.items() if k in INTEGER_KEYS and isinstance(v, float)] + [
+            p for k, v in obj.items() for p in _floats_for_ints(v, f"{path}.{k}")]
+    if isinstance(obj, list):
+        return [p for v in obj for p in _floats_for_ints(v, path)]
+    return []
+
+
+@pytest.mark.parametrize("name", ["tiny_2ranks_allreduce.parquet", "tiny_2ranks_tasks.parquet",
+                                  "small_2ranks_pp2_1f1b.parquet"])
+def test_layers_and_counts_are_integers_in_every_table(name):
+    """A kernel's layer, a rank, a count... is an int (None where there is none) in every table, also in one that
+    holds both ints and Nones: pandas 3 turns a nullable integer column with NAs into floats (a layer 7.0), and a
+    column built from ints and Nones is float too."""
+    out = analyze(load(SAMPLES / name))
+    layers = [r["layer"] for r in out["occupancy"]["per_kernel"]]
+    assert None in layers and any(v is not None for v in layers)         # a table holding both, checked below
+    assert _floats_for_ints(out) == []
