@@ -36,3 +36,27 @@ def run(args: list[str], launcher: list[str] = ()) -> Child:
         out.seek(0)
         err.seek(0)
         return Child(wall, usage.ru_maxrss / 1024, proc.returncode, out.read(), err.read())
+
+
+def together(commands: list[list[str]], env: dict[str, str] | None = None) -> list[Child]:
+    """`python ARGS` for each ARGS of `commands`, started at once as independent processes, each timed from the
+    common start to its own end (`env` added to the environment); the peak RSS of each."""
+    env = {**os.environ, **(env or {})}
+    files = [(tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")) for _ in commands]
+    t = time.perf_counter()
+    procs = {subprocess.Popen([sys.executable, *args], stdout=o, stderr=e, text=True, env=env).pid: i
+             for i, ((o, e), args) in enumerate(zip(files, commands))}
+    done: dict[int, Child] = {}
+    while procs:
+        pid, status, usage = os.wait4(-1, 0)
+        if pid not in procs:
+            continue
+        i = procs.pop(pid)
+        out, err = files[i]
+        out.seek(0)
+        err.seek(0)
+        done[i] = Child(time.perf_counter() - t, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status),
+                        out.read(), err.read())
+        out.close()
+        err.close()
+    return [done[i] for i in range(len(commands))]
