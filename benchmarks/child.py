@@ -7,6 +7,7 @@ rank. Output goes to temporary files, not pipes, so a child that writes much to 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -27,36 +28,36 @@ class Child:
 def run(args: list[str], launcher: list[str] = ()) -> Child:
     """`python ARGS` in a child process, timed from here (interpreter start and imports included); `launcher`
     goes before it (`mpiexec -n 2`: the peak RSS is then the largest process's)."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        t = time.perf_counter()
-        proc = subprocess.Popen([*launcher, sys.executable, *args], stdout=out, stderr=err, text=True)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        return Child(wall, usage.ru_maxrss / 1024, proc.returncode, out.read(), err.read())
+    return _spawn([[*launcher, sys.executable, *args]])[0]
 
 
 def together(commands: list[list[str]], env: dict[str, str] | None = None) -> list[Child]:
     """`python ARGS` for each ARGS of `commands`, started at once as independent processes, each timed from the
     common start to its own end (`env` added to the environment); the peak RSS of each."""
+    return _spawn([[sys.executable, *args] for args in commands], env)
+
+
+def _spawn(argvs: list[list[str]], env: dict[str, str] | None = None) -> list[Child]:
+    """Each command line started at once, waited for in any order; a Child each, in the order given."""
     env = {**os.environ, **(env or {})}
-    files = [(tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")) for _ in commands]
-    t = time.perf_counter()
-    procs = {subprocess.Popen([sys.executable, *args], stdout=o, stderr=e, text=True, env=env).pid: i
-             for i, ((o, e), args) in enumerate(zip(files, commands))}
-    done: dict[int, Child] = {}
-    while procs:
-        pid, status, usage = os.wait4(-1, 0)
-        if pid not in procs:
-            continue
-        i = procs.pop(pid)
-        out, err = files[i]
-        out.seek(0)
-        err.seek(0)
-        done[i] = Child(time.perf_counter() - t, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status),
-                        out.read(), err.read())
-        out.close()
-        err.close()
-    return [done[i] for i in range(len(commands))]
+    with contextlib.ExitStack() as stack:
+        files = [(stack.enter_context(tempfile.TemporaryFile("w+")), stack.enter_context(tempfile.TemporaryFile("w+")))
+                 for _ in argvs]
+        t = time.perf_counter()
+        procs = {}
+        for i, ((out, err), argv) in enumerate(zip(files, argvs)):
+            proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True, env=env)
+            procs[proc.pid] = (i, proc)
+        done: dict[int, Child] = {}
+        while procs:
+            pid, status, usage = os.wait4(-1, 0)
+            if pid not in procs:
+                continue
+            wall = time.perf_counter() - t
+            i, proc = procs.pop(pid)
+            proc.returncode = os.waitstatus_to_exitcode(status)      # reaped here: Popen must not wait for it
+            out, err = files[i]
+            out.seek(0)
+            err.seek(0)
+            done[i] = Child(wall, usage.ru_maxrss / 1024, proc.returncode, out.read(), err.read())
+        return [done[i] for i in range(len(argvs))]
