@@ -37,6 +37,7 @@ def worker_ours(model: str, B: int, T: int, threads: int, steps: int) -> dict:
     prepare_process(threads)
     import numpy as np
 
+    from gpt2trace.format.raw_window import LAYER_BITS
     from trainer.blas import blas_info
     from trainer.config import TrainConfig, model_config
     from trainer.dp import Local
@@ -55,11 +56,11 @@ def worker_ours(model: str, B: int, T: int, threads: int, steps: int) -> dict:
 
         def kernel_key(self, kernel):
             self.names.append(kernel)
-            return (len(self.names) - 1) << 32      # plus the layer, which the breakdown does not need
+            return (len(self.names) - 1) << LAYER_BITS      # plus the layer, not needed by the breakdown
 
         def spill(self, i):
             if i:
-                name = self.names[(self.keys[i - 1] + 1) >> 32]      # + 1: a layer of -1 (none)
+                name = self.names[(self.keys[i - 1] + 1) >> LAYER_BITS]      # + 1: a layer of -1 (none)
                 region = self.slots[0][0]
                 self.total[name] = self.total.get(name, 0) + int(region[1] - region[0])
 
