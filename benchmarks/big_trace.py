@@ -149,6 +149,12 @@ def main() -> None:
     meas.add_argument("--repeat", type=int, default=3)
     opts = parser.parse_args()
     if opts.command == "measure":
+        if opts.processes < 1 or opts.repeat < 1:
+            print("error: --processes and --repeat must be >= 1", file=sys.stderr)
+            sys.exit(2)
+        if not opts.trace.is_file():
+            print(f"error: {opts.trace}: no such trace file (make one with `big_trace.py generate`)", file=sys.stderr)
+            sys.exit(2)
         res = measure(opts.trace, opts.processes, opts.repeat)
         print_measured(res)
         RESULTS.mkdir(exist_ok=True)

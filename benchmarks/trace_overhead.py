@@ -327,6 +327,9 @@ def main() -> None:
     ap.add_argument("--hot-path", action="store_true", help="the loop's cost per traced kernel call and phase")
     ap.add_argument("--worker", nargs=8, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.blocks < 1 or args.processes < 1 or (args.steps is not None and args.steps < 1):
+        print("error: --blocks, --steps and --processes must be >= 1", file=sys.stderr)
+        sys.exit(2)
     if args.hot_path:
         with tempfile.TemporaryDirectory() as tmp:
             res = hot_path(tmp)
