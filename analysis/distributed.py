@@ -3,21 +3,30 @@ trace's rank groups, and the small summaries of `analysis.rank_groups` are excha
 
 Pass 1: every process gathers its groups and all of them exchange what they gathered (an allgather: the window and
 the analyses across ranks need every rank's phases and MPI calls). Pass 2: each process reduces its groups to
-`Part`s, which go to process 0; it combines them into `analyze`'s result. The communicator is passed in (any
-object with mpi4py's `Get_rank`, `Get_size`, `allgather` and `gather`), so `COMM_SELF` gives the one-process path.
+`Part`s, which go to process 0; it combines them into `analyze`'s result, while process 1 computes the explanations
+across ranks from every group's kernel regions (`analysis.analyze.Explained`) and sends them to it.
+
+Process 0 is the last to finish, so what it waits for goes first: the other processes send it their parts as soon
+as they have them, and only then the helper takes the regions. Meanwhile process 0 loads the replay's compiled code
+in a thread (its Numba import and cache, ~1.5-2 s of its combination otherwise), and waits by polling with short
+sleeps: a blocking MPICH receive polls at full speed, which took half the core from that thread. The communicator
+is passed in (mpi4py's), so `COMM_SELF` gives the one-process path.
 """
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
-from analysis import analyze, rank_groups
+from analysis import analyze, rank_groups, replay
 from analysis.analyze import combine, load_group
 from analysis.rank_groups import GATHER_READS, PART_READS
 from gpt2trace.format.reader import Reads, Trace
+from gpt2trace.format.schema import Kind
 
 
 def analyze_comm(groups: Sequence[Callable[[Reads], Trace]], comm, steps: str | None = None, top: int = 10,
@@ -39,20 +48,46 @@ def analyze_comm(groups: Sequence[Callable[[Reads], Trace]], comm, steps: str | 
     meta = next(m for _, m in gathered if m is not None)
     ctx = rank_groups.context([g for gs, _ in gathered for g in gs], meta, steps)
     parts = _attempt(lambda: _parts(groups, mine, kept, ctx, top, bins))
-    helper = explain and comm.Get_size() > 1 and len(groups) > 1
-    if helper:         # process 1 computes the explanations across ranks while process 0 combines the rest
-        regions = comm.gather(_then(parts, lambda ps: [p.regions for p in ps]), root=HELPER)
-        parts = _then(parts, lambda ps: [replace(p, regions=None) for p in ps])     # process 0 does not need them
-    everything = comm.gather(parts, root=0)
-    if helper and process == HELPER:
-        comm.send(_attempt(lambda: _explain(ctx, [r for rs in _values(regions) for r in rs])), dest=0)
-    if everything is None:
+    if process == 0 and ctx.shared.records(Kind.COMM).num_rows:     # its replay will need them: load them now
+        threading.Thread(target=replay.warm, name="warm-replay", daemon=True).start()
+    size = comm.Get_size()
+    helper = explain and size > 1 and len(groups) > 1
+    regions = _then(parts, lambda ps: [p.regions for p in ps]) if helper else None
+    if helper:                                                  # process 0 does not need them
+        parts = _then(parts, lambda ps: [replace(p, regions=None) for p in ps])
+    sent = comm.isend(regions, dest=HELPER, tag=_REGIONS) if helper and process != HELPER else None
+    if process != 0:
+        comm.send(parts, dest=0, tag=_PARTS)
+        if helper and process == HELPER:
+            everyone = [regions if p == HELPER else comm.recv(source=p, tag=_REGIONS) for p in range(size)]
+            comm.send(_attempt(lambda: _explain(ctx, [r for rs in _values(everyone) for r in rs])), dest=0,
+                      tag=_EXPLAINED)
+        if sent is not None:
+            sent.wait()
         return None
-    explained = (lambda: _values([comm.recv(source=HELPER)])[0]) if helper else None
+    everything = [parts] + [_receive(comm, p, _PARTS) for p in range(1, size)]
+    if sent is not None:
+        _complete(sent)
+    explained = (lambda: _values([_receive(comm, HELPER, _EXPLAINED)])[0]) if helper else None
     return combine(ctx, [p for ps in _values(everything) for p in ps], top, peak_gflops, explain, explained)
 
 
 HELPER = 1         # the process that computes the explanations (analysis.analyze.Explained)
+_PARTS, _REGIONS, _EXPLAINED = 1, 2, 3          # the tags of pass 2's messages
+_POLL_S = 0.002     # process 0's sleep between two looks for a message
+
+
+def _receive(comm, source: int, tag: int):
+    """The next message from `source` with `tag`, waited for by polling and sleeping (see the module docstring)."""
+    while not comm.Iprobe(source=source, tag=tag):
+        time.sleep(_POLL_S)
+    return comm.recv(source=source, tag=tag)
+
+
+def _complete(request) -> None:
+    """Waits for a nonblocking send as `_receive` waits."""
+    while not request.Test():
+        time.sleep(_POLL_S)
 
 
 def block(groups: int, process: int, processes: int) -> range:

@@ -143,6 +143,17 @@ def play(prog: Program, network: Network = IDEAL, node_of: dict[int, int] | None
     return Played(int(end), leave, busy, {str(n): int(c) for n, c in zip(names, counts)})
 
 
+def warm() -> None:
+    """Loads the replay's compiled code (Numba's import and its on-disk cache: ~1.5-2 s on this project's VMs) by
+    playing an empty program of the types `program` makes: what a process waiting for others can do first
+    (analysis.distributed), so that its replay later starts at once."""
+    none, empty = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.bool_)
+    play(Program(ranks=none, ptr=np.zeros(1, dtype=np.int64), start_ns=none, end_ns=none, since_ns=none,
+                 source=none, burst=none, tail=none, name=np.zeros(0, dtype=str), base=np.zeros(0, dtype=str),
+                 nbytes=none, mark=none, op=none, cls=none, inst=none, is_root=empty, send_of=none, wait_inst=none,
+                 parts=none, root_present=empty))
+
+
 def costs(prog: Program, network: Network, node_of: dict[int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(per collective instance: the algorithm's time, per row: the time of the message it waits for or sends to
     a reducing root), in ns; all zero on the ideal network. `node_of` (world rank -> node) places the ranks on a

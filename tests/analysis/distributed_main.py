@@ -1,6 +1,6 @@
 """Run under mpiexec by test_distributed.py: analyze TRACE in GROUPS rank groups over the processes of COMM_WORLD;
 process 0 writes the JSON result to OUT. Each group loads the trace and keeps its ranks (as a reader of one rank
-group would)."""
+group would). FAIL_GROUP: that group's pass-2 read raises a TraceError (a file that breaks half-way)."""
 import json
 import sys
 
@@ -8,14 +8,21 @@ import numpy as np
 from mpi4py import MPI
 
 from analysis.distributed import analyze_comm
-from analysis.rank_groups import subset
+from analysis.rank_groups import PART_READS, subset
 from analysis.records import threads
+from gpt2trace.format.errors import TraceError
 from gpt2trace.format.reader import load
 
 
-def main(path: str, groups: int, out: str, steps: str | None = None) -> None:
+def main(path: str, groups: int, out: str, steps: str | None = None, fail_group: int | None = None) -> None:
     ranks = np.unique(threads(load(path))["rank"].to_numpy())
-    loaders = [lambda reads, r=r: subset(load(path, reads=reads), r) for r in np.array_split(ranks, groups)]
+
+    def loader(reads, i, r):
+        if i == fail_group and reads == PART_READS:
+            raise TraceError(f"group {i} is unreadable in pass 2")
+        return subset(load(path, reads=reads), r)
+
+    loaders = [lambda reads, i=i, r=r: loader(reads, i, r) for i, r in enumerate(np.array_split(ranks, groups))]
     result = analyze_comm(loaders, MPI.COMM_WORLD, steps)
     if MPI.COMM_WORLD.Get_rank() == 0:
         with open(out, "w") as f:
@@ -23,4 +30,5 @@ def main(path: str, groups: int, out: str, steps: str | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] or None if len(sys.argv) > 4 else None,
+         int(sys.argv[5]) if len(sys.argv) > 5 else None)

@@ -85,3 +85,20 @@ def test_a_replay_longer_than_the_run_is_not_clipped():
     # receive until 5, and rank 1's 4.9 s after it end at 9.9, past the 6 s run. Returned as is.
     out = _replay([syn.comm(0, 5, 5.1, "MPI_Send", peer=1), syn.comm(1, 1, 1.1, "MPI_Recv", peer=0)], 6)
     assert out.ideal_ns / 1e9 == pytest.approx(9.9)
+
+
+def test_warm_loads_the_code_the_replay_of_a_real_trace_runs():
+    # warm() is only worth its time if it loads the very specialization a replay calls: one of the same argument
+    # types (a dtype or layout that differs compiles or loads a second one when the real replay comes)
+    from pathlib import Path
+
+    from analysis.replay_kernels import replay_calls
+    from gpt2trace.format.reader import load
+
+    replay.warm()
+    trace = load(Path(__file__).resolve().parents[2] / "sample_traces" / "small_8ranks_3d.parquet")
+    w = select(trace)
+    calls = mpi.calls(trace, w)
+    assert len(calls) > 100
+    replay.replay(calls, np.unique(calls["rank"].to_numpy()), w.t0_ns, w.t1_ns)
+    assert len(replay_calls.signatures) == 1
