@@ -6,11 +6,11 @@ the analyses across ranks need every rank's phases and MPI calls). Pass 2: each 
 `Part`s, which go to process 0; it combines them into `analyze`'s result, while process 1 computes the explanations
 across ranks from every group's kernel regions (`analysis.analyze.Explained`) and sends them to it.
 
-Process 0 is the last to finish, so what it waits for goes first: the other processes send it their parts as soon
-as they have them, and only then the helper takes the regions. Meanwhile process 0 loads the replay's compiled code
-in a thread (its Numba import and cache, ~1.5-2 s of its combination otherwise), and waits by polling with short
-sleeps: a blocking MPICH receive polls at full speed, which took half the core from that thread. The communicator
-is passed in (mpi4py's), so `COMM_SELF` gives the one-process path.
+Process 0 has the most to do after pass 2, so what it waits for goes first: the other processes send it their parts
+as soon as they have them, and only then the helper takes the regions. Meanwhile process 0 loads the replay's
+compiled code in a thread (its Numba import and cache, ~1.5-2 s of its combination otherwise), and waits by polling
+with short sleeps: a blocking MPICH receive polls at full speed, which took half the core from that thread. The
+communicator is passed in (mpi4py's), so `COMM_SELF` gives the one-process path.
 """
 from __future__ import annotations
 
@@ -48,9 +48,9 @@ def analyze_comm(groups: Sequence[Callable[[Reads], Trace]], comm, steps: str | 
     meta = next(m for _, m in gathered if m is not None)
     ctx = rank_groups.context([g for gs, _ in gathered for g in gs], meta, steps)
     parts = _attempt(lambda: _parts(groups, mine, kept, ctx, top, bins))
-    if process == 0 and ctx.shared.records(Kind.COMM).num_rows:     # its replay will need them: load them now
-        threading.Thread(target=replay.warm, name="warm-replay", daemon=True).start()
     size = comm.Get_size()
+    if process == 0 and size > 1 and ctx.shared.records(Kind.COMM).num_rows:     # its replay will need them
+        threading.Thread(target=replay.warm, name="warm-replay", daemon=True).start()
     helper = explain and size > 1 and len(groups) > 1
     regions = _then(parts, lambda ps: [p.regions for p in ps]) if helper else None
     if helper:                                                  # process 0 does not need them

@@ -55,8 +55,8 @@ def test_mpiexec_raises_on_every_process_for_a_bad_window(tmp_path):
     assert run.stderr.count("WindowError: --steps 50:60 selects no step") == 2, run.stderr[-3000:]
 
 
-@pytest.mark.parametrize("group,process", [(0, 0), (2, 1)])
-def test_an_error_in_pass_2_ends_the_job_with_it_on_process_0(tmp_path, group, process):
+@pytest.mark.parametrize("group", [0, 2], ids=["on process 0", "on the helper"])
+def test_an_error_in_pass_2_ends_the_job_with_it_on_process_0(tmp_path, group):
     # groups 0 and 1 are process 0's, 2 and 3 process 1's (the helper), each loading the first of its two in pass 2:
     # the other process and the helper still send what they have, and nobody waits forever
     out = tmp_path / "result.json"

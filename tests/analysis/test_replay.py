@@ -1,9 +1,12 @@
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from analysis import mpi, replay
+from analysis.replay_kernels import replay_calls
 from analysis.window import select
-from gpt2trace.format.reader import Trace
+from gpt2trace.format.reader import Trace, load
 from gpt2trace.format.schema import State
 from gpt2trace.testing import synthetic as syn
 
@@ -90,11 +93,6 @@ def test_a_replay_longer_than_the_run_is_not_clipped():
 def test_warm_loads_the_code_the_replay_of_a_real_trace_runs():
     # warm() is only worth its time if it loads the very specialization a replay calls: one of the same argument
     # types (a dtype or layout that differs compiles or loads a second one when the real replay comes)
-    from pathlib import Path
-
-    from analysis.replay_kernels import replay_calls
-    from gpt2trace.format.reader import load
-
     replay.warm()
     trace = load(Path(__file__).resolve().parents[2] / "sample_traces" / "small_8ranks_3d.parquet")
     w = select(trace)
