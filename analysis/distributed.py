@@ -50,7 +50,7 @@ def analyze_comm(groups: Sequence[Callable[[Reads], Trace]], comm, steps: str | 
     parts = _attempt(lambda: _parts(groups, mine, kept, ctx, top, bins))
     size = comm.Get_size()
     if process == 0 and size > 1 and ctx.shared.records(Kind.COMM).num_rows:     # its replay will need them
-        threading.Thread(target=replay.warm, name="warm-replay", daemon=True).start()
+        threading.Thread(target=_warm, name="warm-replay", daemon=True).start()
     helper = explain and size > 1 and len(groups) > 1
     regions = _then(parts, lambda ps: [p.regions for p in ps]) if helper else None
     if helper:                                                  # process 0 does not need them
@@ -75,6 +75,15 @@ def analyze_comm(groups: Sequence[Callable[[Reads], Trace]], comm, steps: str | 
 HELPER = 1         # the process that computes the explanations (analysis.analyze.Explained)
 _PARTS, _REGIONS, _EXPLAINED = 1, 2, 3          # the tags of pass 2's messages
 _POLL_S = 0.002     # process 0's sleep between two looks for a message
+
+
+def _warm() -> None:
+    """`replay.warm` in a thread: whatever fails there fails again in the replay itself, on the main thread, where
+    it is reported as every other error (a thread's exception would print a traceback)."""
+    try:
+        replay.warm()
+    except Exception:       # noqa: BLE001 - see the docstring
+        pass
 
 
 def _receive(comm, source: int, tag: int):

@@ -30,9 +30,9 @@ def test_one_process_gives_the_whole_result():
     assert differences(plain(analyze(trace)), plain(analyze_comm(loaders, MPI.COMM_SELF))) == []
 
 
-def _mpiexec(processes: int, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]),
-                                                        os.environ.get("PYTHONPATH", "")])}
+def _mpiexec(processes: int, *args: str, **extra_env: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, **extra_env, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]),
+                                                                     os.environ.get("PYTHONPATH", "")])}
     return subprocess.run(["mpiexec", "-n", str(processes), sys.executable, str(MAIN), *args], capture_output=True,
                           text=True, timeout=600, env=env)
 
@@ -63,3 +63,14 @@ def test_an_error_in_pass_2_ends_the_job_with_it_on_process_0(tmp_path, group):
     run = _mpiexec(2, str(SAMPLES / "small_8ranks_3d.parquet"), "4", str(out), "", str(group))
     assert run.returncode != 0 and not out.exists()
     assert run.stderr.count(f"TraceError: group {group} is unreadable in pass 2") == 1, run.stderr[-3000:]
+
+
+def test_a_failure_loading_the_replay_ahead_is_silent_and_changes_nothing(tmp_path):
+    # process 0 loads the replay's code in a thread while it waits: a failure there (the replay itself then fails,
+    # or not, on the main thread) prints no thread traceback, and the result is the whole trace's
+    out = tmp_path / "result.json"
+    run = _mpiexec(2, str(SAMPLES / "small_8ranks_3d.parquet"), "4", str(out), WARM_FAILS="1")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr and "warm-replay" not in run.stderr, run.stderr[-3000:]
+    whole = plain(analyze(load(SAMPLES / "small_8ranks_3d.parquet")))
+    assert differences(whole, json.loads(out.read_text())) == []
