@@ -68,8 +68,19 @@ def analyze_comm(groups: Sequence[Callable[[Reads], Trace]], comm, steps: str | 
     everything = [parts] + [_receive(comm, p, _PARTS) for p in range(1, size)]
     if sent is not None:
         _complete(sent)
-    explained = (lambda: _values([_receive(comm, HELPER, _EXPLAINED)])[0]) if helper else None
-    return combine(ctx, [p for ps in _values(everything) for p in ps], top, peak_gflops, explain, explained)
+    if not helper:
+        return combine(ctx, [p for ps in _values(everything) for p in ps], top, peak_gflops, explain)
+    received = []
+
+    def explained() -> analyze.Explained:
+        received.append(_receive(comm, HELPER, _EXPLAINED))
+        return _values(received)[0]
+
+    try:
+        return combine(ctx, [p for ps in _values(everything) for p in ps], top, peak_gflops, explain, explained)
+    finally:
+        if not received:        # an error came first: the helper still waits in its send for this receive
+            _receive(comm, HELPER, _EXPLAINED)
 
 
 HELPER = 1         # the process that computes the explanations (analysis.analyze.Explained)

@@ -1,7 +1,8 @@
 """Run under mpiexec by test_distributed.py: analyze TRACE in GROUPS rank groups over the processes of COMM_WORLD;
 process 0 writes the JSON result to OUT. Each group loads the trace and keeps its ranks (as a reader of one rank
 group would). FAIL_GROUP: that group's pass-2 read raises a TraceError (a file that breaks half-way); with
-WARM_FAILS=1 in the environment, loading the replay's code ahead (`replay.warm`) raises."""
+WARM_FAILS=1 in the environment, loading the replay's code ahead (`replay.warm`) raises; with COMBINE_FAILS=1,
+process 0's combination raises."""
 import json
 import os
 import sys
@@ -9,7 +10,7 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-from analysis import replay
+from analysis import distributed, replay
 from analysis.distributed import analyze_comm
 from analysis.rank_groups import PART_READS, subset
 from analysis.records import threads
@@ -23,6 +24,10 @@ def main(path: str, groups: int, out: str, steps: str | None = None, fail_group:
         def fails():
             raise OSError("no room for Numba's cache")
         replay.warm = fails
+    if os.environ.get("COMBINE_FAILS"):
+        def fails(*args, **kwargs):
+            raise TraceError("the combination failed")
+        distributed.combine = fails
 
     def loader(reads, i, r):
         if i == fail_group and reads == PART_READS:

@@ -30,11 +30,11 @@ def test_one_process_gives_the_whole_result():
     assert differences(plain(analyze(trace)), plain(analyze_comm(loaders, MPI.COMM_SELF))) == []
 
 
-def _mpiexec(processes: int, *args: str, **extra_env: str) -> subprocess.CompletedProcess:
+def _mpiexec(processes: int, *args: str, timeout: int = 600, **extra_env: str) -> subprocess.CompletedProcess:
     env = {**os.environ, **extra_env, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]),
                                                                      os.environ.get("PYTHONPATH", "")])}
     return subprocess.run(["mpiexec", "-n", str(processes), sys.executable, str(MAIN), *args], capture_output=True,
-                          text=True, timeout=600, env=env)
+                          text=True, timeout=timeout, env=env)
 
 
 @pytest.mark.parametrize("name,groups,processes", [("small_8ranks_3d.parquet", 4, 2),
@@ -74,3 +74,12 @@ def test_a_failure_loading_the_replay_ahead_is_silent_and_changes_nothing(tmp_pa
     assert "Traceback" not in run.stderr and "warm-replay" not in run.stderr, run.stderr[-3000:]
     whole = plain(analyze(load(SAMPLES / "small_8ranks_3d.parquet")))
     assert differences(whole, json.loads(out.read_text())) == []
+
+
+def test_an_error_in_process_0s_combination_ends_the_job(tmp_path):
+    # the helper has sent its explanations by then and waits for process 0 to receive them: it must not wait
+    # forever (mpiexec never returned before process 0 took them on its way out)
+    out = tmp_path / "result.json"
+    run = _mpiexec(2, str(SAMPLES / "small_8ranks_3d.parquet"), "4", str(out), timeout=120, COMBINE_FAILS="1")
+    assert run.returncode != 0 and not out.exists()
+    assert run.stderr.count("TraceError: the combination failed") == 1, run.stderr[-3000:]
