@@ -37,9 +37,9 @@ def analyze_comm(groups: Sequence[Callable[[Reads], Trace]], comm, steps: str | 
     --steps that does not fit) is raised on every process, so that none waits for the others forever; one in pass
     2 on process 0. `shares`: how many consecutive groups each process takes (gpt2trace.cli.grouped.plan balances
     them by records); by default as even a count as the groups allow."""
-    process = comm.Get_rank()
+    process, size = comm.Get_rank(), comm.Get_size()
     if shares is None:
-        mine = block(len(groups), process, comm.Get_size())
+        mine = block(len(groups), process, size)
     else:
         first = sum(shares[:process])
         mine = range(first, first + shares[process])
@@ -48,7 +48,6 @@ def analyze_comm(groups: Sequence[Callable[[Reads], Trace]], comm, steps: str | 
     meta = next(m for _, m in gathered if m is not None)
     ctx = rank_groups.context([g for gs, _ in gathered for g in gs], meta, steps)
     parts = _attempt(lambda: _parts(groups, mine, kept, ctx, top, bins))
-    size = comm.Get_size()
     if process == 0 and size > 1 and ctx.shared.records(Kind.COMM).num_rows:     # its replay will need them
         threading.Thread(target=_warm, name="warm-replay", daemon=True).start()
     helper = explain and size > 1 and len(groups) > 1
@@ -68,8 +67,6 @@ def analyze_comm(groups: Sequence[Callable[[Reads], Trace]], comm, steps: str | 
     everything = [parts] + [_receive(comm, p, _PARTS) for p in range(1, size)]
     if sent is not None:
         _complete(sent)
-    if not helper:
-        return combine(ctx, [p for ps in _values(everything) for p in ps], top, peak_gflops, explain)
     received = []
 
     def explained() -> analyze.Explained:
@@ -77,9 +74,10 @@ def analyze_comm(groups: Sequence[Callable[[Reads], Trace]], comm, steps: str | 
         return _values(received)[0]
 
     try:
-        return combine(ctx, [p for ps in _values(everything) for p in ps], top, peak_gflops, explain, explained)
+        return combine(ctx, [p for ps in _values(everything) for p in ps], top, peak_gflops, explain,
+                       explained if helper else None)
     finally:
-        if not received:        # an error came first: the helper still waits in its send for this receive
+        if helper and not received:     # an error came first: the helper still waits in its send for this receive
             _receive(comm, HELPER, _EXPLAINED)
 
 
@@ -98,15 +96,19 @@ def _warm() -> None:
 
 
 def _receive(comm, source: int, tag: int):
-    """The next message from `source` with `tag`, waited for by polling and sleeping (see the module docstring)."""
-    while not comm.Iprobe(source=source, tag=tag):
-        time.sleep(_POLL_S)
+    """The next message from `source` with `tag`, once it is there (`_poll`)."""
+    _poll(lambda: comm.Iprobe(source=source, tag=tag))
     return comm.recv(source=source, tag=tag)
 
 
 def _complete(request) -> None:
-    """Waits for a nonblocking send as `_receive` waits."""
-    while not request.Test():
+    """Waits for a nonblocking send (`_poll`)."""
+    _poll(request.Test)
+
+
+def _poll(ready: Callable[[], bool]) -> None:
+    """Waits until `ready()` by asking and sleeping (see the module docstring: a blocking MPI wait spins)."""
+    while not ready():
         time.sleep(_POLL_S)
 
 
