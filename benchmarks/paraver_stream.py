@@ -2,11 +2,14 @@
 
 Writes synthetic traces of the given lengths (benchmarks/big_trace.py: 64 ranks x 4 threads, MPI calls, written
 rank by rank) to a folder, then in fresh child processes, for each length: `export_paraver` (Parquet -> .prv) and
-`import_paraver_to` (.prv -> Parquet, rank by rank), each with its peak RSS (ru_maxrss of the child, from wait4)
-and records per second (in-process time: a memory benchmark, run on a shared machine; the timing is not the
-point). A small run first fills Numba's caches. Results in results/paraver_stream.json.
+`import_paraver_to` (.prv -> Parquet, rank by rank, a rank in time windows of `--window-lines` event lines when it
+has more), each with its peak RSS (ru_maxrss of the child, from wait4) and records per second (in-process time: a
+memory benchmark, run on a shared machine; the timing is not the point), `--repeat` times each (medians and
+ranges: the allocator's retained memory varies by tens of MB from run to run). A small run first fills Numba's
+caches. Results in results/paraver_stream.json.
 
     nice -n 10 python benchmarks/paraver_stream.py [--records 10000000 30000000] [--ranks 64] [--threads 4]
+                                                   [--window-lines 131072] [--repeat 3]
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -22,6 +26,9 @@ from child import run
 from interop_speed import PARAVER as EXPORT  # the same export child as the 3 M benchmark's
 from rich.console import Console
 from rich.table import Table
+
+from gpt2trace.interop.paraver_windows import WINDOW_LINES
+from trainer.cpu import cpu_model
 
 RESULTS = Path(__file__).parent / "results" / "paraver_stream.json"
 
@@ -35,7 +42,7 @@ IMPORT = """
 import json, sys, time
 t = time.perf_counter()
 from gpt2trace.interop.paraver_stream import import_paraver_to
-out = import_paraver_to(sys.argv[1], sys.argv[2])
+out = import_paraver_to(sys.argv[1], sys.argv[2], window_lines=int(sys.argv[3]))
 print(json.dumps({"in_process_s": time.perf_counter() - t, "records": out.records}))
 """
 
@@ -51,11 +58,25 @@ def measured(args: list[str]) -> dict:
     return result
 
 
+def summary(runs: list[dict]) -> dict:
+    """The first run's fields, with peak RSS and times as the medians of the runs (their ranges beside)."""
+    out = dict(runs[0])
+    if all(r["exit_code"] == 0 for r in runs):
+        for key in ("peak_rss_mb", "in_process_s", "wall_s", "records_per_s"):
+            values = [r[key] for r in runs]
+            out[key], out[key + "_range"] = statistics.median(values), [min(values), max(values)]
+    out["runs"] = runs
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, nargs="+", default=[10_000_000, 30_000_000])
     parser.add_argument("--ranks", type=int, default=64)
     parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--window-lines", type=int, default=WINDOW_LINES,
+                        help="event lines per time window of a rank in the import")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each export and import (medians shown)")
     parser.add_argument("--tmp", type=Path, default=None, help="folder for the traces (several GB at 30 M)")
     opts = parser.parse_args()
     here = str(Path(__file__).parent)
@@ -68,25 +89,37 @@ def main() -> None:
             made = run(["-c", GENERATE, here, str(parquet), str(opts.ranks), str(opts.threads), str(n)])
             if made.exit_code:
                 sys.exit(f"generating {n:,} records failed: {made.stderr.strip().splitlines()[-1:]}")
-            export = measured(["-c", EXPORT, str(parquet), str(name)])
+            repeat = 1 if n == 20_000 else opts.repeat
+            exports = [measured(["-c", EXPORT, str(parquet), str(name)])]
+            for k in range(1, repeat):                      # again, to other names, removed at once
+                exports.append(measured(["-c", EXPORT, str(parquet), str(tmp / f"again{k}")]))
+                for p in tmp.glob(f"again{k}.*"):
+                    p.unlink()
+            export = summary(exports)
             parquet.unlink()
-            imported = measured(["-c", IMPORT, str(name) + ".prv", str(tmp / f"back{n}.parquet")])
+            imports = []
+            for _ in range(repeat):
+                back = tmp / f"back{n}.parquet"
+                imports.append(measured(["-c", IMPORT, str(name) + ".prv", str(back), str(opts.window_lines)]))
+                back.unlink(missing_ok=True)
+            imported = summary(imports)
+            if "lines" in export:
+                imported["lines_per_rank"] = round(export["lines"] / opts.ranks)
             for p in tmp.glob(f"*{n}*"):
                 p.unlink()
             if n == 20_000:
                 continue                                    # Numba's caches filled
             runs[n] = {"generated": json.loads(made.stdout.strip().splitlines()[-1]), "export": export,
                        "import": imported}
-            console.print(f"{n:,} records: export {export['peak_rss_mb']:.0f} MB, import "
-                          f"{imported['peak_rss_mb']:.0f} MB peak RSS")
-    result = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                          "platform": platform.platform()},
-              "ranks": opts.ranks, "threads": opts.threads,
+            console.print(f"{n:,} records: export {_peak(export)}, import {_peak(imported)} peak RSS")
+    result = {"machine": {"cpu": cpu_model(), "cpus": os.cpu_count(), "python": platform.python_version(),
+                          "platform": platform.platform(), "load_average": os.getloadavg()},
+              "ranks": opts.ranks, "threads": opts.threads, "window_lines": opts.window_lines,
               "runs": {str(n): r for n, r in runs.items()}}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=1) + "\n")
     show = Table(title=f"Paraver export and import, {opts.ranks} ranks x {opts.threads} threads")
-    for col in ("records", "step", "peak RSS MB", "records/s", "in-process s", ".prv MB"):
+    for col in ("records", "step", "peak RSS (range)", "records/s", "in-process s", ".prv MB"):
         show.add_column(col, justify="right")
     for n, r in runs.items():
         for step in ("export", "import"):
@@ -94,10 +127,17 @@ def main() -> None:
             if m["exit_code"]:
                 show.add_row(f"{n:,}", step, "failed: " + " ".join(m["error"]), "", "", "")
                 continue
-            show.add_row(f"{m['records']:,}", step, f"{m['peak_rss_mb']:.0f}", f"{m['records_per_s'] / 1e6:.2f} M",
+            show.add_row(f"{m['records']:,}", step, _peak(m), f"{m['records_per_s'] / 1e6:.2f} M",
                          f"{m['in_process_s']:.1f}", f"{m['mb']:.0f}" if "mb" in m else "")
     console.print(show)
     console.print(f"results in {RESULTS}")
+
+
+def _peak(m: dict) -> str:
+    if "peak_rss_mb_range" not in m:
+        return f"{m['peak_rss_mb']:.0f} MB"
+    lo, hi = m["peak_rss_mb_range"]
+    return f"{m['peak_rss_mb']:.0f} MB ({lo:.0f}-{hi:.0f})"
 
 
 if __name__ == "__main__":

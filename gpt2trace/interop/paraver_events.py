@@ -12,6 +12,7 @@ more count as absent; our attributes outside their column's range are left null.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -44,32 +45,150 @@ MPI_ATTRS = (F.MPI_SEND_SIZE, F.MPI_RECV_SIZE, F.MPI_ROOT, F.MPI_COMM)
 # Attribute-like types read from a record's opening line: ours, Extrae's MPI ones, the task id (ovni's)
 LINE_ATTRS = (*F.ATTRIBUTES, *MPI_ATTRS, F.TASK_ID)
 FUNCTIONS = tuple(F.FUNCTION_LABELS)
-# What a deferred comm table keeps for `finish_collectives`: the communicator id of a collective (-1: none), its
-# seq computed here (not in the trace), Extrae's root flag on it.
+# What a deferred comm table keeps for `paraver_stream` to complete it: the communicator id of a collective (-1:
+# none), its seq computed here (not in the trace), Extrae's root flag on it.
 COLLECTIVE_COLUMNS = ("_collective_comm", "_seq_computed", "_root_flag")
+# In a window's tables: the record's event type (windows of a rank are merged by thread and type)
+TYPE_COLUMN = "_event_type"
+# What a 3: record may give the point-to-point calls it falls in
+FILLS = (BYTES, PEER, TAG)
+# The sides of a message, in the order they are tried: its sender at the logical send, its receiver at the
+# logical receive, then at the physical receive
+SEND, LOGICAL_RECEIVE, PHYSICAL_RECEIVE = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Sides:
+    """The 3: records as the calls see them: a row per message and side tried (`message_sides`)."""
+    index: np.ndarray             # the message's order among the trace's 3: records
+    lane: np.ndarray
+    when: np.ndarray              # ns
+    step: np.ndarray              # SEND, LOGICAL_RECEIVE, PHYSICAL_RECEIVE
+    size: np.ndarray
+    tag: np.ndarray
+    partner: np.ndarray           # the other side's rank
+
+    WIDTH = 7
+
+    def rows(self) -> np.ndarray:
+        return np.column_stack([self.index, self.lane, self.when, self.step, self.size, self.tag, self.partner])
+
+    @classmethod
+    def of_rows(cls, rows: np.ndarray) -> Sides:
+        return cls(*(np.ascontiguousarray(rows[:, k]) for k in range(cls.WIDTH)))
+
+
+def message_sides(path: Path, header: Header, lanes: Lanes, cm: np.ndarray, line: np.ndarray,
+                  index: np.ndarray) -> Sides:
+    """The sides of the 3: records `cm` (at `line`, numbered `index`), checked."""
+    s_lane = lanes.lane(path, cm, line, "sender", 0)
+    r_lane = lanes.lane(path, cm, line, "receiver", 6)
+    for k, what in ((4, "logical send"), (5, "physical send"), (10, "logical receive"),
+                    (11, "physical receive")):
+        to_ns(path, header, line, cm[:, k], what)
+    require(path, line, cm[:, 12] >= 0, lambda i: f"message size {cm[i, 12]} is negative")
+    n = len(cm)
+    s_rank, r_rank = lanes.rank[s_lane], lanes.rank[r_lane]
+    return Sides(np.tile(index, 3), np.concatenate([s_lane, r_lane, r_lane]),
+                 np.concatenate([cm[:, 4], cm[:, 10], cm[:, 11]]) * header.unit_ns,
+                 np.repeat(np.array([SEND, LOGICAL_RECEIVE, PHYSICAL_RECEIVE]), n), np.tile(cm[:, 12], 3),
+                 np.tile(cm[:, 13], 3), np.concatenate([r_rank, s_rank, s_rank]))
+
+
+@dataclass(frozen=True)
+class Opens:
+    """Pairs open at the end of a window, bottom of each stack first: their event line's fields, line number, type
+    and value, and what was found for them at their opening (attributes, seq, the messages so far)."""
+    events: np.ndarray            # (n, 5) the event line's place and time, as `Body.events`
+    line: np.ndarray
+    type: np.ndarray
+    value: np.ndarray
+    attrs: dict                   # LINE_ATTRS type -> (value, present)
+    seq: tuple                    # (value, present) of MPI calls
+    computed: np.ndarray          # whether seq was computed here
+    fills: dict                   # FILLS column -> (given, step, index, value)
+
+    @classmethod
+    def none(cls) -> Opens:
+        z, b = np.zeros(0, np.int64), np.zeros(0, bool)
+        return cls(np.zeros((0, 5), np.int64), z, z, z, {t: (z, b) for t in LINE_ATTRS}, (z, b), b,
+                   {f: _no_fills(0) for f in FILLS})
+
+    def prepended(self, body: Body) -> Body:
+        """`body` with these pairs' event lines first, one pair each."""
+        n = len(self.line)
+        return Body(body.states, body.state_line, np.concatenate([self.events, body.events]),
+                    np.concatenate([self.line, body.event_line]),
+                    np.concatenate([np.arange(n), body.pair_rec + n]), np.concatenate([self.type, body.pair_type]),
+                    np.concatenate([self.value, body.pair_value]), body.comms, body.comm_line, body.lines)
+
+
+class Window:
+    """What the import of one rank carries from a time window to the next (`Events` with `window`): the pairs
+    still open, the number of collectives per communicator so far (seq numbers count them), per thread the
+    point-to-point call that started last among those that ended (a message after its end falls in no call, as
+    in the whole trace), and which messages' logical receive fell in a call (`received`, by message index)."""
+
+    def __init__(self, received: np.ndarray):
+        self.opens = Opens.none()
+        self.offsets: dict[int, int] = {}
+        self.received = received
+        self.final = False
+        self._ghost: dict[int, tuple[int, int]] = {}
+
+    def ghosts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        items = sorted(self._ghost.items())
+        return tuple(np.array(x, np.int64) for x in ([k for k, _ in items], [v[0] for _, v in items],
+                                                     [v[1] for _, v in items]))
+
+    def closed(self, lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+        """Point-to-point calls that ended in this window, in the order of the records."""
+        if not len(lane):
+            return
+        order = np.lexsort((np.arange(len(lane)), start, lane))
+        last = order[np.r_[lane[order][1:] != lane[order][:-1], True]]
+        for ln, st, en in zip(lane[last].tolist(), start[last].tolist(), end[last].tolist()):
+            if ln not in self._ghost or st >= self._ghost[ln][0]:
+                self._ghost[ln] = (st, en)
 
 
 class Events:
     """The event pairs with their place and time, classified, paired and joined with their attributes.
 
-    `body` may be the whole trace or the part of one rank (with the `3:` records it sends or receives): every step
-    is per thread or per rank but two. The roots of collectives (a call's peer from the root's flag, on another
-    rank) and the communicator bits of computed seq numbers (whether the whole trace uses several communicators)
-    need every rank: with `deferred`, the comm table keeps what they need in the COLLECTIVE_COLUMNS and
-    `finish_collectives` completes it once all ranks have been seen; `attached` tells which `3:` records fell in a
-    call (the note about the others is then the caller's)."""
+    `body` may be the whole trace or the part of one rank (with the `3:` records it sends or receives, numbered by
+    `message_index` in the trace, or given as `sides`): every step is per thread or per rank but two. The roots of
+    collectives (a call's peer from the root's flag, on another rank) and the communicator bits of computed seq
+    numbers (whether the whole trace uses several communicators) need every rank: with `deferred`, the comm table
+    keeps what they need in the COLLECTIVE_COLUMNS and `paraver_stream` completes it once all ranks have been
+    seen; `attached_index` tells which `3:` records fell in a call (the note about the others is then the
+    caller's).
+
+    With `window`, `body` is one time window of a rank (`paraver_windows`): the pairs the window before left open
+    come first in it, with what they had found; only the records that close in it come out (every one in the
+    last window), in the tables' TYPE_COLUMN their event type; `carry` is what the next window takes."""
 
     def __init__(self, path: Path, header: Header, body: Body, lanes: Lanes, comm_ids: dict[int, int] | None = None,
-                 deferred: bool = False):
-        self.path, self.header, self.lanes, self.body = path, header, lanes, body
+                 deferred: bool = False, message_index: np.ndarray | None = None, sides: Sides | None = None,
+                 window: Window | None = None):
+        self.path, self.header, self.lanes = path, header, lanes
         self.comm_ids = comm_ids or {}       # Paraver communicator id -> ours (`header_communicators`)
-        self.deferred = deferred
-        self.attached = np.zeros(len(body.comms), bool)
+        self.deferred = deferred or window is not None
+        self.window = window
+        self.final = window is None or window.final
+        self.carried = 0 if window is None else len(window.opens.line)
+        if self.carried:
+            body = window.opens.prepended(body)
+        self.body = body
+        self.sides = sides
+        self.message_index = message_index                # of body.comms in the trace (default: their order)
+        self.attached_index = np.zeros(0, np.int64)     # the 3: records (their index) that fell in a call
+        self.carry: Opens | None = None                  # a window's pairs still open at its end
         ev_lane = lanes.lane(path, body.events, body.event_line, "event record")
         ev_time = to_ns(path, header, body.event_line, body.events[:, 4], "event time")
         self.row = body.pair_rec                          # the pair's line (row in body.events)
         self.lane, self.time = ev_lane[self.row], ev_time[self.row]
         self.type, self.value = body.pair_type, body.pair_value
+        self._emitted = np.ones(len(self.type), bool)
 
     def records(self, pcf: Pcf, notes: Notes) -> list[pa.Table]:
         t = self.type
@@ -85,39 +204,88 @@ class Events:
         other = ~(ranged | attr | counter | wrapped)
         if other.any():
             notes.skipped(*np.unique(t[other], return_counts=True), pcf.types)
-        opens, ends = self._pair(np.flatnonzero(ranged), notes)
+        opens, ends, closed = self._pair(np.flatnonzero(ranged), notes)
+        emit = closed | self.final
+        self._emitted[opens[~emit]] = False
         starts = np.concatenate([opens, np.flatnonzero(counter)])
         attrs = self._attributes(starts, np.flatnonzero(attr), len(opens), notes)
         a = {typ: (v[:len(opens)], ok[:len(opens)]) for typ, (v, ok) in attrs.items()}
         c = {typ: (v[len(opens):], ok[len(opens):]) for typ, (v, ok) in attrs.items()}
+        if self.carried:
+            k = self.row[opens]
+            old = np.flatnonzero(k < self.carried)
+            for typ, (v, ok) in a.items():
+                v[old], ok[old] = self.window.opens.attrs[typ][0][k[old]], self.window.opens.attrs[typ][1][k[old]]
         kind_of = self.type[opens]
         out = []
+        self._comm_carry = None
         for sel, build in (((kind_of >= F.MPI_P2P) & (kind_of <= F.MPI_IO), self._comms),
                            (np.isin(kind_of, FUNCTIONS), self._kernels), (kind_of == F.PHASE, self._phases),
                            (kind_of == F.TASK_TYPE, self._tasks)):
-            if sel.any():
-                out.append(build(opens[sel], ends[sel], {k: (v[sel], ok[sel]) for k, (v, ok) in a.items()},
-                                 pcf, notes))
+            if sel.any() and (build == self._comms or emit[sel].any()):
+                table = build(opens[sel], ends[sel], {k: (v[sel], ok[sel]) for k, (v, ok) in a.items()}, pcf, notes)
+                if table.num_rows:
+                    out.append(table)
         cidx = np.flatnonzero(counter)
         if len(cidx):
             out.append(self._counters(cidx, c, pcf, notes))
+        if not self.final:
+            self.carry = self._still_open(opens[~emit], {k: (v[~emit], ok[~emit]) for k, (v, ok) in a.items()})
         if not self.deferred:
+            n = 0 if self.sides is None else len(np.unique(self.sides.index))
             notes.add("{n} message(s) (3: records) fall in no point-to-point MPI call of their sender or receiver",
-                      int((~self.attached).sum()))
+                      len(self.body.comms) if self.sides is None else n - len(self.attached_index))
         return out
 
-    def _pair(self, idx: np.ndarray, notes: Notes) -> tuple[np.ndarray, np.ndarray]:
-        """Opening pairs and the time each closes (the header's end when it never does), stacked per thread and
-        type in time order (file order at one instant)."""
+    def _pair(self, idx: np.ndarray, notes: Notes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Opening pairs, the time each closes (the header's end when it never does) and whether it closes,
+        stacked per thread and type in time order (file order at one instant). In a window but the last, the pairs
+        still open are not closed yet: they go on to the next window (`carry`), not to the notes."""
         order = idx[np.lexsort((idx, self.time[idx], self.type[idx], self.lane[idx]))]
         opened, closed = np.empty(len(order), np.int64), np.empty(len(order), np.int64)
         n, stray = _stack_pairs(self.lane[order], self.type[order], self.value[order], opened, closed)
         opens = order[opened[:n]]
         shut = closed[:n]
         ends = np.where(shut >= 0, self.time[order[np.maximum(shut, 0)]], self.header.end_ns)
-        notes.add("{n} event(s) never closed (value 0); they end at the header's end", int((shut < 0).sum()))
+        if self.final:
+            notes.add("{n} event(s) never closed (value 0); they end at the header's end", int((shut < 0).sum()))
         notes.add("{n} closing event(s) (value 0) without an open one were ignored", int(stray))
-        return opens, ends
+        return opens, ends, shut >= 0
+
+    def _still_open(self, pairs: np.ndarray, attrs: dict) -> Opens:
+        """The pairs open at the window's end, in the order of their stacks (bottom first), with what they carry."""
+        order = np.lexsort((pairs, self.time[pairs], self.type[pairs], self.lane[pairs]))
+        pairs = pairs[order]
+        rows = self.row[pairs]
+        n = len(pairs)
+        comm = {"seq": (np.zeros(n, np.int64), np.zeros(n, bool)), "computed": np.zeros(n, bool),
+                "fills": {f: _no_fills(n) for f in FILLS}}
+        if self._comm_carry is not None and n:
+            which, seq, computed, fills = self._comm_carry
+            by = np.argsort(which)
+            at = np.minimum(np.searchsorted(which[by], pairs), len(which) - 1)
+            hit = np.flatnonzero(which[by][at] == pairs)
+            src = by[at[hit]]
+            comm["seq"][0][hit], comm["seq"][1][hit] = seq[0][src], seq[1][src]
+            comm["computed"][hit] = computed[src]
+            for f in FILLS:
+                for dst, got in zip(comm["fills"][f], fills[f]):
+                    dst[hit] = got[src]
+        return Opens(self.body.events[rows], self.body.event_line[rows], self.type[pairs], self.value[pairs],
+                     {typ: (v[order], ok[order]) for typ, (v, ok) in attrs.items()}, comm["seq"], comm["computed"],
+                     comm["fills"])
+
+    def _emitted_only(self, opens, ends, attrs):
+        keep = self._emitted[opens]
+        if keep.all():
+            return opens, ends, attrs
+        return opens[keep], ends[keep], {k: (v[keep], ok[keep]) for k, (v, ok) in attrs.items()}
+
+    def _typed(self, table: pa.Table, opens: np.ndarray) -> pa.Table:
+        """In a window, the records' event type in a column of its own: windows are merged by (thread, type)."""
+        if self.window is None:
+            return table
+        return table.append_column(TYPE_COLUMN, pa.array(self.type[opens], pa.int64()))
 
     def _attributes(self, starts: np.ndarray, attr_idx: np.ndarray, n_open: int, notes: Notes) -> dict:
         """For each attribute type, (value, present) of every record start: the attribute in the same line, else
@@ -163,29 +331,33 @@ class Events:
     # --- kinds -----------------------------------------------------------------------------------------------
 
     def _kernels(self, opens, ends, attrs, pcf: Pcf, notes) -> pa.Table:
+        opens, ends, attrs = self._emitted_only(opens, ends, attrs)
         names = self._names(opens, pcf, lambda typ, v: f"{F.FUNCTION_LABELS.get(typ, 'function')} {_unsigned(v)}")
         cols = _columns(attrs, (STEP, LAYER, MICROSTEP))
-        return kind_table(Kind.KERNEL, self.lanes, self.lane[opens], self.time[opens], ends, cols, names)
+        return self._typed(kind_table(Kind.KERNEL, self.lanes, self.lane[opens], self.time[opens], ends, cols,
+                                      names), opens)
 
     def _phases(self, opens, ends, attrs, pcf: Pcf, notes) -> pa.Table:
+        opens, ends, attrs = self._emitted_only(opens, ends, attrs)
         names = self._names(opens, pcf, lambda typ, v: f"phase {_unsigned(v)}")
         cols = _columns(attrs, (STEP, LAYER, MICROSTEP))
-        return kind_table(Kind.PHASE, self.lanes, self.lane[opens], self.time[opens], ends, cols, names)
+        return self._typed(kind_table(Kind.PHASE, self.lanes, self.lane[opens], self.time[opens], ends, cols,
+                                      names), opens)
 
     def _tasks(self, opens, ends, attrs, pcf: Pcf, notes) -> pa.Table:
         """Tasks from their type events, the id from the task ID event in the same line (value - 1); their
         predecessors are not in a .prv: `preds` is null (unknown), and the analyses see no dependency edges."""
+        opens, ends, attrs = self._emitted_only(opens, ends, attrs)
         names = self._names(opens, pcf, lambda typ, v: f"task type {_unsigned(v)}")
         cols = _columns(attrs, (STEP, LAYER, MICROSTEP, BLOCK))
         value, ok = attrs[F.TASK_ID]
         cols[TASK] = (value - 1, ok)
         notes.add("{n} task(s) imported without their predecessors (a .prv holds no dependency edges): the task "
                   "graph's critical path and ready tasks are not known", len(opens))
-        return kind_table(Kind.TASK, self.lanes, self.lane[opens], self.time[opens], ends, cols, names)
+        return self._typed(kind_table(Kind.TASK, self.lanes, self.lane[opens], self.time[opens], ends, cols,
+                                      names), opens)
 
     def _comms(self, opens, ends, attrs, pcf: Pcf, notes) -> pa.Table:
-        names = self._names(opens, pcf, lambda typ, v: F.MPI_NAMES.get(v, f"MPI call {_unsigned(v)}"),
-                            prefer_builtin=True)
         lane, start = self.lane[opens], self.time[opens]
         rank = self.lanes.rank[lane]
         cols = _columns(attrs, (STEP, LAYER, MICROSTEP, SEQ, PEER, BYTES, COMMUNICATOR, TAG))
@@ -196,7 +368,14 @@ class Events:
         nbytes[use], has_bytes[use] = sizes[use], True
         coll = self.type[opens] == F.MPI_COLLECTIVE
         cid = np.where(attrs[F.MPI_COMM][1], attrs[F.MPI_COMM][0], 0)
-        seq, computed = _collective_seq(rank, start, coll, cid, cols[SEQ])
+        k = self.row[opens]
+        old = k < self.carried                              # opened in an earlier window
+        offsets = None if self.window is None else self.window.offsets
+        seq, computed = _collective_seq(rank, start, coll, cid, cols[SEQ], ~old, offsets)
+        if old.any():
+            carried = self.window.opens
+            seq[0][old], seq[1][old], computed[old] = carried.seq[0][k[old]], carried.seq[1][k[old]], \
+                carried.computed[k[old]]
         flagged = coll & attrs[F.MPI_ROOT][1] & (attrs[F.MPI_ROOT][0] == 1)
         peer = cols[PEER]
         if not self.deferred:
@@ -206,15 +385,31 @@ class Events:
         # a trace whose .pcf defines our tag attribute (our export) has every tag in it: a call without one has none
         tag_given = F.ATTRIBUTE_TYPES[TAG] in pcf.types
         tag = cols[TAG] if tag_given else (cols[TAG][0].copy(), cols[TAG][1].copy())
-        nbytes, has_bytes, peer = self._messages(lane, start, ends, p2p, (nbytes, has_bytes), peer,
-                                                 None if tag_given else tag, notes)
+        given = {BYTES: (nbytes, has_bytes), PEER: peer, TAG: None if tag_given else tag}
+        fills = self._messages(opens, lane, start, ends, p2p)
+        (nbytes, has_bytes), peer, filled_tag = (_filled(given[f], fills[f]) for f in FILLS)
+        if not tag_given:
+            tag = filled_tag
         cols.update({BYTES: (nbytes, has_bytes), SEQ: seq, PEER: peer, TAG: tag,
                      COMMUNICATOR: self._communicator(cols[COMMUNICATOR], attrs[F.MPI_COMM])})
+        emit = self._emitted[opens]
+        if self.window is not None:
+            done = p2p & emit
+            self.window.closed(lane[done], start[done], ends[done])
+        if not emit.all():
+            still = ~emit
+            self._comm_carry = (opens[still], (seq[0][still], seq[1][still]), computed[still],
+                                {f: tuple(x[still] for x in fills[f]) for f in FILLS})
+            opens, lane, start, ends = opens[emit], lane[emit], start[emit], ends[emit]
+            cols = {c: (v[emit], ok[emit]) for c, (v, ok) in cols.items()}
+            coll, cid, computed, flagged = coll[emit], cid[emit], computed[emit], flagged[emit]
+        names = self._names(opens, pcf, lambda typ, v: F.MPI_NAMES.get(v, f"MPI call {_unsigned(v)}"),
+                            prefer_builtin=True)
         table = kind_table(Kind.COMM, self.lanes, lane, start, ends, cols, names)
         if self.deferred:
             for col, values in zip(COLLECTIVE_COLUMNS, (np.where(coll, cid, -1), computed, flagged)):
                 table = table.append_column(col, pa.array(values))
-        return table
+        return self._typed(table, opens)
 
     def _communicator(self, ours, extrae):
         """Our attribute where the trace has it (our exports); else Extrae's communicator id of a collective, as
@@ -229,50 +424,66 @@ class Events:
         value[use], ok[use] = mapped[i[use]], True
         return value, ok
 
-    def _messages(self, lane, start, end, p2p, nbytes, peer, tag, notes):
-        """Fills bytes and peer of point-to-point calls from the 3: records they send or receive, and their tag
-        (in place) unless `tag` is None."""
-        body, path, header = self.body, self.path, self.header
-        cm, line = body.comms, body.comm_line
-        if not len(cm):
-            return nbytes[0], nbytes[1], peer
-        s_lane = self.lanes.lane(path, cm, line, "sender", 0)
-        r_lane = self.lanes.lane(path, cm, line, "receiver", 6)
-        for k, what in ((4, "logical send"), (5, "physical send"), (10, "logical receive"),
-                        (11, "physical receive")):
-            to_ns(path, header, line, cm[:, k], what)
-        require(path, line, cm[:, 12] >= 0, lambda i: f"message size {cm[i, 12]} is negative")
-        t = cm[:, (4, 5, 10, 11)] * header.unit_ns
-        value, has = nbytes[0].copy(), nbytes[1].copy()
-        pv, pok = peer[0].copy(), peer[1].copy()
+    def _messages(self, opens, lane, start, end, p2p) -> dict:
+        """For each of BYTES, PEER, TAG, what the 3: records give the point-to-point calls: (given, step, message
+        index, value) per call, with `_fill`'s precedence; the calls carried from an earlier window bring theirs."""
+        n = len(opens)
+        fills = {f: _no_fills(n) for f in FILLS}
+        if self.carried:
+            k = self.row[opens]
+            old = np.flatnonzero(k < self.carried)
+            for f in FILLS:
+                for dst, got in zip(fills[f], self.window.opens.fills[f]):
+                    dst[old] = got[k[old]]
+        if self.sides is None:
+            cm = self.body.comms
+            if not len(cm):
+                return fills
+            index = np.arange(len(cm)) if self.message_index is None else self.message_index
+            self.sides = message_sides(self.path, self.header, self.lanes, cm, self.body.comm_line, index)
+        sd = self.sides
+        if not len(sd.index):
+            return fills
+        call = self._attach(lane, start, end, p2p, sd)
+        hit = call >= 0
+        self.attached_index = np.unique(sd.index[hit])
+        c, step, index = call[hit], sd.step[hit], sd.index[hit]
+        tag_ok = (sd.tag[hit] >= _TAGS[0]) & (sd.tag[hit] <= _TAGS[1])
+        for f, value, use in ((BYTES, sd.size[hit], None), (PEER, sd.partner[hit], None), (TAG, sd.tag[hit], tag_ok)):
+            fills[f] = _fill(fills[f], c, step, index, value, use)
+        return fills
+
+    def _attach(self, lane, start, end, p2p, sd: Sides) -> np.ndarray:
+        """The point-to-point call (its position) each side of a message falls in, -1 for none: the call of the
+        thread that started last at or before the side's time, if it has not ended before it. A receiver tries its
+        logical receive first and its physical receive only when that fell in no call."""
+        path, header = self.path, self.header
         width = header.end_ns + 1
-        if (int(max(lane.max(initial=0), s_lane.max(), r_lane.max())) + 1) * width >= 2**62:
+        ghost = (np.zeros(0, np.int64),) * 3 if self.window is None else self.window.ghosts()
+        c_lane = np.concatenate([ghost[0], lane[p2p]])
+        if (int(max(lane.max(initial=0), c_lane.max(initial=0), sd.lane.max())) + 1) * width >= 2**62:
             raise TraceError(f"{path}: too many threads x too long a trace to match messages with their calls")
-        sel = np.flatnonzero(p2p)
-        key = lane[sel] * width + start[sel]
-        order = np.argsort(key, kind="stable")
+        c_start, c_end = np.concatenate([ghost[1], start[p2p]]), np.concatenate([ghost[2], end[p2p]])
+        c_pos = np.concatenate([np.full(len(ghost[0]), -1), np.flatnonzero(p2p)])
+        key = c_lane * width + c_start
+        order = np.argsort(key, kind="stable")       # a ghost before a call at the same start: the call wins
         skey = key[order]
-        attached = np.zeros(len(cm), bool)
-        for side_lane, times, partner in ((s_lane, (t[:, 0],), r_lane), (r_lane, (t[:, 2], t[:, 3]), s_lane)):
-            done = np.zeros(len(cm), bool)
-            for when in times:
-                q = side_lane * width + when
-                i = np.searchsorted(skey, q, side="right") - 1
-                ok = (i >= 0) & ~done
-                j = sel[order[np.maximum(i, 0)]]
-                ok &= (lane[j] == side_lane) & (end[j] >= when)
-                fill = j[ok]
-                nb = ~has[fill]
-                value[fill[nb]], has[fill[nb]] = cm[ok, 12][nb], True
-                npeer = ~pok[fill]
-                pv[fill[npeer]], pok[fill[npeer]] = self.lanes.rank[partner[ok]][npeer], True
-                if tag is not None:
-                    ntag = ~tag[1][fill] & (cm[ok, 13] >= _TAGS[0]) & (cm[ok, 13] <= _TAGS[1])
-                    tag[0][fill[ntag]], tag[1][fill[ntag]] = cm[ok, 13][ntag], True
-                done |= ok
-            attached |= done
-        self.attached = attached
-        return value, has, (pv, pok)
+        call = np.full(len(sd.index), -1)
+        received = self.window.received if self.window is not None else np.zeros(int(sd.index.max()) + 1, bool)
+        for step in (SEND, LOGICAL_RECEIVE, PHYSICAL_RECEIVE):
+            rows = np.flatnonzero(sd.step == step)
+            if step == PHYSICAL_RECEIVE:
+                rows = rows[~received[sd.index[rows]]]
+            if not len(rows) or not len(skey):
+                continue
+            when, at_lane = sd.when[rows], sd.lane[rows]
+            i = np.searchsorted(skey, at_lane * width + when, side="right") - 1
+            j = order[np.maximum(i, 0)]
+            ok = (i >= 0) & (c_lane[j] == at_lane) & (c_end[j] >= when) & (c_pos[j] >= 0)
+            call[rows[ok]] = c_pos[j[ok]]
+            if step == LOGICAL_RECEIVE:
+                received[sd.index[rows[ok]]] = True
+        return call
 
     def _counters(self, idx, attrs, pcf: Pcf, notes) -> pa.Table:
         typ = self.type[idx]
@@ -382,21 +593,59 @@ def _counter_name(typ: int, pcf: Pcf) -> tuple[str, float]:
     return (label.split()[0] if label else f"counter {typ}"), 1.0
 
 
-def _collective_seq(rank, start, coll, cid, seq):
+def _no_fills(n: int) -> tuple:
+    return np.zeros(n, bool), np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)
+
+
+def _fill(current: tuple, call, step, index, value, use=None) -> tuple:
+    """(given, step, index, value) per call with the messages that fell in it: the first step that reached it
+    wins, and in it the message listed last (as if each message in turn overwrote the one before)."""
+    if use is not None:
+        call, step, index, value = call[use], step[use], index[use], value[use]
+    has, st, ix, val = (x.copy() for x in current)
+    if not len(call):
+        return has, st, ix, val
+    cur = np.flatnonzero(has)
+    c, s, i, v = (np.concatenate(p) for p in ((call, cur), (step, st[cur]), (index, ix[cur]), (value, val[cur])))
+    order = np.lexsort((-i, s, c))
+    first = order[np.r_[True, c[order][1:] != c[order][:-1]]]
+    has[c[first]], st[c[first]], ix[c[first]], val[c[first]] = True, s[first], i[first], v[first]
+    return has, st, ix, val
+
+
+def _filled(given, fills):
+    """A column's (value, present): what the call's own line gave, else what a message gave."""
+    if given is None:
+        return None
+    value, ok = given[0].copy(), given[1].copy()
+    use = ~ok & fills[0]
+    value[use], ok[use] = fills[3][use], True
+    return value, ok
+
+
+def _collective_seq(rank, start, coll, cid, seq, new=None, offsets=None):
     """Our seq where the trace has it; else the call's order among its rank's collectives on its communicator
     (every rank calls a communicator's collectives in the same order). Returns ((value, present), computed): the
-    computed ones get the communicator's id in their high bits from `shift_seq`."""
+    computed ones get the communicator's id in their high bits from `shift_seq`. In a window, only the `new`
+    calls are numbered, after the `offsets` collectives each communicator had before (updated)."""
     value, ok = seq[0].copy(), seq[1].copy()
-    need = coll & ~ok
+    mine = coll if new is None else coll & new
+    need = mine & ~ok
+    idx = np.flatnonzero(mine)
+    base = np.zeros(len(rank), np.int64)
+    if offsets is not None and len(idx):
+        ids, counts = np.unique(cid[idx], return_counts=True)
+        base[idx] = [offsets.get(c, 0) for c in cid[idx].tolist()]
+        for c, n in zip(ids.tolist(), counts.tolist()):
+            offsets[c] = offsets.get(c, 0) + n
     if not need.any():
         return (value, ok), need
-    idx = np.flatnonzero(coll)
     order = idx[np.lexsort((start[idx], cid[idx], rank[idx]))]
     group = rank[order] * (int(cid.max()) + 1) + cid[order]
     first = np.r_[0, np.flatnonzero(group[1:] != group[:-1]) + 1]
     ordinal = np.arange(len(order)) - np.repeat(first, np.diff(np.r_[first, len(order)]))
     computed = np.zeros(len(rank), np.int64)
-    computed[order] = ordinal
+    computed[order] = ordinal + base[order]
     value[need], ok[need] = computed[need], True
     return (value, ok), need
 

@@ -130,38 +130,51 @@ def write_parquet(imported: ParaverImport, out: str | Path) -> int:
 
 def states(path: Path, header: Header, body: Body, lanes: Lanes, notes: Notes) -> pa.Table:
     """The `1:` records (of the whole trace or of some ranks' threads: the padding is per thread)."""
-    st, line = body.states, body.state_line
+    lane, begin, end, state = state_rows(path, header, body.states, body.state_line, lanes)
+    # Paraver shows a thread's time outside its state records as Idle: made explicit up to the header's end.
+    extent = Extent(len(lanes.rank))
+    extent.add(lane, begin, end)
+    pad_lane, pad_start, pad_end = extent.padding(header, notes)
+    if len(pad_lane):
+        lane = np.concatenate([lane, pad_lane])
+        begin, end = np.concatenate([begin, pad_start]), np.concatenate([end, pad_end])
+        state = np.concatenate([state, np.full(len(pad_lane), int(State.IDLE), np.int16)])
+    return kind_table(Kind.STATE, lanes, lane, begin, end, {STATE: (state, None)})
+
+
+def state_rows(path: Path, header: Header, st: np.ndarray, line: np.ndarray, lanes: Lanes) -> tuple:
+    """(lane, begin, end, state) of `1:` records, checked."""
     lane = lanes.lane(path, st, line, "state record")
     begin = to_ns(path, header, line, st[:, 4], "begin time")
     end = to_ns(path, header, line, st[:, 5], "end time")
     require(path, line, end >= begin, lambda i: f"state ends ({st[i, 5]}) before it begins ({st[i, 4]})")
     require(path, line, (st[:, 6] >= 0) & (st[:, 6] < 2**15), lambda i: f"state id {st[i, 6]} is out of range")
-    state = st[:, 6]
-    # Paraver shows a thread's time outside its state records as Idle: made explicit up to the header's end.
-    pad_lane, pad_start, pad_end = _padding(lane, begin, end, header.end_ns)
-    if len(pad_lane):
-        notes.add("{n} thread(s) padded with Idle before their first or after their last state, up to the "
-                  "header's end time", len(np.unique(pad_lane)))
-        lane = np.concatenate([lane, pad_lane])
-        begin, end = np.concatenate([begin, pad_start]), np.concatenate([end, pad_end])
-        state = np.concatenate([state, np.full(len(pad_lane), int(State.IDLE))])
-    return kind_table(Kind.STATE, lanes, lane, begin, end, {STATE: (state.astype(np.int16), None)})
+    return lane, begin, end, st[:, 6].astype(np.int16)
 
 
-def _padding(lane, begin, end, end_ns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    if not len(lane):
-        z = np.zeros(0, np.int64)
-        return z, z, z
-    size = int(lane.max()) + 1
-    first = np.full(size, np.iinfo(np.int64).max)
-    last = np.full(size, -1)
-    np.minimum.at(first, lane, begin)
-    np.maximum.at(last, lane, end)
-    has = np.flatnonzero(last >= 0)
-    lead = has[first[has] > 0]
-    tail = has[last[has] < end_ns]
-    return (np.concatenate([lead, tail]), np.concatenate([np.zeros(len(lead), np.int64), last[tail]]),
-            np.concatenate([first[lead], np.full(len(tail), end_ns)]))
+class Extent:
+    """Each thread's first state begin and last state end, over as many parts of the trace as come."""
+
+    def __init__(self, lanes: int):
+        self.first = np.full(lanes, np.iinfo(np.int64).max)
+        self.last = np.full(lanes, -1)
+
+    def add(self, lane: np.ndarray, begin: np.ndarray, end: np.ndarray) -> None:
+        np.minimum.at(self.first, lane, begin)
+        np.maximum.at(self.last, lane, end)
+
+    def padding(self, header: Header, notes: Notes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Idle (lane, start, end) before each thread's first state and after its last, up to the header's end,
+        for the threads that have states: leads first, then tails."""
+        has = np.flatnonzero(self.last >= 0)
+        lead = has[self.first[has] > 0]
+        tail = has[self.last[has] < header.end_ns]
+        pad = (np.concatenate([lead, tail]), np.concatenate([np.zeros(len(lead), np.int64), self.last[tail]]),
+               np.concatenate([self.first[lead], np.full(len(tail), header.end_ns)]))
+        if len(pad[0]):
+            notes.add("{n} thread(s) padded with Idle before their first or after their last state, up to the "
+                      "header's end time", len(np.unique(pad[0])))
+        return pad
 
 
 # --- metadata ------------------------------------------------------------------------------------------------

@@ -1,15 +1,17 @@
 """A .prv of any length into our Parquet trace, rank by rank: the records and notes `paraver_import` gives, in
-memory bounded by one rank's part of the trace rather than by the whole trace.
+memory that does not grow with the trace.
 
 Three passes, because a .prv is ordered by time and our trace by rank:
-  1. the body, chunk by chunk (`paraver_parse.chunks`), split by rank into raw int64 spill files: the rank's
-     state lines, event lines and their (type, value) pairs, and the `3:` lines it sends or receives (a message
-     between two ranks goes to both). Rows wait in memory per rank up to `spill_bytes` in all; past that, the
-     biggest buffers are appended to their files, so the open files stay few whatever the number of ranks.
-  2. rank by rank: the rank's rows back as a `Body`, its states and events made exactly as `paraver_import` makes
-     them (`Events` deferred: the roots of collectives and the communicator bits of seq numbers need every rank),
-     written to Arrow IPC files; on the way, the few facts those steps need are kept (the calls with a root flag,
-     the communicators used, and a byte per `3:` record: whether it fell in a call).
+  1. the body, chunk by chunk (`paraver_parse.chunks`), split by rank into raw int64 spill files
+     (`paraver_spill`): the rank's state lines, event lines and their (type, value) pairs, and the `3:` lines it
+     sends or receives (a message between two ranks goes to both). Rows wait in memory per rank up to
+     `spill_bytes` in all; past that, the biggest buffers are appended to their files, so the open files stay few
+     whatever the number of ranks.
+  2. rank by rank: the rank's rows back, its states and events made exactly as `paraver_import` makes them
+     (`Events` deferred: the roots of collectives and the communicator bits of seq numbers need every rank),
+     written to Arrow IPC files; a rank of more than `window_lines` lines a time window at a time
+     (`paraver_windows`), else whole. On the way, the few facts the deferred steps need are kept (the calls with
+     a root flag, the communicators used, and per `3:` record whether it fell in a call).
   3. rank by rank: the comm records completed (`shift_seq`, `fill_roots`) and every record written.
 Within a rank, records come in `paraver_import`'s order (states, comm, kernels, phases, tasks, counters), so the
 trace equals the in-memory import's taken rank by rank.
@@ -17,6 +19,7 @@ trace equals the in-memory import's taken rank by rank.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -39,15 +42,15 @@ from gpt2trace.interop.paraver_events import (
     shift_seq,
 )
 from gpt2trace.interop.paraver_import import no_records, sidecars, states, trace_metadata
-from gpt2trace.interop.paraver_parse import Body, Header, chunks
+from gpt2trace.interop.paraver_parse import Header, chunks
 from gpt2trace.interop.paraver_records import Lanes, Notes
+from gpt2trace.interop.paraver_spill import COMM_ROWS, EVENT_ROWS, PAIR_ROWS, STATE_ROWS, Spill
+from gpt2trace.interop.paraver_windows import WINDOW_LINES, KindFile, NotInTimeOrder, import_rank
 from gpt2trace.interop.source import no_progress
 
 SPILL_BYTES = 64 << 20
 CHUNK_BYTES = 8 << 20          # of text parsed at once: its arrays and their copies by rank are ~10x as large
 ROW_GROUP = 1 << 17            # records per batch of a rank's IPC files and per row group of the trace
-# Raw rows per rank: (name, width): the parse's fields, then the line number (and a 3: record's index in the file)
-STATE_ROWS, EVENT_ROWS, PAIR_ROWS, COMM_ROWS = ("states", 8), ("events", 6), ("pairs", 3), ("comms", 16)
 
 
 @contextlib.contextmanager
@@ -69,7 +72,8 @@ class StreamedImport:
 
 
 def import_paraver_to(prv: str | Path, out: str | Path, tmpdir: str | Path | None = None,
-                      spill_bytes: int = SPILL_BYTES, progress=no_progress) -> StreamedImport:
+                      spill_bytes: int = SPILL_BYTES, progress=no_progress,
+                      window_lines: int = WINDOW_LINES) -> StreamedImport:
     """Imports `prv` (with its .pcf, .row, .gpt2trace.json) into the Parquet trace `out`. TraceError for a trace it
     cannot import (as `import_paraver`), OutputError when `out` is one of the inputs or cannot be written (then
     nothing is left under its name). Spill files go to a temporary folder in `tmpdir` and are removed. `progress`:
@@ -82,7 +86,7 @@ def import_paraver_to(prv: str | Path, out: str | Path, tmpdir: str | Path | Non
     out = check_output(out, inputs=[Path(p) for p in F.file_names(str(prv))])
     notes = Notes()
     with tempfile.TemporaryDirectory(prefix="gpt2trace-prv-", dir=tmpdir) as tmp:
-        spill = _Spill(Path(tmp), spill_bytes)
+        spill = Spill(Path(tmp), spill_bytes)
         with progress(f"reading {prv.name}", None, "lines") as advance:
             header, lanes, n_comms = _partition(prv, spill, advance)
         side = sidecars(prv, header, notes)
@@ -93,7 +97,9 @@ def import_paraver_to(prv: str | Path, out: str | Path, tmpdir: str | Path | Non
         with progress("importing ranks", ranks, "ranks") as advance:
             for rank in range(ranks):
                 # in a function: the rank's arrays are freed before the next rank's are loaded
-                parts.append(_import_rank(prv, header, lanes, comm_ids, side.pcf, spill, rank, kept, notes))
+                parts.append(_import_rank(prv, header, lanes, comm_ids, side.pcf, spill, rank, kept, notes,
+                                          window_lines))
+                release_memory()
                 advance(1)
         notes.add("{n} message(s) (3: records) fall in no point-to-point MPI call of their sender or receiver",
                   kept.unattached())
@@ -105,12 +111,32 @@ def import_paraver_to(prv: str | Path, out: str | Path, tmpdir: str | Path | Non
     return StreamedImport(out, records, header, notes.lines())
 
 
+def release_memory() -> None:
+    """Gives the memory freed by a rank's arrays back to the system: glibc's malloc keeps freed heap memory for
+    reuse, and after a rank's big arrays the heap is fragmented, so the process's footprint would creep up with
+    the number of ranks and windows done rather than follow what is live (as Dask's workers, we trim)."""
+    pa.default_memory_pool().release_unused()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _libc():
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+    return libc if hasattr(libc, "malloc_trim") else None     # glibc only
+
+
+_LIBC = _libc()
+
+
 # --- pass 1: the body split by rank ----------------------------------------------------------------------------
 
-def _partition(prv: Path, spill: _Spill, advance) -> tuple[Header, Lanes, int]:
+def _partition(prv: Path, spill: Spill, advance) -> tuple[Header, Lanes, int]:
     """Spills every line to its rank; returns the header, its lanes, and the number of 3: records."""
     lanes, n_comms, done = None, 0, 0
-    for header, part, lines in chunks(prv, CHUNK_BYTES):
+    for part_no, (header, part, lines) in enumerate(chunks(prv, CHUNK_BYTES)):
         if lanes is None:
             lanes, done = Lanes(header), header.lines          # progress counts body lines
         st, st_line, ev, ev_line, pair_rec, pair_type, pair_value, cm, cm_line = part
@@ -133,93 +159,25 @@ def _partition(prv: Path, spill: _Spill, advance) -> tuple[Header, Lanes, int]:
             n_comms += len(cm)
         advance(lines - done)
         done = lines
+        if part_no % 8 == 7:
+            release_memory()
     return header, lanes, n_comms
-
-
-class _Spill:
-    """Raw int64 rows per (rank, part) in files `<rank>.<part>`, appended as they come; buffered in memory up to
-    `limit` bytes in all (the biggest buffers are written first when over), so a file is only open to append."""
-
-    def __init__(self, folder: Path, limit: int):
-        self.folder, self.limit = folder, limit
-        self._buf: dict[tuple[int, str], list[np.ndarray]] = {}
-        self._bytes: dict[tuple[int, str], int] = {}
-        self._count: dict[tuple[int, str], int] = {}       # rows so far: a rank's event rows are numbered
-        self._total = 0
-
-    def add(self, rank: np.ndarray, part: tuple[str, int], rows: np.ndarray) -> np.ndarray:
-        """Appends rows to their ranks' buffers (file order kept within a rank); returns each row's number among
-        its rank's rows of this part."""
-        name, width = part
-        rows = np.ascontiguousarray(rows, dtype=np.int64).reshape(-1, width)
-        if not len(rank):
-            return np.empty(0, np.int64)
-        # NumPy sorts 16-bit integers by radix (stable and ~10x faster than int64), and np.take gathers rows
-        # ~3x faster than fancy indexing: this is pass 1's hot loop
-        order = np.argsort(rank.astype(np.int16) if rank.max() < 1 << 15 else rank, kind="stable")
-        grouped = np.take(rows, order, axis=0)
-        by_rank = rank[order]
-        starts = np.flatnonzero(np.r_[True, by_rank[1:] != by_rank[:-1]])
-        ends = np.r_[starts[1:], len(by_rank)]
-        local_sorted = np.arange(len(by_rank)) - np.repeat(starts, ends - starts)      # the row's place in its run
-        for r, a, b in zip(by_rank[starts].tolist(), starts.tolist(), ends.tolist()):
-            key = (r, name)
-            base = self._count.get(key, 0)
-            local_sorted[a:b] += base
-            self._count[key] = base + b - a
-            # a copy unless it is the whole: a view would keep every rank's rows alive until the last is written
-            chunk = grouped if b - a == len(grouped) else grouped[a:b].copy()
-            self._buf.setdefault(key, []).append(chunk)
-            self._bytes[key] = self._bytes.get(key, 0) + chunk.nbytes
-            self._total += chunk.nbytes
-        local = np.empty(len(rank), np.int64)
-        local[order] = local_sorted
-        while self._total > self.limit:
-            self._flush(max(self._bytes, key=self._bytes.get))
-        return local
-
-    def _flush(self, key: tuple[int, str]) -> None:
-        path = self.folder / f"{key[0]}.{key[1]}"
-        try:
-            with open(path, "ab") as fh:
-                for chunk in self._buf.pop(key, []):
-                    chunk.tofile(fh)
-        except OSError as exc:          # a full disk: say which file
-            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
-        self._total -= self._bytes.pop(key, 0)
-
-    def rows(self, rank: int, part: tuple[str, int]) -> np.ndarray:
-        name, width = part
-        key = (rank, name)
-        path = self.folder / f"{rank}.{name}"
-        stored = [np.fromfile(path, np.int64).reshape(-1, width)] if path.exists() else []
-        got = stored + self._buf.get(key, [])
-        return np.concatenate(got) if got else np.empty((0, width), np.int64)
-
-    def body(self, rank: int) -> tuple[Body, np.ndarray]:
-        """The rank's rows as a `Body`, and the index in the file of each of its 3: records."""
-        st, ev, pairs, cm = (self.rows(rank, p) for p in (STATE_ROWS, EVENT_ROWS, PAIR_ROWS, COMM_ROWS))
-        body = Body(st[:, :7], st[:, 7], ev[:, :5], ev[:, 5], pairs[:, 0], pairs[:, 1], pairs[:, 2], cm[:, :14],
-                    cm[:, 14], lines=0)
-        return body, cm[:, 15]
-
-    def drop(self, rank: int) -> None:
-        for name, _ in (STATE_ROWS, EVENT_ROWS, PAIR_ROWS, COMM_ROWS):
-            key = (rank, name)
-            self._total -= self._bytes.pop(key, 0)
-            self._buf.pop(key, None)
-            (self.folder / f"{rank}.{name}").unlink(missing_ok=True)
 
 
 # --- pass 2: each rank's records, and what the collectives need from every rank --------------------------------
 
-def _import_rank(prv, header, lanes, comm_ids, pcf, spill: _Spill, rank: int, kept: _Collectives,
-                 notes: Notes) -> list[tuple[Path, int]]:
+def _import_rank(prv, header, lanes, comm_ids, pcf, spill: Spill, rank: int, kept: _Collectives,
+                 notes: Notes, window_lines: int) -> list[tuple[Path | KindFile, int]]:
+    if spill.lines(rank) > window_lines:
+        try:
+            return import_rank(prv, header, lanes, comm_ids, pcf, spill, rank, kept, notes, _save, window_lines)
+        except NotInTimeOrder:
+            pass
     body, comm_index = spill.body(rank)
     spill.drop(rank)
-    events = Events(prv, header, body, lanes, comm_ids, deferred=True)
+    events = Events(prv, header, body, lanes, comm_ids, deferred=True, message_index=comm_index)
     tables = [states(prv, header, body, lanes, notes), *events.records(pcf, notes)]
-    kept.add(comm_index[events.attached], tables)
+    kept.add(events.attached_index, tables)
     return _save(spill.folder / f"rank{rank}", tables)
 
 
@@ -229,6 +187,7 @@ class _Collectives:
 
     def __init__(self, n_comms: int):
         self.attached = np.zeros(n_comms, bool)
+        self.received = np.zeros(n_comms, bool)      # whether the message's logical receive fell in a call
         self.flagged: list[tuple[np.ndarray, ...]] = []
         self.comms: set[int] = set()
 
@@ -289,8 +248,11 @@ def _save(stem: Path, tables: list[pa.Table]) -> list[tuple[Path, int]]:
     return files
 
 
-def _tables(files: list[tuple[Path, int]]) -> Iterator[pa.Table]:
+def _tables(files: list[tuple[Path | KindFile, int]]) -> Iterator[pa.Table]:
     for path, _ in files:
+        if isinstance(path, KindFile):
+            yield from path.tables()
+            continue
         with pa.memory_map(str(path)) as source:
             reader = pa.ipc.open_file(source)
             for i in range(reader.num_record_batches):
@@ -309,4 +271,5 @@ def _write(out: Path, metadata: dict, parts: list, kept: _Collectives, advance) 
                     table = kept.finish(table, keys, roots)
                 writer.write(table)
                 advance(table.num_rows)
+            release_memory()
     return writer.records

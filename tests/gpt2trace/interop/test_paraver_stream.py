@@ -1,6 +1,7 @@
 """The rank-by-rank import (paraver_stream) against the in-memory one (paraver_import): every column of every record
 equal, rank by rank, on the hand-written .prv files of the import tests and on exported-then-imported traces;
-with spill limits small enough that every rank's rows go through the spill files."""
+with spill limits small enough that every rank's rows go through the spill files, and windows (paraver_windows)
+of a few lines, so that pairs, calls and messages cross them."""
 import contextlib
 import re
 
@@ -17,6 +18,7 @@ from gpt2trace.format.errors import TraceError
 from gpt2trace.interop.paraver_export import export_paraver
 from gpt2trace.interop.paraver_import import import_paraver
 from gpt2trace.interop.paraver_stream import import_paraver_to
+from gpt2trace.interop.paraver_windows import WINDOW_LINES
 
 
 def _decoded(table: pa.Table) -> pa.Table:
@@ -24,12 +26,13 @@ def _decoded(table: pa.Table) -> pa.Table:
                      for n, c in zip(table.column_names, table.columns)})
 
 
-def same_as_in_memory(prv, tmp_path, spill_bytes=1 << 12):
+def same_as_in_memory(prv, tmp_path, spill_bytes=1 << 12, window_lines=WINDOW_LINES):
     """Imports `prv` both ways; the streamed trace must be the in-memory table taken rank by rank (each rank's
     records in their order), with the same metadata and notes. Returns the streamed import."""
     memory = import_paraver(prv)
     out = tmp_path / "streamed.parquet"
-    streamed = import_paraver_to(prv, out, tmp_path, spill_bytes=spill_bytes)
+    out.unlink(missing_ok=True)
+    streamed = import_paraver_to(prv, out, tmp_path, spill_bytes=spill_bytes, window_lines=window_lines)
     got = pq.read_table(out)
     order = np.argsort(memory.table.column("rank").to_numpy(), kind="stable")
     want = _decoded(memory.table.take(pa.array(order)))
@@ -48,13 +51,21 @@ HAND = {"states": (hand.STATES, hand.PCF), "events": (hand.EVENTS, hand.PCF), "m
                      "2:1:1:1:1:300:60000019:0\n2:1:1:1:2:400:60000019:2\n", hand.PCF),
         "microseconds": (hand.STATES.replace("1000_ns", "1000"), None),
         "a rank without lines": (hand.HEAD + "1000_ns:1(3):1:3(1:1,1:1,1:1),0\n1:1:1:1:1:0:600:1\n"
-                                 "1:3:1:3:1:100:900:1\n", None)}
+                                 "1:3:1:3:1:100:900:1\n", None),
+        # a send inside a send: the message at 25 falls in the inner one; the one at 50 in none (the call that
+        # started last before it has ended), even when a window ends between them
+        "nested sends": (hand.HEAD + "1000_ns:1(2):1:2(1:1,1:1),0\n1:1:1:1:1:0:1000:1\n1:2:1:2:1:0:1000:1\n"
+                         "2:1:1:1:1:10:50000001:1\n2:1:1:1:1:20:50000001:1\n3:1:1:1:1:25:25:2:1:2:1:60:70:8:1\n"
+                         "2:1:1:1:1:30:50000001:0\n2:1:1:1:1:40:60000019:1\n2:1:1:1:1:45:60000019:0\n"
+                         "3:1:1:1:1:50:50:2:1:2:1:60:70:64:3\n2:2:1:2:1:60:50000001:2\n"
+                         "2:2:1:2:1:70:50000001:0\n2:1:1:1:1:100:50000001:0\n", None)}
 
 
+@pytest.mark.parametrize("window_lines", [1, 2, WINDOW_LINES])
 @pytest.mark.parametrize("name", HAND)
-def test_hand_written_traces(tmp_path, name):
+def test_hand_written_traces(tmp_path, name, window_lines):
     text, pcf = HAND[name]
-    same_as_in_memory(hand.write(tmp_path, text, pcf), tmp_path)
+    same_as_in_memory(hand.write(tmp_path, text, pcf), tmp_path, window_lines=window_lines)
 
 
 def test_collective_roots_come_from_another_rank(tmp_path):
@@ -76,18 +87,31 @@ def test_gzip(tmp_path):
     same_as_in_memory(hand.write(tmp_path, hand.MESSAGE, hand.PCF, name="g.prv.gz"), tmp_path)
 
 
-def test_exported_synthetic_trace(tmp_path, synthetic_path):
+@pytest.mark.parametrize("window_lines", [7, WINDOW_LINES])
+def test_exported_synthetic_trace(tmp_path, synthetic_path, window_lines):
     out = export_paraver(synthetic_path, tmp_path / "syn")
-    same_as_in_memory(out.prv, tmp_path)
+    same_as_in_memory(out.prv, tmp_path, window_lines=window_lines)
 
 
-def test_exported_mpi_calls_with_and_without_our_attributes(tmp_path, mpi_zoo_path):
+@pytest.mark.parametrize("window_lines", [5, 60, WINDOW_LINES])
+def test_exported_mpi_calls_with_and_without_our_attributes(tmp_path, mpi_zoo_path, window_lines):
     out = export_paraver(mpi_zoo_path, tmp_path / "zoo")
-    same_as_in_memory(out.prv, tmp_path)
+    same_as_in_memory(out.prv, tmp_path, window_lines=window_lines)
     # as Extrae writes them: seq from the order on the communicator, peers from the root flag and the 3: records
     (tmp_path / "extrae.prv").write_text(re.sub(r":7100000[1-6]:-?\d+", "", out.prv.read_text()))
     (tmp_path / "extrae.pcf").write_text(out.pcf.read_text())
-    same_as_in_memory(tmp_path / "extrae.prv", tmp_path)
+    same_as_in_memory(tmp_path / "extrae.prv", tmp_path, window_lines=window_lines)
+
+
+@pytest.mark.parametrize("sample", ["small_2ranks_pp2_1f1b", "small_2threads_tasks", "small_2ranks_tp2"])
+def test_exported_samples_in_windows(tmp_path, sample):
+    """Pipeline sends and receives, tasks, tensor-parallel collectives: in windows of 40 lines, with and without
+    our attributes."""
+    out = export_paraver(f"sample_traces/{sample}.parquet", tmp_path / "s")
+    same_as_in_memory(out.prv, tmp_path, window_lines=40)
+    (tmp_path / "extrae.prv").write_text(re.sub(r":7100000[1-9]:-?\d+", "", out.prv.read_text()))
+    (tmp_path / "extrae.pcf").write_text(out.pcf.read_text())
+    same_as_in_memory(tmp_path / "extrae.prv", tmp_path, window_lines=40)
 
 
 def test_eight_ranks_in_rank_ordered_row_groups(tmp_path):
@@ -128,26 +152,6 @@ def test_progress_is_told_every_stage(tmp_path, synthetic_path):
     streamed = import_paraver_to(out.prv, tmp_path / "back.parquet", progress=progress)
     assert told == {"reading syn.prv": [None, out.lines],
                     "importing ranks": [2, 2], "writing back.parquet": [streamed.records, streamed.records]}
-
-
-def test_spill_keeps_each_ranks_rows_in_order_within_its_memory_bound(tmp_path):
-    """64 ranks' rows arriving interleaved, with room in memory for a few hundred: each rank reads back its rows in
-    arrival order, numbered per rank, and the buffers never hold more than the bound after an add."""
-    from gpt2trace.interop.paraver_stream import EVENT_ROWS, _Spill
-    rng = np.random.default_rng(1)
-    spill = _Spill(tmp_path, limit=300 * 6 * 8)                    # 300 rows of 6 int64
-    sent = {r: [] for r in range(64)}
-    for step in range(20):
-        rank = rng.integers(0, 64, 500)
-        rows = np.column_stack([np.full((500, 5), step), np.arange(500)])
-        local = spill.add(rank, EVENT_ROWS, rows)
-        for r in range(64):
-            mine = rank == r
-            assert (local[mine] == len(sent[r]) + np.arange(mine.sum())).all()
-            sent[r] += rows[mine].tolist()
-        assert spill._total <= spill.limit
-    for r in range(64):
-        assert spill.rows(r, EVENT_ROWS).tolist() == sent[r]
 
 
 def random_prv(seed: int) -> str:
@@ -206,13 +210,13 @@ def random_prv(seed: int) -> str:
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1), spill=st.sampled_from([1 << 10, 1 << 14, 1 << 26]),
-       chunk=st.sampled_from([300, 4096, 8 << 20]))
-def test_random_extrae_traces(tmp_path_factory, seed, spill, chunk):
+       chunk=st.sampled_from([300, 4096, 8 << 20]), window=st.sampled_from([1, 4, 30, 200, WINDOW_LINES]))
+def test_random_extrae_traces(tmp_path_factory, seed, spill, chunk, window):
     import gpt2trace.interop.paraver_stream as stream
     tmp = tmp_path_factory.mktemp("random")
     (tmp / "r.prv").write_text(random_prv(seed))
     old, stream.CHUNK_BYTES = stream.CHUNK_BYTES, chunk         # many chunks: pairs and lines cut between them
     try:
-        same_as_in_memory(tmp / "r.prv", tmp, spill_bytes=spill)
+        same_as_in_memory(tmp / "r.prv", tmp, spill_bytes=spill, window_lines=window)
     finally:
         stream.CHUNK_BYTES = old
