@@ -231,10 +231,9 @@ class Events:
             out.append(self._counters(cidx, c, pcf, notes))
         if not self.final:
             self.carry = self._still_open(opens[~emit], {k: (v[~emit], ok[~emit]) for k, (v, ok) in a.items()})
-        if not self.deferred:
-            n = 0 if self.sides is None else len(np.unique(self.sides.index))
+        if not self.deferred:         # the whole trace: its body holds every 3: record
             notes.add("{n} message(s) (3: records) fall in no point-to-point MPI call of their sender or receiver",
-                      len(self.body.comms) if self.sides is None else n - len(self.attached_index))
+                      len(self.body.comms) - len(self.attached_index))
         return out
 
     def _pair(self, idx: np.ndarray, notes: Notes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,6 +1,6 @@
 """One rank of a .prv imported in time windows, so that memory stays the same however long the rank's part is.
 
-The rank's spilled rows (`paraver_stream`) are read back a block at a time:
+The rank's spilled rows (`paraver_spill`) are read back a block at a time:
   states    block by block: each state is a record of its own; each thread's first begin and last end are kept
             for the Idle padding, which comes after all of them, as in the whole import
   events    cut into windows of about `window_lines` event lines, at instants where the time moves on: every line
