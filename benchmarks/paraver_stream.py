@@ -74,11 +74,13 @@ def main() -> None:
     parser.add_argument("--records", type=int, nargs="+", default=[10_000_000, 30_000_000])
     parser.add_argument("--ranks", type=int, default=64)
     parser.add_argument("--threads", type=int, default=4)
-    parser.add_argument("--window-lines", type=int, default=WINDOW_LINES,
+    parser.add_argument("--window-lines", type=_positive, default=WINDOW_LINES,
                         help="event lines per time window of a rank in the import")
-    parser.add_argument("--repeat", type=int, default=3, help="runs of each export and import (medians shown)")
+    parser.add_argument("--repeat", type=_positive, default=3, help="runs of each export and import (medians shown)")
     parser.add_argument("--tmp", type=Path, default=None, help="folder for the traces (several GB at 30 M)")
     opts = parser.parse_args()
+    if opts.tmp is not None and not opts.tmp.is_dir():
+        parser.error(f"--tmp {opts.tmp}: no such folder; give an existing folder with several GB free")
     here = str(Path(__file__).parent)
     console = Console(width=120)
     runs = {}
@@ -131,6 +133,12 @@ def main() -> None:
                          f"{m['in_process_s']:.1f}", f"{m['mb']:.0f}" if "mb" in m else "")
     console.print(show)
     console.print(f"results in {RESULTS}")
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
 
 
 def _peak(m: dict) -> str:

@@ -78,6 +78,8 @@ def import_paraver_to(prv: str | Path, out: str | Path, tmpdir: str | Path | Non
     cannot import (as `import_paraver`), OutputError when `out` is one of the inputs or cannot be written (then
     nothing is left under its name). Spill files go to a temporary folder in `tmpdir` and are removed. `progress`:
     see `source.no_progress`."""
+    if window_lines < 1:
+        raise ValueError(f"window_lines must be at least 1, got {window_lines}")
     prv = Path(prv)
     if not prv.is_file():
         raise TraceError(f"{prv}: no such trace file")

@@ -1,6 +1,7 @@
 """A rank imported in time windows (paraver_windows): the windows stay about `window_lines` lines whatever the
 rank's length, and a rank the windows cannot take is imported whole; both equal to the in-memory import
 (`same_as_in_memory`; the stream tests run every trace through windows of a few lines too)."""
+import pytest
 import test_paraver_import as hand
 from test_paraver_stream import same_as_in_memory
 
@@ -57,3 +58,10 @@ def test_a_rank_whose_lines_go_back_in_time_is_imported_whole(tmp_path, monkeypa
     seen = _Seen(monkeypatch)
     same_as_in_memory(hand.write(tmp_path, text, hand.PCF), tmp_path, window_lines=1)
     assert seen.whole == 1 and seen.windowed == 0
+
+
+def test_a_window_needs_a_line(tmp_path):
+    from gpt2trace.interop.paraver_stream import import_paraver_to
+    with pytest.raises(ValueError, match="window_lines must be at least 1"):
+        import_paraver_to(hand.write(tmp_path, hand.EVENTS, hand.PCF), tmp_path / "out.parquet", window_lines=0)
+    assert not (tmp_path / "out.parquet").exists()
