@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from gpt2trace.format import schema
 from gpt2trace.format.errors import TraceError
-from gpt2trace.format.reader import BATCH_ROWS, Trace, check_file, open_parquet, row_group_batches
+from gpt2trace.format.reader import BATCH_ROWS, Trace, check_file, open_parquet, streamed_tables
 from gpt2trace.format.schema import FIELDS, KIND, REQUIRED, Kind
 
 
@@ -41,12 +41,12 @@ class Source:
             for batch in table.select(list(columns)).to_batches(max_chunksize=rows):
                 yield pa.Table.from_batches([batch])
             return
-        pfile = open_parquet(self.path)
+        pfile = open_parquet(self.path, streamed=True)
         names = pfile.schema_arrow.names
         present = [c for c in columns if c in names]
         try:
-            for batch in row_group_batches(pfile, present, range(pfile.metadata.num_row_groups), rows):
-                yield _typed(self.name, pa.Table.from_batches([batch]), columns)
+            for table in streamed_tables(pfile, present, rows):
+                yield _typed(self.name, table, columns)
         except (pa.ArrowException, OSError) as exc:
             raise TraceError(f"{self.name}: cannot read the Parquet data ({_first_line(exc)})") from None
 

@@ -4,7 +4,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gpt2trace.format import schema
+from gpt2trace.format import reader, schema
 from gpt2trace.format.errors import TraceError
 from gpt2trace.format.reader import Trace, check_states, load
 from gpt2trace.format.schema import END_NS, KIND, NAME, RANK, START_NS, STATE, STEP, THREAD, State
@@ -116,3 +116,21 @@ def test_task_columns_round_trip(tmp_path):
     assert df[df[KIND] == "task"][schema.BLOCK].tolist() == [0, 0, 1, 1, 0]
     assert df[df[KIND] == "kernel"][schema.PREDS].isna().all()
     assert schema.schedule(trace.run) == schema.Schedule.TASKS and schema.schedule(None) == schema.Schedule.FORKJOIN
+
+
+@pytest.mark.parametrize("group_rows", [7, 40, 1000])
+@pytest.mark.parametrize("rows", [1, 5, 16, 33, 10_000])
+def test_streamed_tables_hold_pieces_not_row_groups(tmp_path, monkeypatch, group_rows, rows):
+    """The exports' reading: every record once, in order, in tables of `rows`, and no column chunk longer than a
+    piece, whether the row groups are smaller or larger than the pieces and the tables."""
+    monkeypatch.setattr(reader, "PIECE_ROWS", 16)
+    table = syn.generate(syn.SyntheticConfig(ranks=2, threads=2, steps=2, layers=1))
+    path = tmp_path / "trace.parquet"
+    syn.write(table, path, row_group_size=group_rows)
+    columns = [RANK, START_NS, NAME]
+    tables = list(reader.streamed_tables(reader.open_parquet(path, streamed=True), columns, rows))
+    assert [t.num_rows for t in tables[:-1]] == [rows] * (len(tables) - 1) and 0 < tables[-1].num_rows <= rows
+    assert pa.concat_tables(tables).equals(pq.read_table(path, columns=columns))
+    assert max(len(chunk) for t in tables for c in t.columns for chunk in c.chunks) <= min(rows, 16)
+    no_columns = reader.streamed_tables(reader.open_parquet(path, streamed=True), [], rows)
+    assert sum(t.num_rows for t in no_columns) == table.num_rows
