@@ -28,8 +28,8 @@ from gpt2trace.format.lanes import key_width, lane_key, lane_order
 from gpt2trace.format.schema import END_NS, FIELDS, KIND, RANK, REQUIRED, START_NS, STATE, THREAD, Kind
 
 BATCH_ROWS = 1 << 20
-PIECE_ROWS = 1 << 15    # rows streamed_batches decodes at a time
-READ_BUFFER = 1 << 16   # bytes of a column chunk streamed_batches reads at a time
+PIECE_ROWS = 1 << 15    # rows streamed_tables decodes at a time
+READ_BUFFER = 1 << 16   # bytes of a column chunk streamed_tables reads at a time
 BASE = (RANK, THREAD, START_NS, END_NS)          # read for every record, whatever else is asked
 
 

@@ -78,15 +78,23 @@ class Sides:
         return cls(*(np.ascontiguousarray(rows[:, k]) for k in range(cls.WIDTH)))
 
 
-def message_sides(path: Path, header: Header, lanes: Lanes, cm: np.ndarray, line: np.ndarray,
-                  index: np.ndarray) -> Sides:
-    """The sides of the 3: records `cm` (at `line`, numbered `index`), checked."""
+def message_lanes(path: Path, header: Header, lanes: Lanes, cm: np.ndarray,
+                  line: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sender's and the receiver's lanes of the 3: records `cm` (at `line`), every field checked: every import
+    checks every message, whether or not a call takes it."""
     s_lane = lanes.lane(path, cm, line, "sender", 0)
     r_lane = lanes.lane(path, cm, line, "receiver", 6)
     for k, what in ((4, "logical send"), (5, "physical send"), (10, "logical receive"),
                     (11, "physical receive")):
         to_ns(path, header, line, cm[:, k], what)
     require(path, line, cm[:, 12] >= 0, lambda i: f"message size {cm[i, 12]} is negative")
+    return s_lane, r_lane
+
+
+def message_sides(path: Path, header: Header, lanes: Lanes, cm: np.ndarray, line: np.ndarray,
+                  index: np.ndarray) -> Sides:
+    """The sides of the 3: records `cm` (at `line`, numbered `index`), checked."""
+    s_lane, r_lane = message_lanes(path, header, lanes, cm, line)
     n = len(cm)
     s_rank, r_rank = lanes.rank[s_lane], lanes.rank[r_lane]
     return Sides(np.tile(index, 3), np.concatenate([s_lane, r_lane, r_lane]),

@@ -39,7 +39,7 @@ from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import STATE, Kind, State
 from gpt2trace.interop import paraver_format as F
 from gpt2trace.interop.labels import ESCAPED, LABELS_KEY
-from gpt2trace.interop.paraver_events import Events, header_communicators
+from gpt2trace.interop.paraver_events import Events, header_communicators, message_lanes
 from gpt2trace.interop.paraver_parse import Body, Header, read
 from gpt2trace.interop.paraver_pcf import Pcf, read_pcf, read_row
 from gpt2trace.interop.paraver_records import Lanes, Notes, kind_table, require, to_ns
@@ -72,6 +72,7 @@ def import_paraver(path: str | Path) -> ParaverImport:
     lanes = Lanes(header)
     tables = [states(path, header, body, lanes, notes)]
     comm_ids, comm_table = header_communicators(header, lanes)
+    message_lanes(path, header, lanes, body.comms, body.comm_line)
     events = Events(path, header, body, lanes, comm_ids)
     tables += events.records(side.pcf, notes)
     table = pa.concat_tables([t for t in tables if t.num_rows]) if any(t.num_rows for t in tables) else None

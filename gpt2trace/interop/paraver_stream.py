@@ -38,6 +38,7 @@ from gpt2trace.interop.paraver_events import (
     Events,
     fill_roots,
     header_communicators,
+    message_lanes,
     root_table,
     shift_seq,
 )
@@ -150,8 +151,7 @@ def _partition(prv: Path, spill: Spill, advance) -> tuple[Header, Lanes, int]:
             local = spill.add(ev_rank, EVENT_ROWS, np.column_stack([ev, ev_line]))
             spill.add(ev_rank[pair_rec], PAIR_ROWS, np.column_stack([local[pair_rec], pair_type, pair_value]))
         if len(cm):
-            s_rank = lanes.rank[lanes.lane(prv, cm, cm_line, "sender", 0)]
-            r_rank = lanes.rank[lanes.lane(prv, cm, cm_line, "receiver", 6)]
+            s_rank, r_rank = (lanes.rank[lane] for lane in message_lanes(prv, header, lanes, cm, cm_line))
             rows = np.column_stack([cm, cm_line, np.arange(n_comms, n_comms + len(cm))])
             other = np.flatnonzero(r_rank != s_rank)
             # a message between two ranks goes to both; each rank's rows stay in file order (spill.add is stable)

@@ -220,6 +220,10 @@ MALFORMED = [
     (OK_HEAD + "1:1:1:1:1:0:5000:1\n", 2, "end time 5000 is outside the trace"),
     (OK_HEAD + "1:1:1:1:1:50:10:1\n", 2, "ends (10) before it begins (50)"),
     (OK_HEAD + "1:1:1:1:1:0:10:1\n2:1:1:1:1:2000:60000019:1\n", 3, "event time 2000 is outside"),
+    # messages are checked whether or not an MPI call takes them (these traces have none)
+    (OK_HEAD + "1:1:1:1:1:0:10:1\n3:1:1:1:1:1:1:2:1:2:1:2:3:-8:1\n", 3, "message size -8 is negative"),
+    (OK_HEAD + "1:1:1:1:1:0:10:1\n3:1:1:1:1:1:1:2:1:2:1:2:3000:8:1\n", 3, "physical receive 3000 is outside"),
+    (OK_HEAD + "1:1:1:1:1:0:10:1\n3:1:1:1:1:1:1:2:1:2:2:2:3:8:1\n", 3, "receiver thread 2 is out of range"),
 ]
 
 
