@@ -11,6 +11,8 @@ from gpt2trace.interop.paraver_parse import Body
 # Raw rows per rank: (name, width): the parse's fields, then the line number (and a 3: record's index in the file)
 STATE_ROWS, EVENT_ROWS, PAIR_ROWS, COMM_ROWS = ("states", 8), ("events", 6), ("pairs", 3), ("comms", 16)
 PARTS = (STATE_ROWS, EVENT_ROWS, PAIR_ROWS, COMM_ROWS)
+ROW_GROUP = 1 << 17     # records per batch of the import's Arrow files (a rank's, a window kind's) and per row group
+                        # of the trace it writes
 
 
 class Spill:

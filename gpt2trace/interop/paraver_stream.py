@@ -45,13 +45,12 @@ from gpt2trace.interop.paraver_events import (
 from gpt2trace.interop.paraver_import import no_records, sidecars, states, trace_metadata
 from gpt2trace.interop.paraver_parse import Header, chunks
 from gpt2trace.interop.paraver_records import Lanes, Notes
-from gpt2trace.interop.paraver_spill import COMM_ROWS, EVENT_ROWS, PAIR_ROWS, STATE_ROWS, Spill
+from gpt2trace.interop.paraver_spill import COMM_ROWS, EVENT_ROWS, PAIR_ROWS, ROW_GROUP, STATE_ROWS, Spill
 from gpt2trace.interop.paraver_windows import WINDOW_LINES, KindFile, NotInTimeOrder, import_rank
 from gpt2trace.interop.source import no_progress
 
 SPILL_BYTES = 64 << 20
 CHUNK_BYTES = 8 << 20          # of text parsed at once: its arrays and their copies by rank are ~10x as large
-ROW_GROUP = 1 << 17            # records per batch of a rank's IPC files and per row group of the trace
 
 
 @contextlib.contextmanager

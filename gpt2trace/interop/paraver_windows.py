@@ -35,10 +35,9 @@ from gpt2trace.interop.paraver_events import (
 from gpt2trace.interop.paraver_import import Extent, state_rows
 from gpt2trace.interop.paraver_parse import Body
 from gpt2trace.interop.paraver_records import kind_table
-from gpt2trace.interop.paraver_spill import COMM_ROWS, EVENT_ROWS, PAIR_ROWS, STATE_ROWS, Spill
+from gpt2trace.interop.paraver_spill import COMM_ROWS, EVENT_ROWS, PAIR_ROWS, ROW_GROUP, STATE_ROWS, Spill
 
 WINDOW_LINES = 1 << 17
-BATCH_ROWS = 1 << 17            # records per batch of the windows' files
 SIDE_ROWS = ("sides", Sides.WIDTH)
 MERGED = (Kind.COMM, Kind.KERNEL, Kind.PHASE, Kind.TASK)       # in the order `Events.records` gives them
 
@@ -169,7 +168,7 @@ def import_rank(prv, header, lanes, comm_ids, pcf, spill: Spill, rank: int, kept
                                                                               np.int16), None)})])
     # the events, window by window
     window = Window(kept.received)
-    grouped = {k: KindFile(k, folder / f"rank{rank}.{k}.arrow", BATCH_ROWS) for k in MERGED}
+    grouped = {k: KindFile(k, folder / f"rank{rank}.{k}.arrow", ROW_GROUP) for k in MERGED}
     counters = []
     empty = (np.empty((0, 14), np.int64), np.empty(0, np.int64))
     for w in range(n_win):
