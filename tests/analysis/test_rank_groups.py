@@ -2,6 +2,8 @@
 import json
 import math
 import pickle
+import threading
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -193,3 +195,42 @@ def test_a_group_without_state_or_kernel_records():
              for k, t in trace.parts.items()}
     trace = Trace(parts=parts, run=trace.run, comm_table=trace.comm_table)
     assert differences(plain(analyze(trace)), plain(analyze_groups(rank_groups.split(trace, 3)))) == []
+
+
+def test_the_next_group_loads_while_one_is_worked_on_and_two_at_most_are_held(monkeypatch):
+    """Each pass asks for a group while the one before is gathered or reduced (on a thread: decoding overlaps the
+    analysis), and no more than two groups are alive at any of those moments."""
+    trace = load(SAMPLES / "small_8ranks_3d.parquet")
+    groups = rank_groups.split(trace, 4)
+    n = len(groups)
+    assert n == 4
+    # loads asked for by the time each group is worked on: pass 1 gathers group i with group i + 1 asked for (the
+    # last group alone: pass 2 starts after the context); pass 2 reduces the last group with group 0 asked for,
+    # then group j with group j + 1
+    expected = iter([i + 2 for i in range(n - 1)] + [n, n + 1] + [n + j + 2 for j in range(n - 2)] + [2 * n - 1])
+    started, alive, seen = [], set(), []
+    moved = threading.Condition()
+
+    def loader(i):
+        def read(reads):
+            with moved:
+                started.append(i)
+                moved.notify_all()
+            group = rank_groups.subset(trace, sorted(set(rank_groups.threads(groups[i])["rank"])))
+            alive.add(id(group))
+            weakref.finalize(group, alive.discard, id(group))
+            return group
+        return read
+
+    def watched(work):
+        def run(group, *args, **kwargs):
+            want = next(expected)
+            with moved:
+                seen.append((moved.wait_for(lambda: len(started) >= want, timeout=2), len(alive)))
+            return work(group, *args, **kwargs)
+        return run
+    whole = plain(analyze(trace))
+    monkeypatch.setattr(rank_groups, "gather", watched(rank_groups.gather))
+    monkeypatch.setattr(rank_groups, "part", watched(rank_groups.part))
+    assert differences(whole, plain(analyze_groups([loader(i) for i in range(n)]))) == []
+    assert len(seen) == 2 * n and all(ahead for ahead, _ in seen) and max(k for _, k in seen) <= 2
