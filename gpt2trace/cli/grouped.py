@@ -6,9 +6,9 @@ A Parquet trace says how many records each rank holds in its footer (gpt2trace.f
 made before any record is read: one group when the whole trace is at most GROUP_RECORDS records and there is one
 process, else the ranks in one consecutive block per process with shares of records as even as whole ranks allow,
 each block in groups of at most GROUP_RECORDS records, each loaded when its turn comes (on one process, while the
-group before it is analyzed: analysis.analyze.analyze_groups, two passes). A Paraver trace too big to import whole (format.limits) is imported
-rank by rank into a temporary Parquet trace by process 0 and read so; other formats (a smaller .prv, OTF2) are
-imported whole by process 0.
+group before it is analyzed: analysis.analyze.analyze_groups, two passes). A Paraver trace too big to import
+whole (format.limits) is imported rank by rank into a temporary Parquet trace by process 0 and read so; other
+formats (a smaller .prv, OTF2) are imported whole by process 0.
 """
 from __future__ import annotations
 
