@@ -135,11 +135,9 @@ def states(path: Path, header: Header, body: Body, lanes: Lanes, notes: Notes) -
     # Paraver shows a thread's time outside its state records as Idle: made explicit up to the header's end.
     extent = Extent(len(lanes.rank))
     extent.add(lane, begin, end)
-    pad_lane, pad_start, pad_end = extent.padding(header, notes)
-    if len(pad_lane):
-        lane = np.concatenate([lane, pad_lane])
-        begin, end = np.concatenate([begin, pad_start]), np.concatenate([end, pad_end])
-        state = np.concatenate([state, np.full(len(pad_lane), int(State.IDLE), np.int16)])
+    pad = extent.padding(header, notes)
+    if len(pad[0]):
+        lane, begin, end, state = (np.concatenate(pair) for pair in zip((lane, begin, end, state), pad))
     return kind_table(Kind.STATE, lanes, lane, begin, end, {STATE: (state, None)})
 
 
@@ -164,14 +162,15 @@ class Extent:
         np.minimum.at(self.first, lane, begin)
         np.maximum.at(self.last, lane, end)
 
-    def padding(self, header: Header, notes: Notes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Idle (lane, start, end) before each thread's first state and after its last, up to the header's end,
-        for the threads that have states: leads first, then tails."""
+    def padding(self, header: Header, notes: Notes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Idle states (lane, start, end, state id) before each thread's first state and after its last, up to the
+        header's end, for the threads that have states: leads first, then tails."""
         has = np.flatnonzero(self.last >= 0)
         lead = has[self.first[has] > 0]
         tail = has[self.last[has] < header.end_ns]
         pad = (np.concatenate([lead, tail]), np.concatenate([np.zeros(len(lead), np.int64), self.last[tail]]),
-               np.concatenate([self.first[lead], np.full(len(tail), header.end_ns)]))
+               np.concatenate([self.first[lead], np.full(len(tail), header.end_ns)]),
+               np.full(len(lead) + len(tail), int(State.IDLE), np.int16))
         if len(pad[0]):
             notes.add("{n} thread(s) padded with Idle before their first or after their last state, up to the "
                       "header's end time", len(np.unique(pad[0])))

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from gpt2trace.format.schema import KIND, NAME, STATE, THREAD, Kind, State
+from gpt2trace.format.schema import KIND, NAME, STATE, THREAD, Kind
 from gpt2trace.interop.paraver_events import (
     TYPE_COLUMN,
     Events,
@@ -161,11 +161,10 @@ def import_rank(prv, header, lanes, comm_ids, pcf, spill: Spill, rank: int, kept
         extent.add(lane, begin, end)
         parts += save(folder / f"rank{rank}s{a}", [kind_table(Kind.STATE, lanes, lane, begin, end,
                                                               {STATE: (state, None)})])
-    pad_lane, pad_start, pad_end = extent.padding(header, notes)
+    pad_lane, pad_start, pad_end, pad_state = extent.padding(header, notes)
     if len(pad_lane):
         parts += save(folder / f"rank{rank}pad", [kind_table(Kind.STATE, lanes, pad_lane, pad_start, pad_end,
-                                                             {STATE: (np.full(len(pad_lane), int(State.IDLE),
-                                                                              np.int16), None)})])
+                                                             {STATE: (pad_state, None)})])
     # the events, window by window
     window = Window(kept.received)
     grouped = {k: KindFile(k, folder / f"rank{rank}.{k}.arrow", ROW_GROUP) for k in MERGED}
