@@ -62,21 +62,23 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
 
 
 def analyze_groups(groups: Sequence[Trace | Callable[[Reads], Trace]], steps: str | None = None, top: int = 10,
-                   peak_gflops: float | None = None, bins: int = 100, explain: bool = True) -> dict:
+                   peak_gflops: float | None = None, bins: int = 100, explain: bool = True,
+                   prefetch: bool = True) -> dict:
     """`analyze` of a trace given as groups of its ranks, in the order of their lowest rank: each a `Trace` of some
     ranks with the trace's metadata, or a function that loads one given what the pass reads of it (called once per
-    pass; the next group loads while the current one is worked on, so at most two are in memory at a time). Two
-    passes over each (`analysis.rank_groups`); the same result as `analyze` of the whole. Raises
-    rank_groups.NotCombinable for groups that overlap or are out of rank order."""
+    pass). With `prefetch` (for a process with a core to spare) the next group loads in a thread while the current
+    one is worked on, so at most two are in memory at a time; else one at a time. Two passes over each
+    (`analysis.rank_groups`); the same result as `analyze` of the whole. Raises rank_groups.NotCombinable for
+    groups that overlap or are out of rank order."""
     n = len(groups)
     gather_reads = [rank_groups.GATHER_READS] * (n - 1) + [rank_groups.GATHER_READS | rank_groups.PART_READS]
     gathered, meta, last = [], None, None
-    pool = ThreadPoolExecutor(1, thread_name_prefix="load-group")
+    pool = ThreadPoolExecutor(1, thread_name_prefix="load-group") if prefetch else None
     try:
-        for i, group in enumerate(prefetched(pool, groups, gather_reads)):
+        for group in prefetched(pool, groups, gather_reads):    # not enumerate: its tuple holds the group a load longer
             gathered.append(rank_groups.gather(group))
             meta = meta or rank_groups.metadata(group)
-            last = group if i == n - 1 else None    # read for both passes: pass 2 starts with it, loaded once
+            last = group if len(gathered) == n else None    # read for both passes: pass 2 starts with it, loaded once
             del group
         whole = groups[0] if n == 1 and isinstance(groups[0], Trace) else None
         ctx = rank_groups.context(gathered, meta, steps, whole=whole)
@@ -84,18 +86,25 @@ def analyze_groups(groups: Sequence[Trace | Callable[[Reads], Trace]], steps: st
         loads = prefetched(pool, groups[:-1], [rank_groups.PART_READS] * (n - 1))
         last_part = rank_groups.part(last, ctx, top, bins)      # the last group first, while it is in memory
         del last
-        parts = [rank_groups.part(group, ctx, top, bins) for group in loads]
+        parts = []
+        for group in loads:
+            parts.append(rank_groups.part(group, ctx, top, bins))
+            del group       # before the next load (without the pool, that is when it is asked for)
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)      # on an error or Ctrl-C, not after one more load
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)      # on an error or Ctrl-C, not after one more load
     return combine(ctx, parts + [last_part], top, peak_gflops, explain)
 
 
-def prefetched(pool: ThreadPoolExecutor, groups: Sequence[Trace | Callable[[Reads], Trace]],
+def prefetched(pool: ThreadPoolExecutor | None, groups: Sequence[Trace | Callable[[Reads], Trace]],
                reads: Sequence[Reads]) -> Iterator[Trace]:
     """The `groups` loaded for their `reads`, in order, each next one loading on `pool` (started now, before the
-    first is asked for) while the caller works on the current one. Parquet decoding releases the GIL, so on one
-    process it runs on another core: `analyze` of a 100 M-record trace took 49.4 and 46.3 s instead of 60.7 and
-    52.2 s, alternated, for ~0.14 GB more at the peak (benchmarks/big_trace.py's trace, 2 cores)."""
+    first is asked for) while the caller works on the current one; without a pool, each when it is asked for.
+    Parquet decoding releases the GIL, so on one process it runs on another core: `analyze` of a 100 M-record
+    trace took 49.4 and 46.3 s instead of 60.7 and 52.2 s, alternated, for ~0.14 GB more at the peak
+    (benchmarks/big_trace.py's trace, 2 cores)."""
+    if pool is None:
+        return (load_group(g, r) for g, r in zip(groups, reads))
     ahead = pool.submit(load_group, groups[0], reads[0]) if len(groups) else None
 
     def loaded() -> Iterator[Trace]:

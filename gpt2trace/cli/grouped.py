@@ -152,7 +152,8 @@ def analyze_file(path: Path, processes: Processes, steps: str | None, top: int, 
             if processes.comm is not None:
                 return analyze_comm(groups, processes.comm, steps, top, peak_gflops,
                                     shares=[len(b) for b in blocks]), None
-            return analyze_groups(groups, steps, top, peak_gflops), None
+            # the next group loads in a thread only where a second core can run it
+            return analyze_groups(groups, steps, top, peak_gflops, prefetch=cores_available() > 1), None
         except NotCombinable:           # a task-based trace: analyzed whole, by process 0
             pass
     if not processes.first:

@@ -234,3 +234,37 @@ def test_the_next_group_loads_while_one_is_worked_on_and_two_at_most_are_held(mo
     monkeypatch.setattr(rank_groups, "part", watched(rank_groups.part))
     assert differences(whole, plain(analyze_groups([loader(i) for i in range(n)]))) == []
     assert len(seen) == 2 * n and all(ahead for ahead, _ in seen) and max(k for _, k in seen) <= 2
+
+
+def test_without_prefetch_each_group_loads_on_the_calling_thread_when_its_turn_comes(monkeypatch):
+    """prefetch=False (a process on one core): no thread, no load ahead, no group alive while one loads, one while
+    one is worked on."""
+    trace = load(SAMPLES / "small_8ranks_3d.parquet")
+    groups = rank_groups.split(trace, 4)
+    n = len(groups)
+    # loads done by the time each group is worked on: as in the test above, without the one ahead
+    expected = iter([i + 1 for i in range(n)] + [n] + [n + j + 1 for j in range(n - 1)])
+    started, alive, seen, at_load = [], set(), [], []
+
+    def loader(i):
+        def read(reads):
+            started.append(threading.get_ident())
+            at_load.append(len(alive))
+            group = rank_groups.subset(trace, sorted(set(rank_groups.threads(groups[i])["rank"])))
+            alive.add(id(group))
+            weakref.finalize(group, alive.discard, id(group))
+            return group
+        return read
+
+    def watched(work):
+        def run(group, *args, **kwargs):
+            seen.append((len(started) == next(expected), len(alive)))
+            return work(group, *args, **kwargs)
+        return run
+    whole = plain(analyze(trace))
+    monkeypatch.setattr(rank_groups, "gather", watched(rank_groups.gather))
+    monkeypatch.setattr(rank_groups, "part", watched(rank_groups.part))
+    result = analyze_groups([loader(i) for i in range(n)], prefetch=False)
+    assert differences(whole, plain(result)) == []
+    assert set(started) == {threading.get_ident()} and len(started) == 2 * n - 1 and max(at_load) == 0
+    assert len(seen) == 2 * n and all(on_time for on_time, _ in seen) and max(k for _, k in seen) == 1
