@@ -14,14 +14,16 @@ prints what it wrote as JSON: records, steps, file size, seconds, and this proce
     python benchmarks/big_trace.py measure big.parquet [--processes 2] [--repeat 3]
 
 measures, each in a fresh process and alternating the variants in every round (a shared machine drifts),
-`gpt2trace analyze` by one process (group of ranks by group of ranks, gpt2trace/cli/grouped.py) and under
-`mpiexec -n K`, K independent one-process `analyze` started at once, and `gpt2trace info`: wall time (median and
-range), the largest process's peak RSS, and the speed-up of K processes over one (one process's median over K's);
-it checks that every analysis gave the same JSON. The K copies at once give the machine's ceiling for any split of
-the work over K processes: K x one process's median over the copies' (the last one's end), what K processes would
-reach with no serial part and no communication, given the memory bandwidth and caches they share. Each copy gets
-Arrow's thread pool an `mpiexec` process gets (the cores over K, through OMP_NUM_THREADS). Prints a table and
-writes benchmarks/results/big_trace.json.
+`gpt2trace analyze` by one process (group of ranks by group of ranks, gpt2trace/cli/grouped.py; it loads the next
+group in a thread, so it uses a second core when there is one), the same process pinned to one core (`taskset`),
+`analyze` under `mpiexec -n K`, K pinned one-process `analyze` started at once (one core each), and `gpt2trace info`:
+wall time (median and range), the largest process's peak RSS, and the speed-ups of K processes (one process's
+median over K's): over one process on one core (the parallel analysis's scaling from one core to K, the target),
+and over one process free to use every core (what a user gains by `mpiexec` on this machine). It checks that every
+analysis gave the same JSON. The K pinned copies at once give the machine's ceiling for any split of the work over
+K processes on K cores: K x the one-core median over the copies' (the last one's end), what K processes would reach
+with no serial part and no communication, given the memory bandwidth and caches they share. Needs K cores. Prints
+a table and writes benchmarks/results/big_trace.json.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -75,30 +78,31 @@ def write_synthetic(path: str | Path, ranks: int, threads: int, records: int, se
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGETS = {"analyze_s": 60.0, "analyze_peak_mb": 4096.0, "speedup": 1.7}
-AT_ONCE = "analyze, {k} at once (1 process each)"
+ONE, ONE_CORE = "analyze, 1 process", "analyze, 1 process on 1 core"
+MPI, AT_ONCE = "analyze, mpiexec -n {k}", "analyze, {k} at once (1 core each)"
 
 
-def measure(trace: Path, processes: int, repeat: int) -> dict:
-    """The variants of the module docstring, `repeat` rounds; every analyze's JSON compared with the first."""
+def measure(trace: Path, processes: int, repeat: int, cores: list[int]) -> dict:
+    """The variants of the module docstring, `repeat` rounds, the pinned ones on `cores` (one each, at least
+    `processes`); every analyze's JSON compared with the first."""
     records = json.loads(child(["-m", "gpt2trace", "info", str(trace), "--json"]).stdout)["records"]
-    variants = {"analyze, 1 process": ([], ["-m", "gpt2trace", "analyze", str(trace)]),
-                f"analyze, mpiexec -n {processes}": ([find_mpiexec(), "-n", str(processes)],
-                                                     ["-m", "gpt2trace", "analyze", str(trace)]),
-                AT_ONCE.format(k=processes): (None, ["-m", "gpt2trace", "analyze", str(trace)]),
-                "info": ([], ["-m", "gpt2trace", "info", str(trace), "--json"])}
+    analyze = ["-m", "gpt2trace", "analyze", str(trace)]
+    pins = [["taskset", "-c", str(c)] for c in cores[:processes]]
+    variants = {ONE: ([[]], analyze), ONE_CORE: (pins[:1], analyze),
+                MPI.format(k=processes): ([[find_mpiexec(), "-n", str(processes)]], analyze),
+                AT_ONCE.format(k=processes): (pins, analyze),
+                "info": ([[]], ["-m", "gpt2trace", "info", str(trace), "--json"])}
     runs: dict[str, list] = {name: [] for name in variants}
     reference = None
-    arrow_threads = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // processes))}
     with tempfile.TemporaryDirectory() as tmp:
         for round_ in range(repeat):
-            for name, (launcher, args) in variants.items():
-                copies = processes if launcher is None else 1
-                outs = [Path(tmp) / f"out{i}.json" for i in range(copies)]
-                if launcher is None:
-                    done = together([[*args, "--json", str(out)] for out in outs], arrow_threads)
+            for name, (launchers, args) in variants.items():
+                outs = [Path(tmp) / f"out{i}.json" for i in range(len(launchers))]
+                extra = [["--json", str(out)] if "analyze" in name else [] for out in outs]
+                if len(launchers) > 1:
+                    done = together([[*args, *e] for e in extra], launchers=launchers)
                 else:
-                    extra = ["--json", str(outs[0])] if "analyze" in name else []
-                    done = [child([*args, *extra], launcher)]
+                    done = [child([*args, *extra[0]], launchers[0])]
                 for c in done:
                     if c.exit_code != 0:
                         raise SystemExit(f"{name} failed ({c.exit_code}): {c.stderr[-2000:]}")
@@ -114,12 +118,13 @@ def measure(trace: Path, processes: int, repeat: int) -> dict:
     rows = {name: {"wall_s_median": statistics.median(r["wall_s"] for r in rs),
                    "wall_s_range": [min(r["wall_s"] for r in rs), max(r["wall_s"] for r in rs)],
                    "peak_rss_mb": max(r["peak_rss_mb"] for r in rs), "runs": rs} for name, rs in runs.items()}
-    one, many = rows["analyze, 1 process"], rows[f"analyze, mpiexec -n {processes}"]
-    ceiling = processes * one["wall_s_median"] / rows[AT_ONCE.format(k=processes)]["wall_s_median"]
+    one, one_core = rows[ONE]["wall_s_median"], rows[ONE_CORE]["wall_s_median"]
+    many = rows[MPI.format(k=processes)]["wall_s_median"]
+    ceiling = processes * one_core / rows[AT_ONCE.format(k=processes)]["wall_s_median"]
     return {"trace": str(trace), "records": records, "parquet_mb": trace.stat().st_size / 2**20,
-            "processes": processes, "rows": rows, "speedup": one["wall_s_median"] / many["wall_s_median"],
-            "ceiling": ceiling,
-            "targets": TARGETS, "cpu": cpu_model(), "cpus": os.cpu_count(), "load_average": os.getloadavg()}
+            "processes": processes, "rows": rows, "speedup": one_core / many, "speedup_over_free": one / many,
+            "ceiling": ceiling, "targets": TARGETS, "cpu": cpu_model(), "cpus": os.cpu_count(),
+            "load_average": os.getloadavg()}
 
 
 def print_measured(res: dict) -> None:
@@ -129,9 +134,10 @@ def print_measured(res: dict) -> None:
         lo, hi = r["wall_s_range"]
         print(f"{name:<36} {r['wall_s_median']:>15.1f} {f'{lo:.1f}..{hi:.1f}':>15} {r['peak_rss_mb']:>12,.0f}")
     k, share = res["processes"], res["speedup"] / res["ceiling"]
-    print(f"speed-up of {k} processes over one: {res['speedup']:.2f}x (target {TARGETS['speedup']}x); the machine's "
-          f"ceiling for {k} ({k} one-process runs at once): {res['ceiling']:.2f}x, so {share:.0%} of it; targets "
-          f"for one process: {TARGETS['analyze_s']:.0f} s, {TARGETS['analyze_peak_mb']:,.0f} MB")
+    print(f"speed-up of {k} processes over one process on one core: {res['speedup']:.2f}x (target "
+          f"{TARGETS['speedup']}x); the machine's ceiling for {k} ({k} one-core runs at once): {res['ceiling']:.2f}x, "
+          f"so {share:.0%} of it; over one process free to use every core: {res['speedup_over_free']:.2f}x")
+    print(f"targets for one process: {TARGETS['analyze_s']:.0f} s, {TARGETS['analyze_peak_mb']:,.0f} MB")
 
 
 def main() -> None:
@@ -155,7 +161,12 @@ def main() -> None:
         if not opts.trace.is_file():
             print(f"error: {opts.trace}: no such trace file (make one with `big_trace.py generate`)", file=sys.stderr)
             sys.exit(2)
-        res = measure(opts.trace, opts.processes, opts.repeat)
+        cores = sorted(os.sched_getaffinity(0))
+        if opts.processes > len(cores) or shutil.which("taskset") is None:
+            print(f"error: --processes {opts.processes} needs as many cores ({len(cores)} here) and `taskset` "
+                  "(util-linux) for the one-core runs", file=sys.stderr)
+            sys.exit(2)
+        res = measure(opts.trace, opts.processes, opts.repeat, cores)
         print_measured(res)
         RESULTS.mkdir(exist_ok=True)
         (RESULTS / "big_trace.json").write_text(json.dumps(res, indent=1) + "\n")

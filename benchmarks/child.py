@@ -31,10 +31,13 @@ def run(args: list[str], launcher: list[str] = ()) -> Child:
     return _spawn([[*launcher, sys.executable, *args]])[0]
 
 
-def together(commands: list[list[str]], env: dict[str, str] | None = None) -> list[Child]:
+def together(commands: list[list[str]], env: dict[str, str] | None = None,
+             launchers: list[list[str]] | None = None) -> list[Child]:
     """`python ARGS` for each ARGS of `commands`, started at once as independent processes, each timed from the
-    common start to its own end (`env` added to the environment); the peak RSS of each."""
-    return _spawn([[sys.executable, *args] for args in commands], env)
+    common start to its own end (`env` added to the environment; `launchers[i]` before command i, as in `run`); the
+    peak RSS of each."""
+    launchers = launchers or [[] for _ in commands]
+    return _spawn([[*launcher, sys.executable, *args] for launcher, args in zip(launchers, commands)], env)
 
 
 def _spawn(argvs: list[list[str]], env: dict[str, str] | None = None) -> list[Child]:
