@@ -9,21 +9,24 @@ across ranks from every group's kernel regions (`analysis.analyze.Explained`) an
 Process 0 has the most to do after pass 2, so what it waits for goes first: the other processes send it their parts
 as soon as they have them, and only then the helper takes the regions. Meanwhile process 0 loads the replay's
 compiled code in a thread (its Numba import and cache, ~1.5-2 s of its combination otherwise), and waits by polling
-with short sleeps: a blocking MPICH receive polls at full speed, which took half the core from that thread. The
-communicator is passed in (mpi4py's), so `COMM_SELF` gives the one-process path.
+with short sleeps: a blocking MPICH receive polls at full speed, which took half the core from that thread. With
+fewer processes than cores on a node, each loads its next group in a thread while it works on one, as `analyze`
+does on one process (`analysis.analyze.prefetched`). The communicator is passed in (mpi4py's), so `COMM_SELF`
+gives the one-process path.
 """
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
 from analysis import analyze, rank_groups, replay
-from analysis.analyze import combine, load_group
+from analysis.analyze import combine, prefetched
 from analysis.rank_groups import GATHER_READS, PART_READS
 from gpt2trace.format.reader import Reads, Trace
 from gpt2trace.format.schema import Kind
@@ -31,12 +34,13 @@ from gpt2trace.format.schema import Kind
 
 def analyze_comm(groups: Sequence[Callable[[Reads], Trace]], comm, steps: str | None = None, top: int = 10,
                  peak_gflops: float | None = None, bins: int = 100, explain: bool = True,
-                 shares: Sequence[int] | None = None) -> dict | None:
+                 shares: Sequence[int] | None = None, prefetch: bool = False) -> dict | None:
     """`analyze` of the trace whose rank groups `groups` load (in the order of their lowest rank), on the processes
     of `comm`; the result on process 0, None on the others. An error on any process in pass 1 (an invalid trace, a
     --steps that does not fit) is raised on every process, so that none waits for the others forever; one in pass
     2 on process 0. `shares`: how many consecutive groups each process takes (gpt2trace.cli.grouped.plan balances
-    them by records); by default as even a count as the groups allow."""
+    them by records); by default as even a count as the groups allow. `prefetch`: load the next group in a thread
+    while one is worked on (for processes with a core to spare each)."""
     process, size = comm.Get_rank(), comm.Get_size()
     if shares is None:
         mine = block(len(groups), process, size)
@@ -44,10 +48,15 @@ def analyze_comm(groups: Sequence[Callable[[Reads], Trace]], comm, steps: str | 
         first = sum(shares[:process])
         mine = range(first, first + shares[process])
     kept: list[Trace] = []          # this process's last group, read for both passes (one load less)
-    gathered = _values(comm.allgather(_attempt(lambda: _gather(groups, mine, kept))))
-    meta = next(m for _, m in gathered if m is not None)
-    ctx = rank_groups.context([g for gs, _ in gathered for g in gs], meta, steps)
-    parts = _attempt(lambda: _parts(groups, mine, kept, ctx, top, bins))
+    pool = ThreadPoolExecutor(1, thread_name_prefix="load-group") if prefetch else None
+    try:
+        gathered = _values(comm.allgather(_attempt(lambda: _gather(groups, mine, kept, pool))))
+        meta = next(m for _, m in gathered if m is not None)
+        ctx = rank_groups.context([g for gs, _ in gathered for g in gs], meta, steps)
+        parts = _attempt(lambda: _parts(groups, mine, kept, ctx, top, bins, pool))
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)      # on an error or Ctrl-C, not after one more load
     if process == 0 and size > 1 and ctx.shared.records(Kind.COMM).num_rows:     # its replay will need them
         threading.Thread(target=_warm, name="warm-replay", daemon=True).start()
     helper = explain and size > 1 and len(groups) > 1
@@ -118,28 +127,34 @@ def block(groups: int, process: int, processes: int) -> range:
     return range(int(bounds[process]), int(bounds[process + 1]))
 
 
-def _gather(groups: Sequence[Callable[[Reads], Trace]], mine: range, kept: list[Trace]) -> tuple[list, Trace | None]:
-    """Pass 1 over this process's groups, and the trace's metadata (that of its first group); its last group is
-    read for pass 2 too and appended to `kept`."""
+def _gather(groups: Sequence[Callable[[Reads], Trace]], mine: range, kept: list[Trace],
+            pool: ThreadPoolExecutor | None) -> tuple[list, Trace | None]:
+    """Pass 1 over this process's groups (loaded ahead on `pool`, if any), and the trace's metadata (that of its
+    first group); its last group is read for pass 2 too and appended to `kept`."""
     out, meta = [], None
-    for i in mine:
-        last = i == mine[-1]
-        group = load_group(groups[i], GATHER_READS | PART_READS if last else GATHER_READS)
+    reads = [GATHER_READS] * (len(mine) - 1) + [GATHER_READS | PART_READS]
+    for group in prefetched(pool, [groups[i] for i in mine], reads):
         out.append(rank_groups.gather(group))
         meta = meta or rank_groups.metadata(group)
-        if last:
+        if len(out) == len(mine):
             kept.append(group)
         del group
     return out, meta
 
 
 def _parts(groups: Sequence[Callable[[Reads], Trace]], mine: range, kept: list[Trace], ctx: rank_groups.Context,
-           top: int, bins: int) -> list[rank_groups.Part]:
-    """Pass 2 over this process's groups, the last one (in `kept`, emptied) first."""
+           top: int, bins: int, pool: ThreadPoolExecutor | None) -> list[rank_groups.Part]:
+    """Pass 2 over this process's groups, the last one (in `kept`, emptied) first, while the first of the others
+    loads on `pool`, if any."""
     if not mine:
         return []
+    loads = prefetched(pool, [groups[i] for i in mine[:-1]], [PART_READS] * (len(mine) - 1))
     last = rank_groups.part(kept.pop(), ctx, top, bins)
-    return [rank_groups.part(load_group(groups[i], PART_READS), ctx, top, bins) for i in mine[:-1]] + [last]
+    parts = []
+    for group in loads:
+        parts.append(rank_groups.part(group, ctx, top, bins))
+        del group
+    return parts + [last]
 
 
 def _explain(ctx: rank_groups.Context, regions: list[pd.DataFrame]) -> analyze.Explained:

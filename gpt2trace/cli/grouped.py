@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -32,8 +32,10 @@ from trainer.cpu import cores_available
 
 @dataclass(frozen=True)
 class Processes:
-    """The processes analyzing together: an mpi4py communicator under mpiexec, else this process alone."""
+    """The processes analyzing together: an mpi4py communicator under mpiexec, else this process alone; `cores`:
+    each one's share of its node's cores."""
     comm: object | None = None
+    cores: int = field(default_factory=cores_available)
 
     @classmethod
     def of_job(cls) -> Processes:
@@ -44,9 +46,10 @@ class Processes:
         from mpi4py import MPI
         node = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
         # Arrow decodes with a thread per core by default: K processes on a node would each start as many
-        pa.set_cpu_count(max(1, cores_available() // node.Get_size()))
+        cores = max(1, cores_available() // node.Get_size())
+        pa.set_cpu_count(cores)
         node.Free()
-        return cls(MPI.COMM_WORLD)
+        return cls(MPI.COMM_WORLD, cores)
 
     @property
     def size(self) -> int:
@@ -149,11 +152,11 @@ def analyze_file(path: Path, processes: Processes, steps: str | None, top: int, 
     if blocks is not None:
         groups = loaders(path, [g for b in blocks for g in b], advance, shown)
         try:
+            prefetch = processes.cores > 1      # the next group loads in a thread where a second core can run it
             if processes.comm is not None:
                 return analyze_comm(groups, processes.comm, steps, top, peak_gflops,
-                                    shares=[len(b) for b in blocks]), None
-            # the next group loads in a thread only where a second core can run it
-            return analyze_groups(groups, steps, top, peak_gflops, prefetch=cores_available() > 1), None
+                                    shares=[len(b) for b in blocks], prefetch=prefetch), None
+            return analyze_groups(groups, steps, top, peak_gflops, prefetch=prefetch), None
         except NotCombinable:           # a task-based trace: analyzed whole, by process 0
             pass
     if not processes.first:

@@ -2,7 +2,7 @@
 process 0 writes the JSON result to OUT. Each group loads the trace and keeps its ranks (as a reader of one rank
 group would). FAIL_GROUP: that group's pass-2 read raises a TraceError (a file that breaks half-way); with
 WARM_FAILS=1 in the environment, loading the replay's code ahead (`replay.warm`) raises; with COMBINE_FAILS=1,
-process 0's combination raises."""
+process 0's combination raises; with PREFETCH=1, each process loads its next group in a thread."""
 import json
 import os
 import sys
@@ -35,7 +35,7 @@ def main(path: str, groups: int, out: str, steps: str | None = None, fail_group:
         return subset(load(path, reads=reads), r)
 
     loaders = [lambda reads, i=i, r=r: loader(reads, i, r) for i, r in enumerate(np.array_split(ranks, groups))]
-    result = analyze_comm(loaders, MPI.COMM_WORLD, steps)
+    result = analyze_comm(loaders, MPI.COMM_WORLD, steps, prefetch=bool(os.environ.get("PREFETCH")))
     if MPI.COMM_WORLD.Get_rank() == 0:
         with open(out, "w") as f:
             json.dump(result, f)

@@ -24,10 +24,12 @@ def test_blocks_cover_the_groups_in_order(groups, processes):
     assert max(map(len, blocks)) - min(map(len, blocks)) <= 1
 
 
-def test_one_process_gives_the_whole_result():
+@pytest.mark.parametrize("prefetch", [False, True], ids=["", "loading ahead"])
+def test_one_process_gives_the_whole_result(prefetch):
     trace = load(SAMPLES / "small_8ranks_3d.parquet")
     loaders = [lambda reads, g=g: g for g in split(trace, 3)]
-    assert differences(plain(analyze(trace)), plain(analyze_comm(loaders, MPI.COMM_SELF))) == []
+    result = analyze_comm(loaders, MPI.COMM_SELF, prefetch=prefetch)
+    assert differences(plain(analyze(trace)), plain(result)) == []
 
 
 def _mpiexec(processes: int, *args: str, timeout: int = 600, **extra_env: str) -> subprocess.CompletedProcess:
@@ -37,12 +39,14 @@ def _mpiexec(processes: int, *args: str, timeout: int = 600, **extra_env: str) -
                           text=True, timeout=timeout, env=env)
 
 
-@pytest.mark.parametrize("name,groups,processes", [("small_8ranks_3d.parquet", 4, 2),
-                                                   ("small_8ranks_3d.parquet", 5, 3),
-                                                   ("small_2ranks_pp2_1f1b.parquet", 2, 3)])
-def test_mpiexec_gives_the_whole_result(tmp_path, name, groups, processes):
+@pytest.mark.parametrize("name,groups,processes,prefetch", [("small_8ranks_3d.parquet", 4, 2, ""),
+                                                            ("small_8ranks_3d.parquet", 5, 3, ""),
+                                                            ("small_2ranks_pp2_1f1b.parquet", 2, 3, ""),
+                                                            ("small_8ranks_3d.parquet", 7, 2, "1")])
+def test_mpiexec_gives_the_whole_result(tmp_path, name, groups, processes, prefetch):
+    # with prefetch, each process loads its next group in a thread (as on a node with cores to spare)
     out = tmp_path / "result.json"
-    run = _mpiexec(processes, str(SAMPLES / name), str(groups), str(out))
+    run = _mpiexec(processes, str(SAMPLES / name), str(groups), str(out), PREFETCH=prefetch)
     assert run.returncode == 0, run.stderr[-3000:]
     whole = plain(analyze(load(SAMPLES / name)))
     assert differences(whole, json.loads(out.read_text())) == []
@@ -55,12 +59,14 @@ def test_mpiexec_raises_on_every_process_for_a_bad_window(tmp_path):
     assert run.stderr.count("WindowError: --steps 50:60 selects no step") == 2, run.stderr[-3000:]
 
 
-@pytest.mark.parametrize("group", [0, 2], ids=["on process 0", "on the helper"])
-def test_an_error_in_pass_2_ends_the_job_with_it_on_process_0(tmp_path, group):
-    # groups 0 and 1 are process 0's, 2 and 3 process 1's (the helper), each loading the first of its two in pass 2:
-    # the other process and the helper still send what they have, and nobody waits forever
+@pytest.mark.parametrize("group,prefetch", [(0, ""), (2, ""), (2, "1")],
+                         ids=["on process 0", "on the helper", "on the helper, loading ahead"])
+def test_an_error_in_pass_2_ends_the_job_with_it_on_process_0(tmp_path, group, prefetch):
+    # groups 0 and 1 are process 0's, 2 and 3 process 1's (the helper), each loading the first of its two in pass 2
+    # (ahead, in a thread, with prefetch): the other process and the helper still send what they have, and nobody
+    # waits forever
     out = tmp_path / "result.json"
-    run = _mpiexec(2, str(SAMPLES / "small_8ranks_3d.parquet"), "4", str(out), "", str(group))
+    run = _mpiexec(2, str(SAMPLES / "small_8ranks_3d.parquet"), "4", str(out), "", str(group), PREFETCH=prefetch)
     assert run.returncode != 0 and not out.exists()
     assert run.stderr.count(f"TraceError: group {group} is unreadable in pass 2") == 1, run.stderr[-3000:]
 

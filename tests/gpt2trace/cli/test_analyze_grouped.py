@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -96,3 +97,22 @@ def test_mpiexec_tables_printed_once(tmp_path):
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("POP efficiencies") == 1
+
+
+@pytest.mark.parametrize("cores,prefetch", [(1, False), (2, True)])
+def test_the_next_group_loads_ahead_only_with_a_core_to_spare(cores, prefetch, monkeypatch):
+    import analysis.analyze
+    from gpt2trace.cli.grouped import Processes, analyze_file
+
+    asked = []
+    real = analysis.analyze.analyze_groups
+
+    def spy(*args, **kwargs):
+        asked.append(kwargs["prefetch"])
+        return real(*args, **kwargs)
+    monkeypatch.setattr(analysis.analyze, "analyze_groups", spy)
+    path = SAMPLES / "small_8ranks_3d.parquet"
+    result, _ = analyze_file(path, Processes(cores=cores), None, 10, None,
+                             group_records=max(rank_records(path).values()))
+    assert asked == [prefetch] and result["summary"]
+    assert Processes().cores == len(os.sched_getaffinity(0))
