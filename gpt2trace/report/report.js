@@ -29,7 +29,7 @@ const TITLE_PX = 24, OCC_PX = 100;
 const LONGEST = Math.max(0, ...TL.views.map(v => Math.max(0, ...v.ticks.map(l => l.length))));
 const MARGIN = {l: Math.max(70, Math.round(12 + 6.5 * LONGEST)), r: 16, t: 6, b: 46};
 const state = {range: null, drawn: null, renders: 0, pending: 0, modes: {}, bars: {}, level: {}, busy: false,
-               queued: null, critical: false, criticalPoints: 0, profilePoints: 0};
+               queued: null, asked: null, critical: false, criticalPoints: 0, profilePoints: 0};
 window.gpt2traceReport = state;
 
 // Plotly renders a few HTML tags in labels and decodes &amp; &lt; &gt; (not &quot;): with those three escaped no
@@ -580,6 +580,7 @@ const CONFIG = {responsive: true, scrollZoom: true, displaylogo: false, doubleCl
 let timer = null;
 function schedule(range) {
   clearTimeout(timer);
+  state.asked = range;
   document.body.dataset.idle = '0';
   timer = setTimeout(() => render(range), 30);
 }
@@ -590,7 +591,8 @@ function onRelayout(ev) {
   if (ev['xaxis.autorange']) r = [TL.t0Ns, TL.t1Ns];
   else if (ev['xaxis.range[0]'] !== undefined) r = [ev['xaxis.range[0]'] * 1e9, ev['xaxis.range[1]'] * 1e9];
   else if (ev['xaxis.range']) r = [ev['xaxis.range'][0] * 1e9, ev['xaxis.range'][1] * 1e9];
-  else if (resized && state.range) r = state.range.slice();
+  // the range last asked for: a resize in the 30 ms before a zoom is drawn must not put the old range back
+  else if (resized && (state.asked || state.range)) r = (state.asked || state.range).slice();
   if (!r || !(r[1] > r[0])) return;
   const same = state.range && Math.abs(r[0] - state.range[0]) + Math.abs(r[1] - state.range[1]) < 1e-6 * (r[1] - r[0]);
   if (!same || resized) schedule(r);

@@ -303,6 +303,20 @@ def test_malicious_names_run_no_script(open_report, malicious_trace, screenshots
     assert KERNEL_EVIL in hover
 
 
+def test_a_resize_right_after_a_zoom_keeps_the_zoom(open_report, two_rank_trace, tmp_path):
+    """A resize (a full-page screenshot makes one) that comes before a zoom is drawn redraws the zoomed range, not
+    the one on screen."""
+    rep = open_report(two_rank_trace, tmp_path / "resize.html")
+    tl, renders = rep.data(), rep.js("window.gpt2traceReport.renders")
+    a, b = (tl["t0Ns"] + 0.4 * (tl["t1Ns"] - tl["t0Ns"])) / 1e9, (tl["t0Ns"] + 0.5 * (tl["t1Ns"] - tl["t0Ns"])) / 1e9
+    rep.js(f"(() => {{ const gd = document.getElementById('timeline');"
+           f" Plotly.relayout(gd, {{'xaxis.range': [{a!r}, {b!r}]}}); Plotly.relayout(gd, {{autosize: true}}); }})()")
+    rep.wait(f"window.gpt2traceReport.renders > {renders} && document.body.dataset.idle === '1'")
+    assert rep.js("window.gpt2traceReport.drawn") == pytest.approx([a * 1e9, b * 1e9])
+    assert rep.range_s == pytest.approx([a, b])
+    assert rep.errors == []
+
+
 def test_every_bar_has_no_outline(open_report, two_rank_trace, tmp_path):
     """Plotly's default white bar outline hides thin bars: every bar trace on the page has none."""
     rep = open_report(two_rank_trace, tmp_path / "outline.html")
