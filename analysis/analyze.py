@@ -58,7 +58,7 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
     and the communication matrix (None), which `diff` does not compare.
     Raises TraceError for an invalid trace and WindowError for a `steps` that does not fit it.
     """
-    return analyze_groups([trace], steps, top, peak_gflops, bins, explain)
+    return analyze_groups([trace], steps, top, peak_gflops, bins, explain, prefetch=False)     # nothing to load
 
 
 def analyze_groups(groups: Sequence[Trace | Callable[[Reads], Trace]], steps: str | None = None, top: int = 10,

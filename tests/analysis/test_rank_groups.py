@@ -268,3 +268,12 @@ def test_without_prefetch_each_group_loads_on_the_calling_thread_when_its_turn_c
     assert differences(whole, plain(result)) == []
     assert set(started) == {threading.get_ident()} and len(started) == 2 * n - 1 and max(at_load) == 0
     assert len(seen) == 2 * n and all(on_time for on_time, _ in seen) and max(k for _, k in seen) == 1
+
+
+def test_a_trace_in_memory_is_analyzed_without_a_loading_thread(monkeypatch):
+    import analysis.analyze
+
+    def no_pool(*args, **kwargs):
+        raise AssertionError("a thread pool for a trace already in memory")
+    monkeypatch.setattr(analysis.analyze, "ThreadPoolExecutor", no_pool)
+    assert analyze(load(SAMPLES / "small_8ranks_3d.parquet"))["summary"]
