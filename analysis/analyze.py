@@ -4,6 +4,7 @@ Fractions in [0, 1], times in seconds; tables become lists of row dicts with Non
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -70,30 +71,55 @@ def analyze_groups(groups: Sequence[Trace | Callable[[Reads], Trace]], steps: st
     one is worked on, so at most two are in memory at a time; else one at a time. Two passes over each
     (`analysis.rank_groups`); the same result as `analyze` of the whole. Raises rank_groups.NotCombinable for
     groups that overlap or are out of rank order."""
-    n = len(groups)
-    gather_reads = [rank_groups.GATHER_READS] * (n - 1) + [rank_groups.GATHER_READS | rank_groups.PART_READS]
-    gathered, meta, last = [], None, None
-    pool = ThreadPoolExecutor(1, thread_name_prefix="load-group") if prefetch else None
-    try:
-        for group in prefetched(pool, groups, gather_reads):    # not enumerate: its tuple holds the group a load longer
-            gathered.append(rank_groups.gather(group))
-            meta = meta or rank_groups.metadata(group)
-            last = group if len(gathered) == n else None    # read for both passes: pass 2 starts with it, loaded once
-            del group
-        whole = groups[0] if n == 1 and isinstance(groups[0], Trace) else None
+    kept: list[Trace] = []
+    with loading(prefetch) as pool:
+        gathered, meta = gather_groups(pool, groups, kept)
+        whole = groups[0] if len(groups) == 1 and isinstance(groups[0], Trace) else None
         ctx = rank_groups.context(gathered, meta, steps, whole=whole)
         del gathered
-        loads = prefetched(pool, groups[:-1], [rank_groups.PART_READS] * (n - 1))
-        last_part = rank_groups.part(last, ctx, top, bins)      # the last group first, while it is in memory
-        del last
-        parts = []
-        for group in loads:
-            parts.append(rank_groups.part(group, ctx, top, bins))
-            del group       # before the next load (without the pool, that is when it is asked for)
+        parts = part_groups(pool, groups, kept, ctx, top, bins)
+    return combine(ctx, parts, top, peak_gflops, explain)
+
+
+@contextlib.contextmanager
+def loading(prefetch: bool) -> Iterator[ThreadPoolExecutor | None]:
+    """The thread that loads the next group ahead (`prefetched`), or None without `prefetch`."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="load-group") if prefetch else None
+    try:
+        yield pool
     finally:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)      # on an error or Ctrl-C, not after one more load
-    return combine(ctx, parts + [last_part], top, peak_gflops, explain)
+
+
+def gather_groups(pool: ThreadPoolExecutor | None, groups: Sequence[Trace | Callable[[Reads], Trace]],
+                  kept: list[Trace]) -> tuple[list, Trace | None]:
+    """Pass 1 over `groups` (loaded ahead on `pool`, if any): what each gathers, and the trace's metadata (that of
+    the first group). The last group is read for pass 2 too and appended to `kept`, so it is loaded once."""
+    gathered, meta = [], None
+    reads = [rank_groups.GATHER_READS] * (len(groups) - 1) + [rank_groups.GATHER_READS | rank_groups.PART_READS]
+    for group in prefetched(pool, groups, reads):     # not enumerate: its tuple holds the group a load longer
+        gathered.append(rank_groups.gather(group))
+        meta = meta or rank_groups.metadata(group)
+        if len(gathered) == len(groups):
+            kept.append(group)
+        del group
+    return gathered, meta
+
+
+def part_groups(pool: ThreadPoolExecutor | None, groups: Sequence[Trace | Callable[[Reads], Trace]],
+                kept: list[Trace], ctx: rank_groups.Context, top: int, bins: int) -> list[rank_groups.Part]:
+    """Pass 2 over `groups`, in their order: the last one (in `kept`, emptied) first, while the first of the others
+    loads on `pool`, if any."""
+    if not groups:
+        return []
+    loads = prefetched(pool, groups[:-1], [rank_groups.PART_READS] * (len(groups) - 1))
+    last = rank_groups.part(kept.pop(), ctx, top, bins)     # freed when part returns: nothing else holds it
+    parts = []
+    for group in loads:
+        parts.append(rank_groups.part(group, ctx, top, bins))
+        del group       # before the next load (without the pool, that is when it is asked for)
+    return parts + [last]
 
 
 def prefetched(pool: ThreadPoolExecutor | None, groups: Sequence[Trace | Callable[[Reads], Trace]],

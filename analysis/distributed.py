@@ -19,15 +19,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
 from analysis import analyze, rank_groups, replay
-from analysis.analyze import combine, prefetched
-from analysis.rank_groups import GATHER_READS, PART_READS
+from analysis.analyze import combine, gather_groups, loading, part_groups
 from gpt2trace.format.reader import Reads, Trace
 from gpt2trace.format.schema import Kind
 
@@ -43,20 +41,16 @@ def analyze_comm(groups: Sequence[Callable[[Reads], Trace]], comm, steps: str | 
     while one is worked on (for processes with a core to spare each)."""
     process, size = comm.Get_rank(), comm.Get_size()
     if shares is None:
-        mine = block(len(groups), process, size)
+        mine = [groups[i] for i in block(len(groups), process, size)]
     else:
         first = sum(shares[:process])
-        mine = range(first, first + shares[process])
+        mine = groups[first:first + shares[process]]
     kept: list[Trace] = []          # this process's last group, read for both passes (one load less)
-    pool = ThreadPoolExecutor(1, thread_name_prefix="load-group") if prefetch else None
-    try:
-        gathered = _values(comm.allgather(_attempt(lambda: _gather(groups, mine, kept, pool))))
+    with loading(prefetch) as pool:
+        gathered = _values(comm.allgather(_attempt(lambda: gather_groups(pool, mine, kept))))
         meta = next(m for _, m in gathered if m is not None)
         ctx = rank_groups.context([g for gs, _ in gathered for g in gs], meta, steps)
-        parts = _attempt(lambda: _parts(groups, mine, kept, ctx, top, bins, pool))
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)      # on an error or Ctrl-C, not after one more load
+        parts = _attempt(lambda: part_groups(pool, mine, kept, ctx, top, bins))
     if process == 0 and size > 1 and ctx.shared.records(Kind.COMM).num_rows:     # its replay will need them
         threading.Thread(target=_warm, name="warm-replay", daemon=True).start()
     helper = explain and size > 1 and len(groups) > 1
@@ -125,36 +119,6 @@ def block(groups: int, process: int, processes: int) -> range:
     """The groups of one process: a contiguous block, the first ones one larger when they do not divide evenly."""
     bounds = np.r_[0, np.cumsum([len(b) for b in np.array_split(np.arange(groups), processes)])]
     return range(int(bounds[process]), int(bounds[process + 1]))
-
-
-def _gather(groups: Sequence[Callable[[Reads], Trace]], mine: range, kept: list[Trace],
-            pool: ThreadPoolExecutor | None) -> tuple[list, Trace | None]:
-    """Pass 1 over this process's groups (loaded ahead on `pool`, if any), and the trace's metadata (that of its
-    first group); its last group is read for pass 2 too and appended to `kept`."""
-    out, meta = [], None
-    reads = [GATHER_READS] * (len(mine) - 1) + [GATHER_READS | PART_READS]
-    for group in prefetched(pool, [groups[i] for i in mine], reads):
-        out.append(rank_groups.gather(group))
-        meta = meta or rank_groups.metadata(group)
-        if len(out) == len(mine):
-            kept.append(group)
-        del group
-    return out, meta
-
-
-def _parts(groups: Sequence[Callable[[Reads], Trace]], mine: range, kept: list[Trace], ctx: rank_groups.Context,
-           top: int, bins: int, pool: ThreadPoolExecutor | None) -> list[rank_groups.Part]:
-    """Pass 2 over this process's groups, the last one (in `kept`, emptied) first, while the first of the others
-    loads on `pool`, if any."""
-    if not mine:
-        return []
-    loads = prefetched(pool, [groups[i] for i in mine[:-1]], [PART_READS] * (len(mine) - 1))
-    last = rank_groups.part(kept.pop(), ctx, top, bins)
-    parts = []
-    for group in loads:
-        parts.append(rank_groups.part(group, ctx, top, bins))
-        del group
-    return parts + [last]
 
 
 def _explain(ctx: rank_groups.Context, regions: list[pd.DataFrame]) -> analyze.Explained:
