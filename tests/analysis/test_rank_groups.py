@@ -197,6 +197,20 @@ def test_a_group_without_state_or_kernel_records():
     assert differences(plain(analyze(trace)), plain(analyze_groups(rank_groups.split(trace, 3)))) == []
 
 
+def _tracked(trace: Trace, groups: list[Trace], loaded, alive: set) -> list:
+    """A loader per group of `trace`: it calls `loaded(i)` first, then makes its group anew, whose id is in `alive`
+    while the group lives."""
+    def loader(i):
+        def read(reads):
+            loaded(i)
+            group = rank_groups.subset(trace, sorted(set(rank_groups.threads(groups[i])["rank"])))
+            alive.add(id(group))
+            weakref.finalize(group, alive.discard, id(group))
+            return group
+        return read
+    return [loader(i) for i in range(len(groups))]
+
+
 def test_the_next_group_loads_while_one_is_worked_on_and_two_at_most_are_held(monkeypatch):
     """Each pass asks for a group while the one before is gathered or reduced (on a thread: decoding overlaps the
     analysis), and no more than two groups are alive at any of those moments."""
@@ -211,16 +225,10 @@ def test_the_next_group_loads_while_one_is_worked_on_and_two_at_most_are_held(mo
     started, alive, seen = [], set(), []
     moved = threading.Condition()
 
-    def loader(i):
-        def read(reads):
-            with moved:
-                started.append(i)
-                moved.notify_all()
-            group = rank_groups.subset(trace, sorted(set(rank_groups.threads(groups[i])["rank"])))
-            alive.add(id(group))
-            weakref.finalize(group, alive.discard, id(group))
-            return group
-        return read
+    def loaded(i):
+        with moved:
+            started.append(i)
+            moved.notify_all()
 
     def watched(work):
         def run(group, *args, **kwargs):
@@ -232,7 +240,7 @@ def test_the_next_group_loads_while_one_is_worked_on_and_two_at_most_are_held(mo
     whole = plain(analyze(trace))
     monkeypatch.setattr(rank_groups, "gather", watched(rank_groups.gather))
     monkeypatch.setattr(rank_groups, "part", watched(rank_groups.part))
-    assert differences(whole, plain(analyze_groups([loader(i) for i in range(n)]))) == []
+    assert differences(whole, plain(analyze_groups(_tracked(trace, groups, loaded, alive)))) == []
     assert len(seen) == 2 * n and all(ahead for ahead, _ in seen) and max(k for _, k in seen) <= 2
 
 
@@ -246,15 +254,9 @@ def test_without_prefetch_each_group_loads_on_the_calling_thread_when_its_turn_c
     expected = iter([i + 1 for i in range(n)] + [n] + [n + j + 1 for j in range(n - 1)])
     started, alive, seen, at_load = [], set(), [], []
 
-    def loader(i):
-        def read(reads):
-            started.append(threading.get_ident())
-            at_load.append(len(alive))
-            group = rank_groups.subset(trace, sorted(set(rank_groups.threads(groups[i])["rank"])))
-            alive.add(id(group))
-            weakref.finalize(group, alive.discard, id(group))
-            return group
-        return read
+    def loaded(i):
+        started.append(threading.get_ident())
+        at_load.append(len(alive))
 
     def watched(work):
         def run(group, *args, **kwargs):
@@ -264,7 +266,7 @@ def test_without_prefetch_each_group_loads_on_the_calling_thread_when_its_turn_c
     whole = plain(analyze(trace))
     monkeypatch.setattr(rank_groups, "gather", watched(rank_groups.gather))
     monkeypatch.setattr(rank_groups, "part", watched(rank_groups.part))
-    result = analyze_groups([loader(i) for i in range(n)], prefetch=False)
+    result = analyze_groups(_tracked(trace, groups, loaded, alive), prefetch=False)
     assert differences(whole, plain(result)) == []
     assert set(started) == {threading.get_ident()} and len(started) == 2 * n - 1 and max(at_load) == 0
     assert len(seen) == 2 * n and all(on_time for on_time, _ in seen) and max(k for _, k in seen) == 1
