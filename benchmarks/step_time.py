@@ -37,7 +37,7 @@ def worker_ours(model: str, B: int, T: int, threads: int, steps: int) -> dict:
     prepare_process(threads)
     import numpy as np
 
-    from gpt2trace.format.raw_window import LAYER_BITS
+    from gpt2trace.record.recorder import KernelRecorder, call_meta
     from trainer.blas import blas_info
     from trainer.config import TrainConfig, model_config
     from trainer.dp import Local
@@ -47,31 +47,19 @@ def worker_ours(model: str, B: int, T: int, threads: int, steps: int) -> dict:
     from trainer.peak import sgemm_gflops
     from trainer.train import train
 
-    class RegionTimer:
-        """A slot source (trainer.launcher.SlotSource, like the tracer's recorder) of one slot, so the launcher
-        spills before every call: each spill adds the call before's region time to its kernel's total."""
-        def __init__(self, nthreads):
-            self.keys, self.slots = [], [np.zeros((nthreads + 1, 3), dtype=np.int64)]
-            self.names, self.total = [], {}
-
-        def kernel_key(self, kernel):
-            self.names.append(kernel)
-            return (len(self.names) - 1) << LAYER_BITS      # plus the layer, not needed by the breakdown
-
-        def spill(self, i):
-            if i:
-                name = self.names[(self.keys[i - 1] + 1) >> LAYER_BITS]      # + 1: a layer of -1 (none)
-                region = self.slots[0][0]
-                self.total[name] = self.total.get(name, 0) + int(region[1] - region[0])
-
-        def _close(self):
-            self.spill(len(self.keys))
-            self.keys.clear()
-
     cfg = model_config(model)
     tcfg = TrainConfig(batch_size=B, seq_len=T, steps=steps + 1, lr=1e-4)
-    timer = RegionTimer(threads)
-    run = Launcher(threads, recorder=timer)
+    recorder = KernelRecorder(threads)       # the tracer's kernel log alone: each kernel's region times
+    run = Launcher(threads, recorder=recorder)
+    total: dict[str, int] = {}
+
+    def add_regions():
+        times, calls = recorder.take()
+        kernel = call_meta(calls)[:, 0]
+        took = times[:, 0, 1] - times[:, 0, 0]
+        for k in np.unique(kernel):
+            name = recorder.kernel_names[k]
+            total[name] = total.get(name, 0) + int(took[kernel == k].sum())
     params = init_params(cfg, tcfg.seed)
     m = GPT2(cfg, params, B, T, run)
     rng = np.random.default_rng(0)
@@ -86,14 +74,13 @@ def worker_ours(model: str, B: int, T: int, threads: int, steps: int) -> dict:
     def on_step(s):
         per_step.append(s.ms)
         if s.step == 0:
-            timer._close()
-            timer.total.clear()
+            recorder.take()
     train(m, Batch(), tcfg, Local(m, tcfg, run), on_step=on_step)
-    timer._close()
+    add_regions()
     timed = per_step[1:]
     return {"impl": "ours", "ms_steps": timed, "rss_mb": _rss_mb(), "n_params": int(params.size),
             "n_layer": cfg.n_layer, "n_embd": cfg.n_embd, "sgemm_gflops": sgemm_gflops(threads),
-            "kernels_ms": {k: v / 1e6 / len(timed) for k, v in timer.total.items()}, "blas": blas_info()}
+            "kernels_ms": {k: v / 1e6 / len(timed) for k, v in total.items()}, "blas": blas_info()}
 
 
 def worker_torch(model: str, B: int, T: int, threads: int, steps: int) -> dict:

@@ -35,12 +35,12 @@ start-up or memory placement. Per configuration:
   other load on a shared machine does not stretch as it stretches wall time.
 
 `--hot-path` measures instead what tracing adds on the training loop's thread per kernel call (a tiny kernel on
-one thread, traced and untraced: the slot, the kernel's clock and thread-id reads) and per phase (a Tracer's
-phase against the untraced observer's), and what a cut costs it on a window shaped as 1 s of `small` (6,464 calls,
-384 phases, 576 counters: the buffers turned into arrays, encoded, written as a part), best of several runs of
-the thread's CPU time (other load on a shared machine does not stretch it). The calls and phases run back to
-back, their code and data in cache: in training, with the kernels' data between them, a traced call costs more
-(measured ~0.5 us, not timed here).
+one thread, traced and untraced: the kernel's row of the trace log, its clock and thread-id reads) and per phase
+(a Tracer's phase against the untraced observer's), and what a cut costs it on a window shaped as 1 s of `small`
+(6,464 calls, 384 phases, 576 counters: the buffers turned into arrays, encoded, written as a part), best of several
+runs of the thread's CPU time (other load on a shared machine does not stretch it). The calls, phases and cuts run
+back to back, their code and data in cache: in training, right after the kernels, the same Python costs several
+times more (a cut of `small` measured 0.2-15 ms of the loop thread's CPU time inside steps, not timed here).
 
 Prints a table and writes benchmarks/results/trace_overhead.json (a configuration measured again replaces its
 row), with the load average before and after each configuration.
@@ -334,7 +334,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             res = hot_path(tmp)
         print(f"per kernel call: {res['call_untraced']:.0f} ns untraced, {res['call_traced']:.0f} traced: "
-              f"+{res['per_call_ns']:.0f} ns (slot, kernel key, clock and thread-id reads; one thread)")
+              f"+{res['per_call_ns']:.0f} ns (the kernel's row of the log: its key, clock and thread-id reads; "
+              "one thread)")
         print(f"per phase: {res['phase_untraced']:.0f} ns untraced, {res['phase_traced']:.0f} traced: "
               f"+{res['per_phase_ns']:.0f} ns (two clock reads, the record, the resident memory); in a step that "
               f"samples no memory +{res['per_phase_unsampled_ns']:.0f} ns")

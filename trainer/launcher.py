@@ -1,4 +1,4 @@
-"""The one place kernels are called from: picks parallel or serial, hands out trace slots, checks finiteness.
+"""The one place kernels are called from: picks parallel or serial, hands kernels the trace log, checks finiteness.
 
 Every call site in the model is one line, `run(kernel, layer, *args)`; this is where instrumentation lives.
 """
@@ -8,20 +8,18 @@ from typing import Protocol
 
 import numpy as np
 
-from trainer.kernels.launch import NO_TRACE, Kernel
+from trainer.kernels.launch import KERNEL_NAMES, NO_TRACE, Kernel
 
 
-class SlotSource(Protocol):
-    """What a tracer offers the launcher (see gpt2trace.record.recorder.KernelRecorder): a key per kernel, asked
-    once; per call, the launcher appends the call's key (the kernel's plus the layer) to `keys` and passes call i
-    the slot `slots[i % len(slots)]` (a power of two of them, reused in turn), calling `spill(i)` first when i is a
-    multiple of len(slots). Both lists stay the same objects."""
-    keys: list[int]
-    slots: list[np.ndarray]
+class TraceLog(Protocol):
+    """What a tracer offers the launcher (see gpt2trace.record.recorder.KernelRecorder): `log`, the ring every traced
+    kernel writes its call into (trainer/kernels/launch.py), and `spill()`, called when a kernel says the ring is
+    half unread. `log` stays the same array for the recorder's life. The launcher binds `kernel_names` to the
+    names of the kernel ids the calls' keys hold."""
+    log: np.ndarray
+    kernel_names: list[str]
 
-    def kernel_key(self, kernel: str) -> int: ...
-
-    def spill(self, i: int) -> None: ...
+    def spill(self) -> None: ...
 
 
 class NonFiniteOutput(Exception):
@@ -31,7 +29,7 @@ class NonFiniteOutput(Exception):
 
 
 class Launcher:
-    def __init__(self, nthreads: int, recorder: SlotSource | None = None):
+    def __init__(self, nthreads: int, recorder: TraceLog | None = None):
         self.nthreads = nthreads
         self.recorder = recorder
         # When set (only while re-running a step that went NaN), every float32 array argument is checked after
@@ -40,34 +38,27 @@ class Launcher:
         self.may_hold_inf: list[np.ndarray] = []  # buffers allowed to hold -inf (attention's masked scores)
 
     @property
-    def recorder(self) -> SlotSource | None:
+    def recorder(self) -> TraceLog | None:
         return self._recorder
 
     @recorder.setter
-    def recorder(self, recorder: SlotSource | None) -> None:
+    def recorder(self, recorder: TraceLog | None) -> None:
         self._recorder = recorder
-        self._keys = None if recorder is None else recorder.keys
-        self._slots = None if recorder is None else recorder.slots
-        self._mask = 0 if recorder is None else len(recorder.slots) - 1
-        self._kernel_keys: dict[Kernel, int] = {}    # the recorder's key of each kernel, asked once
+        self._log = NO_TRACE if recorder is None else recorder.log
+        if recorder is not None:
+            recorder.kernel_names = KERNEL_NAMES
 
     def __call__(self, k: Kernel, layer: int, *args) -> None:
-        keys = self._keys
-        if keys is None:
-            slot = NO_TRACE
+        # Traced or not, the same Python: the kernel finds its row in the log and writes its key there itself
+        # (each Python operation here cost ~1 us a call inside a training step, its code and data out of cache),
+        # and its compiled twin is called from here, not through Kernel.call (a Python frame less).
+        nthreads = self.nthreads
+        if nthreads == 1:
+            full = k.serial(*args, self._log, k.kid, layer, 1)
         else:
-            # The slot handed out here, on the recorder's lists, rather than by a method of the recorder: the
-            # call and its lookups cost ~120 ns on every kernel call.
-            key = self._kernel_keys.get(k)
-            if key is None:
-                key = self._kernel_keys[k] = self._recorder.kernel_key(k.name)
-            i = len(keys)
-            keys.append(key + layer)
-            j = i & self._mask
-            if not j:
-                self._recorder.spill(i)
-            slot = self._slots[j]
-        k(self.nthreads, *args, slot)
+            full = k.parallel(*args, self._log, k.kid, layer, nthreads)
+        if full:
+            self._recorder.spill()
         if self.check_finite:
             for a in args:
                 if (isinstance(a, np.ndarray) and a.dtype == np.float32 and not np.isfinite(a).all()

@@ -1,17 +1,18 @@
 """A part as the tracer writes it during the run: one window's raw buffers, decoded into records by the merge.
 
 Extrae's tracing library writes its buffers as they are (.mpit files) and leaves building the trace to mpi2prv.
-So does the tracer: at a cut, on the training loop's own thread, it writes the kernel slots it recorded (times as
+So does the tracer: at a cut, on the training loop's own thread, it writes the kernel calls it recorded (times as
 the kernels read them, thread ids as pthread ids), the calls' keys and the marks where step and microstep changed,
-and the lists of phases, counters and MPI calls, as one Arrow IPC file of a single row (one list column per
-buffer). That costs the loop ~3 ms per one-second window of the demo and needs no writer thread beside the kernels'
-threads. The merge (`RankDecoder`) turns a rank's raw parts, in order, into the part layout of
+and the lists of phases, counters and MPI calls, as one Arrow IPC file of a single row (four list columns: the
+kernels' times, the other integer buffers, the counters' values, the names; `encode`). That needs no writer thread
+beside the kernels' threads. The merge (`RankDecoder`) turns a rank's raw parts, in order, into the part layout of
 gpt2trace.format.parts (one row per kernel call with its blocks, phases, MPI calls, counters), from which
 `parts.complete` builds the kernel records and the thread states.
 
-A call's key is its kernel's id << LAYER_BITS plus its layer (-1: none), as the recorder hands them out; the
-thread index of a block is 0 for the thread that ran the loop (its id is in the part) and 1, 2, ... for the others
-in the order they first appear on the rank, which is why a rank's parts are decoded in order.
+A call's key is its kernel's id << LAYER_BITS plus its layer (-1: none), as the kernel wrote it
+(trainer.kernels.launch keeps the same layout, a test holds the two equal); the thread index of a block is 0 for
+the thread that ran the loop (its id is in the part) and 1, 2, ... for the others in the order they first appear on
+the rank, which is why a rank's parts are decoded in order.
 """
 from __future__ import annotations
 
@@ -46,6 +47,14 @@ COUNTER_FIELDS = ("time", "step", "microstep")
 # An executed task of a task graph: its id, its kernel (a code into `task_names`), layer, block, the thread id
 # that ran it, when it was taken from the ready queue, its body, when its successors were released.
 TASK_FIELDS = ("task", "kernel", "layer", "block", "tid", "pick", "start", "end", "done", "step", "microstep")
+# The parts' four columns (`encode`), and what the integer and name columns hold, in order.
+_COLUMNS = ["times", "ints", "counter_values", "names"]
+INT_BUFFERS = ("keys", "marks", "phases", "comms", "counters", "tasks", "task_pred_offsets", "task_preds",
+               "task_idle", "task_graphs")
+NAME_GROUPS = ("kernel_names", "phase_names", "comm_names", "counter_names", "task_names")
+NAME_SEP = "\x00"
+_NO_TASKS = [np.zeros(0, np.int64)] * 5
+# The buffers as parts of earlier versions hold them, a column each: name -> type.
 _BUFFERS = {"times": pa.int64(), "keys": pa.int64(), "marks": pa.int64(), "kernel_names": pa.string(),
             "phases": pa.int64(), "phase_names": pa.string(), "comms": pa.int64(), "comm_names": pa.string(),
             "counters": pa.int64(), "counter_values": pa.float64(), "counter_names": pa.string(),
@@ -140,44 +149,61 @@ class TaskBuffers:
 
 
 def encode(w: RawWindow, metadata: dict[bytes, bytes]) -> pa.Table:
-    """The window as a one-row table (a list column per buffer), with the trace's `metadata`: what the loop thread
-    writes, so only copies of its buffers and the names as strings, no per-record work."""
-    values = {"times": w.times.reshape(-1), "keys": w.keys, "marks": w.marks.reshape(-1),
-              "kernel_names": w.kernel_names, "phases": w.phases.reshape(-1), "phase_names": w.phase_names,
-              "comms": w.comms.reshape(-1), "comm_names": w.comm_names, "counters": w.counters.reshape(-1),
-              "counter_values": w.counter_values, "counter_names": w.counter_names}
+    """The window as a one-row table of four list columns, with the trace's `metadata`: what the loop thread
+    writes, so only its buffers, a copy of the small ones and the names joined, no per-record work. The kernel
+    times go as they are (`times`), the other integer buffers one after the other (`ints`, in INT_BUFFERS order),
+    the names of each group likewise (`names`, one string, NAME_SEP between names), their lengths in the JSON of
+    META_RAW. Four columns, not one per buffer: inside a training step, its code and data out of cache, each
+    column's few Python and pyarrow calls cost ~60-90 us (measured ~1.5 ms a cut with 17 columns)."""
     t = w.tasks
-    values.update({"tasks": _flat(t and t.tasks), "task_names": t.names if t else [],
-                   "task_pred_offsets": _flat(t and t.pred_offsets), "task_preds": _flat(t and t.preds),
-                   "task_idle": _flat(t and t.idle), "task_graphs": _flat(t and t.graphs)})
-    columns = [_one_list(values[name], typ) for name, typ in _BUFFERS.items()]
+    ints = [w.keys, w.marks, w.phases, w.comms, w.counters]
+    ints += _NO_TASKS if t is None else [t.tasks, t.pred_offsets, t.preds, t.idle, t.graphs]
+    flat = [a.reshape(-1) for a in ints]
+    names = [w.kernel_names, w.phase_names, w.comm_names, w.counter_names, [] if t is None else t.names]
+    text = NAME_SEP.join(w.kernel_names + w.phase_names + w.comm_names + w.counter_names + names[4])
+    if text.count(NAME_SEP) != max(0, sum(map(len, names)) - 1):
+        raise ValueError("a kernel, phase, MPI call or counter name holds a NUL character")
     info = {"rank": w.rank, "start_ns": w.start_ns, "end_ns": w.end_ns, "origin_ns": w.origin_ns,
-            "threads": w.threads, "main_tid": w.main_tid}
+            "threads": w.threads, "main_tid": w.main_tid, "ints": [len(a) for a in flat],
+            "names": [len(n) for n in names]}
+    columns = [_one_list(w.times.reshape(-1), pa.int64()), _one_list(np.concatenate(flat), pa.int64()),
+               _one_list(w.counter_values, pa.float64()), pa.array([text], pa.string())]
     meta = {**metadata, META_RAW: json.dumps(info).encode()}
-    return pa.Table.from_arrays(columns, names=list(_BUFFERS), metadata=meta)
+    return pa.Table.from_arrays(columns, names=_COLUMNS, metadata=meta)
 
 
-def _one_list(values: np.ndarray | list[str], typ: pa.DataType) -> pa.Array:
+def _one_list(values: np.ndarray, typ: pa.DataType) -> pa.Array:
     """A one-row list array holding `values`: NumPy buffers are wrapped as they are (pa.array and
-    LargeListArray.from_arrays cost ~10 us a buffer more, ~0.15 ms a cut); the empty ones (a forkjoin run's task
-    buffers) are made once."""
-    if len(values) == 0 and typ in _EMPTY_LISTS:
-        return _EMPTY_LISTS[typ]
-    if typ == pa.string():
-        flat = pa.array(values, typ)
-    else:
-        a = np.ascontiguousarray(values, dtype=typ.to_pandas_dtype()).reshape(-1)
-        flat = pa.Array.from_buffers(typ, len(a), [None, pa.py_buffer(a)])
+    LargeListArray.from_arrays cost ~10 us a buffer more)."""
+    a = np.ascontiguousarray(values, dtype=typ.to_pandas_dtype())
+    flat = pa.Array.from_buffers(typ, len(a), [None, pa.py_buffer(a)])
     offsets = pa.py_buffer(np.array([0, len(flat)], np.int64))
     return pa.Array.from_buffers(pa.large_list(typ), 1, [None, offsets], children=[flat])
 
 
-_EMPTY_LISTS: dict[pa.DataType, pa.Array] = {}
-_EMPTY_LISTS.update({typ: _one_list([], typ) for typ in set(_BUFFERS.values())})
-
-
-def _flat(a: np.ndarray | None) -> np.ndarray:
-    return np.zeros(0, np.int64) if a is None else np.ascontiguousarray(a, dtype=np.int64).reshape(-1)
+def _decoded(table: pa.Table, info: dict) -> tuple[dict[str, np.ndarray], dict[str, list[str]]]:
+    """A part's buffers by name (as `encode` took them apart), from either layout: the four columns, or one column
+    per buffer (parts of earlier versions)."""
+    if "ints" not in table.column_names:
+        buf = {name: table.column(name).combine_chunks().flatten() for name in _BUFFERS}
+        ints = {name: buf[name].to_numpy(zero_copy_only=False) for name, typ in _BUFFERS.items()
+                if typ != pa.string()}
+        return ints, {name: buf[name].to_pylist() for name, typ in _BUFFERS.items() if typ == pa.string()}
+    ints = {"times": table.column("times").combine_chunks().flatten().to_numpy(zero_copy_only=False),
+            "counter_values": table.column("counter_values").combine_chunks().flatten().to_numpy(
+                zero_copy_only=False)}
+    flat = table.column("ints").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    lengths = [int(n) for n in info["ints"]]
+    if len(lengths) != len(INT_BUFFERS) or sum(lengths) != len(flat):
+        raise ValueError("its integer buffers and their lengths do not match")
+    ints.update(zip(INT_BUFFERS, np.split(flat, np.cumsum(lengths)[:-1])))
+    text = table.column("names")[0].as_py()
+    counts = [int(n) for n in info["names"]]
+    names = text.split(NAME_SEP) if sum(counts) else []
+    if len(counts) != len(NAME_GROUPS) or len(names) != sum(counts):
+        raise ValueError("its names and their counts do not match")
+    ends = np.cumsum(counts)
+    return ints, {g: names[e - n:e] for g, n, e in zip(NAME_GROUPS, counts, ends)}
 
 
 def is_raw(schema: pa.Schema) -> bool:
@@ -210,9 +236,7 @@ class RankDecoder:
 
     def part(self, table: pa.Table) -> pa.Table:
         info = json.loads(table.schema.metadata[META_RAW])
-        buf = {name: table.column(name).combine_chunks().flatten() for name in _BUFFERS}
-        ints = {name: buf[name].to_numpy(zero_copy_only=False) for name, typ in _BUFFERS.items() if typ != pa.string()}
-        strs = {name: buf[name].to_pylist() for name, typ in _BUFFERS.items() if typ == pa.string()}
+        ints, strs = _decoded(table, info)
         threads, origin = int(info["threads"]), int(info["origin_ns"])
         if self._tids is None:
             self._tids = np.array([int(info["main_tid"])], dtype=np.int64)

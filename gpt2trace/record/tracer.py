@@ -7,11 +7,11 @@ other ranks are shifted onto it by the clock synchronization of the MPI layer).
 Windows and parts. The records since the last cut form the open window. At the end of the first step that ends
 `flush_every_s` (1 s by default, gpt2trace.run.runner.TraceConfig) or more after the last cut, the window is
 closed and written, on the loop's own thread, as one part: its raw buffers (gpt2trace.format.raw_window: the
-kernel slots as the kernels filled them, the calls' keys, the phases, MPI calls and counters), as Extrae writes
+kernels' calls as they wrote them into the recorder's log, the phases, MPI calls and counters), as Extrae writes
 its buffers to .mpit files. The merge builds the records from them (as mpi2prv does), so during the run nothing
-is done per record: a cut costs the loop the keys turned into an array, an IPC encoding in memory and one file
-write (~0.7-1.2 ms for the ~6,500 calls of 1 s of the `small` model, ~0.6 MB), and no writer thread competes with
-the kernels' threads for the cores and the GIL.
+is done per record: a cut costs the loop the log's last calls copied out, an IPC encoding in memory and one file
+write (~0.3 ms warm for the ~6,500 calls of 1 s of the `small` model, ~0.5 MB; 0.2-15 ms inside training steps on
+this project's 2-vCPU VMs), and no writer thread competes with the kernels' threads for the cores and the GIL.
 
 What a kill loses. A SIGKILL at time t loses only the open window: less than `flush_every_s` + one step of
 completed steps, plus the step in progress (the parts on disk are whole and hold whole steps).
@@ -73,7 +73,15 @@ class _Phase:
         self._t0 = time.monotonic_ns()
 
     def __exit__(self, *exc) -> None:
-        self._tracer._phase_ended(self._name, self._t0, self._nbytes)
+        # The row appended here, not by a method of the tracer and of its rows: inside a training step, right
+        # after the kernels, each Python call costs ~1 us.
+        t1 = time.monotonic_ns()
+        tracer, nbytes = self._tracer, self._nbytes
+        rec, phases = tracer.recorder, tracer._phases
+        phases.names.append(self._name)
+        phases.ints += (self._t0, t1, rec.step, rec.microstep, NULL if nbytes is None else nbytes)
+        if tracer._rss is not None and (tracer._sampling or nbytes is not None):    # a checkpoint: always
+            tracer._counters.add(RSS_COUNTER, (t1, rec.step, rec.microstep), float(tracer._rss.bytes()))
 
 
 class _StepEnd(NamedTuple):
@@ -131,15 +139,11 @@ class Tracer:
         column (a checkpoint's files)."""
         return _Phase(self, name, nbytes)
 
-    def _phase_ended(self, name: str, t0: int, nbytes: int | None) -> None:
-        t1 = time.monotonic_ns()
-        step, micro = self.recorder.step, self.recorder.microstep
-        self._phases.add(name, (t0, t1, step, micro, NULL if nbytes is None else nbytes))
-        if self._rss is not None and (self._sampling or nbytes is not None):      # a checkpoint: always
-            self._counters.add(RSS_COUNTER, (t1, step, micro), float(self._rss.bytes()))
-
     def counter(self, name: str, value: float) -> None:
-        self._counters.add(name, (time.monotonic_ns(), self.recorder.step, NO_VALUE), float(value))
+        counters = self._counters
+        counters.names.append(name)
+        counters.ints += (time.monotonic_ns(), self.recorder.step, NO_VALUE)
+        counters.floats.append(float(value))
 
     def comm(self, name: str, start_ns: int, end_ns: int, nbytes: int | None, peer: int | None, seq: int | None,
              state: int, communicator: int = comms.WORLD_ID, tag: int | None = None) -> None:
@@ -168,14 +172,15 @@ class Tracer:
         """The step's records are complete: mark the boundary, and close the window when it is time. A part that
         cannot be written (an OutputError: a full disk) is raised here, on the loop's thread."""
         t = time.monotonic_ns()
-        self._last_end = _StepEnd(t, len(self.recorder.keys), len(self._phases), len(self._counters), len(self._comms),
-                                  len(self._tasks), step)
+        self._last_end = _StepEnd(t, self.recorder.n, len(self._phases.names), len(self._counters.names),
+                                  len(self._comms.names), len(self._tasks), step)
         if self._first_step is None:
             self._first_step = step
         if t - self._window_start >= self.flush_every_ns:
             self._cut(t, self._last_end)
         # In the next window, as the time between steps it is.
-        self._phases.add(FLUSH_PHASE, (t, time.monotonic_ns(), NO_VALUE, NO_VALUE, NULL))
+        self._phases.names.append(FLUSH_PHASE)
+        self._phases.ints += (t, time.monotonic_ns(), NO_VALUE, NO_VALUE, NULL)
         self.recorder.mark(NO_VALUE, NO_VALUE)
 
     def close(self, whole_run: bool = True) -> None:

@@ -12,7 +12,7 @@ from trainer.kernels.launch import block_begin, block_end, chunk, kernel, region
 
 
 @kernel
-def adamw_update(params, grads, m, v, lr, beta1, beta2, eps, weight_decay, step, tr, nthreads):
+def adamw_update(params, grads, m, v, lr, beta1, beta2, eps, weight_decay, step, tr, kid, layer, nthreads):
     # params (P,) updated in place; grads (P,); m, v (P,) first/second moments, updated in place;
     # step: 1-based optimizer step (llm.c's t) for the bias corrections
     # Decay is decoupled (applied to the parameter, not folded into the gradient) and applies to every
@@ -24,7 +24,7 @@ def adamw_update(params, grads, m, v, lr, beta1, beta2, eps, weight_decay, step,
     lr32, eps32, wd32 = np.float32(lr), np.float32(eps), np.float32(weight_decay)
     inv_bc1 = one / (one - b1 ** np.float32(step))
     inv_bc2 = one / (one - b2 ** np.float32(step))
-    region_begin(tr)
+    trc = region_begin(tr, kid, layer)
     for t in prange(nthreads):
         t0 = block_begin(tr)
         r0, r1 = chunk(P, nthreads, t)
@@ -36,19 +36,19 @@ def adamw_update(params, grads, m, v, lr, beta1, beta2, eps, weight_decay, step,
             mb[i] = mi
             vb[i] = vi
             pb[i] -= lr32 * ((mi * inv_bc1) / (np.sqrt(vi * inv_bc2) + eps32) + wd32 * pb[i])
-        block_end(tr, t, t0)
-    region_end(tr)
+        block_end(tr, trc, t, t0)
+    return region_end(tr, trc)
 
 
 @kernel(fastmath={"reassoc", "contract"})
-def grad_norm_squared(partials, grads, tr, nthreads):
+def grad_norm_squared(partials, grads, tr, kid, layer, nthreads):
     # partials (>= nthreads,) float64: block t writes its sum of squares into partials[t], the caller sums
     # them (a fixed order, so the norm does not depend on thread timing); grads (P,)
     # fastmath reassoc lets the float64 sum vectorize; the order is still fixed for a given thread count.
     if partials.shape[0] < nthreads:
         raise ValueError("grad_norm_squared: partials must hold one float64 per thread")
     P = grads.shape[0]
-    region_begin(tr)
+    trc = region_begin(tr, kid, layer)
     for t in prange(nthreads):
         t0 = block_begin(tr)
         r0, r1 = chunk(P, nthreads, t)
@@ -58,8 +58,8 @@ def grad_norm_squared(partials, grads, tr, nthreads):
             g = np.float64(gb[i])
             acc += g * g
         partials[t] = acc
-        block_end(tr, t, t0)
-    region_end(tr)
+        block_end(tr, trc, t, t0)
+    return region_end(tr, trc)
 
 
 def adamw_update_ref(params, grads, m, v, lr, beta1, beta2, eps, weight_decay, step):

@@ -77,7 +77,7 @@ def _first_seeing(qpos, pos):
 
 
 @kernel
-def attention_forward(out, preatt, att, q, kv, qpos, kpos, B, NH, tr, nthreads):
+def attention_forward(out, preatt, att, q, kv, qpos, kpos, B, NH, tr, kid, layer, nthreads):
     # out (B*Tq, C); preatt, att (B, NH, Tq, Tk) (saved for backward); q (B*Tq, 3C); kv (nsrc*B*Tks, 3C);
     # qpos (Tq,), kpos (nsrc, Tks) int32
     C3 = q.shape[1]
@@ -87,7 +87,7 @@ def attention_forward(out, preatt, att, q, kv, qpos, kpos, B, NH, tr, nthreads):
     nsrc, Tks = kpos.shape
     Tk = nsrc * Tks
     scale = np.float32(1.0 / math.sqrt(hs))
-    region_begin(tr)
+    trc = region_begin(tr, kid, layer)
     for t in prange(nthreads):
         t0 = block_begin(tr)
         p0, p1 = chunk(B * NH, nthreads, t)
@@ -146,12 +146,12 @@ def attention_forward(out, preatt, att, q, kv, qpos, kpos, B, NH, tr, nthreads):
                                     kv[(s * B + b) * Tks:, vcol:].ctypes.data, np.int32(C3),
                                     beta, out[qrow + r0:, qcol:].ctypes.data, np.int32(C))
                         beta = np.float32(1.0)
-        block_end(tr, t, t0)
-    region_end(tr)
+        block_end(tr, trc, t, t0)
+    return region_end(tr, trc)
 
 
 @kernel
-def attention_backward(dq, dkv, dpreatt, datt, dout, q, kv, att, qpos, kpos, B, NH, dkoff, tr, nthreads):
+def attention_backward(dq, dkv, dpreatt, datt, dout, q, kv, att, qpos, kpos, B, NH, dkoff, tr, kid, layer, nthreads):
     # dq (B*Tq, ldq) += into columns 0:C; dkv (nsrc*B*Tks, ldkv) += into dk columns dkoff:dkoff+C and dv columns
     # dkoff+C:dkoff+2C (whole sequences: dq = dkv = the layer's dqkv, dkoff = C); dpreatt, datt (B, NH, Tq, Tk)
     # scratch (need no zeroing); dout (B*Tq, C); q, kv, qpos, kpos as in forward; att from attention_forward
@@ -163,7 +163,7 @@ def attention_backward(dq, dkv, dpreatt, datt, dout, q, kv, att, qpos, kpos, B, 
     Tk = nsrc * Tks
     ldq, ldkv = dq.shape[1], dkv.shape[1]
     scale = np.float32(1.0 / math.sqrt(hs))
-    region_begin(tr)
+    trc = region_begin(tr, kid, layer)
     for t in prange(nthreads):
         t0 = block_begin(tr)
         p0, p1 = chunk(B * NH, nthreads, t)
@@ -236,8 +236,8 @@ def attention_backward(dq, dkv, dpreatt, datt, dout, q, kv, att, qpos, kpos, B, 
                                 dpre[qa:, s * Tks + c0:].ctypes.data, np.int32(Tk),
                                 q[qrow + qa:, qcol:].ctypes.data, np.int32(C3),
                                 np.float32(1.0), dkv[krow + c0:, dkoff + qcol:].ctypes.data, np.int32(ldkv))
-        block_end(tr, t, t0)
-    region_end(tr)
+        block_end(tr, trc, t, t0)
+    return region_end(tr, trc)
 
 
 def whole_sequence_positions(T: int) -> tuple[np.ndarray, np.ndarray]:

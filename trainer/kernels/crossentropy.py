@@ -21,11 +21,11 @@ from trainer.kernels.launch import block_begin, block_end, chunk, kernel, region
 
 
 @kernel(fastmath={"reassoc", "contract"})
-def crossentropy_forward(losses, probs, logits, targets, V, tr, nthreads):
+def crossentropy_forward(losses, probs, logits, targets, V, tr, kid, layer, nthreads):
     # losses (BT,); probs (BT, Vp); logits (BT, Vp); targets (BT,) int32 in [0, V); V <= Vp the real vocab
     # reassoc lets the float64 sum of exps vectorize (a fixed order per row, so still deterministic).
     BT, Vp = logits.shape
-    region_begin(tr)
+    trc = region_begin(tr, kid, layer)
     for t in prange(nthreads):
         t0 = block_begin(tr)
         r0, r1 = chunk(BT, nthreads, t)
@@ -55,17 +55,17 @@ def crossentropy_forward(losses, probs, logits, targets, V, tr, nthreads):
                 losses[i] = np.log(total) - (lrow[tgt] - maxval)
             else:
                 losses[i] = np.nan  # a target outside the real vocab is a data bug: make it visible
-        block_end(tr, t, t0)
-    region_end(tr)
+        block_end(tr, trc, t, t0)
+    return region_end(tr, trc)
 
 
 @kernel
-def crossentropy_max(rowmax, logits, v0, V, tr, nthreads):
+def crossentropy_max(rowmax, logits, v0, V, tr, kid, layer, nthreads):
     # rowmax (BT,) = the maximum of each row's real columns (-inf where the slice holds none); logits (BT, Vs),
     # the vocabulary's columns [v0, v0 + Vs)
     BT, Vs = logits.shape
     Vl = min(max(V - v0, 0), Vs)
-    region_begin(tr)
+    trc = region_begin(tr, kid, layer)
     for t in prange(nthreads):
         t0 = block_begin(tr)
         r0, r1 = chunk(BT, nthreads, t)
@@ -75,17 +75,17 @@ def crossentropy_max(rowmax, logits, v0, V, tr, nthreads):
                 if logits[i, j] > m:
                     m = logits[i, j]
             rowmax[i] = m
-        block_end(tr, t, t0)
-    region_end(tr)
+        block_end(tr, trc, t, t0)
+    return region_end(tr, trc)
 
 
 @kernel(fastmath={"reassoc", "contract"})
-def crossentropy_exps(stats, probs, logits, rowmax, targets, v0, V, tr, nthreads):
+def crossentropy_exps(stats, probs, logits, rowmax, targets, v0, V, tr, kid, layer, nthreads):
     # probs (BT, Vs) = exp(logit - rowmax) over the real columns, 0 over the padding; stats (BT, 2): each row's sum
     # of those (summed in float64) and, where this slice holds the target, its logit - rowmax (else 0)
     BT, Vs = logits.shape
     Vl = min(max(V - v0, 0), Vs)
-    region_begin(tr)
+    trc = region_begin(tr, kid, layer)
     for t in prange(nthreads):
         t0 = block_begin(tr)
         r0, r1 = chunk(BT, nthreads, t)
@@ -101,16 +101,16 @@ def crossentropy_exps(stats, probs, logits, rowmax, targets, v0, V, tr, nthreads
             stats[i, 0] = total
             tgt = targets[i] - v0
             stats[i, 1] = lrow[tgt] - m if 0 <= tgt < Vl else np.float32(0.0)
-        block_end(tr, t, t0)
-    region_end(tr)
+        block_end(tr, trc, t, t0)
+    return region_end(tr, trc)
 
 
 @kernel
-def crossentropy_finish(losses, probs, stats, targets, V, tr, nthreads):
+def crossentropy_finish(losses, probs, stats, targets, V, tr, kid, layer, nthreads):
     # losses (BT,); probs (BT, Vs) normalised in place; stats (BT, 2) summed over the group: (sum of exps, target
     # logit - rowmax); targets (BT,) int32 in [0, V)
     BT, Vs = probs.shape
-    region_begin(tr)
+    trc = region_begin(tr, kid, layer)
     for t in prange(nthreads):
         t0 = block_begin(tr)
         r0, r1 = chunk(BT, nthreads, t)
@@ -121,12 +121,12 @@ def crossentropy_finish(losses, probs, stats, targets, V, tr, nthreads):
                 probs[i, j] = probs[i, j] * inv_total
             tgt = targets[i]
             losses[i] = np.log(total) - stats[i, 1] if 0 <= tgt < V else np.nan
-        block_end(tr, t, t0)
-    region_end(tr)
+        block_end(tr, trc, t, t0)
+    return region_end(tr, trc)
 
 
 @kernel
-def crossentropy_backward(dlogits, probs, targets, dloss, V, v0, tr, nthreads):
+def crossentropy_backward(dlogits, probs, targets, dloss, V, v0, tr, kid, layer, nthreads):
     # dlogits (BT, Vs) written (=, not +=); probs (BT, Vs) from crossentropy_forward; targets (BT,) int32;
     # dloss float32 scalar, d(mean loss)/d(loss_i) = 1/(B*T*grad_accum); the columns are the vocabulary's
     # [v0, v0 + Vs) (v0 = 0, Vs = Vp: the whole)
@@ -135,7 +135,7 @@ def crossentropy_backward(dlogits, probs, targets, dloss, V, v0, tr, nthreads):
     # (51 MB for GPT-2 at B=4, T=64) for nothing.
     BT, Vs = dlogits.shape
     Vl = min(max(V - v0, 0), Vs)
-    region_begin(tr)
+    trc = region_begin(tr, kid, layer)
     for t in prange(nthreads):
         t0 = block_begin(tr)
         r0, r1 = chunk(BT, nthreads, t)
@@ -148,8 +148,8 @@ def crossentropy_backward(dlogits, probs, targets, dloss, V, v0, tr, nthreads):
             tgt = targets[i] - v0
             if 0 <= tgt < Vl:
                 dlogits[i, tgt] = (probs[i, tgt] - 1.0) * dloss
-        block_end(tr, t, t0)
-    region_end(tr)
+        block_end(tr, trc, t, t0)
+    return region_end(tr, trc)
 
 
 def crossentropy_forward_ref(logits, targets, V):

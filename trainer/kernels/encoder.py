@@ -20,13 +20,13 @@ from trainer.kernels.launch import block_begin, block_end, chunk, kernel, region
 
 
 @kernel
-def encoder_forward(out, tokens, wte, wpe, pos, v0, add_pos, tr, nthreads):
+def encoder_forward(out, tokens, wte, wpe, pos, v0, add_pos, tr, kid, layer, nthreads):
     # out (B*Tl, C); tokens (B*Tl,) int32 in [0, V); wte (Vs, C): vocabulary rows [v0, v0 + Vs); wpe (maxT, C);
     # pos (Tl,) int32: row i is at position pos[i % Tl]; add_pos: whether to add wpe
     BT, C = out.shape
     Tl = pos.shape[0]
     Vs = wte.shape[0]
-    region_begin(tr)
+    trc = region_begin(tr, kid, layer)
     for t in prange(nthreads):
         t0 = block_begin(tr)
         r0, r1 = chunk(BT, nthreads, t)
@@ -37,18 +37,18 @@ def encoder_forward(out, tokens, wte, wpe, pos, v0, add_pos, tr, nthreads):
             for c in range(C):
                 e = wte[tok, c] if held else np.float32(0.0)
                 out[i, c] = e + wpe[p, c] if add_pos else e
-        block_end(tr, t, t0)
-    region_end(tr)
+        block_end(tr, trc, t, t0)
+    return region_end(tr, trc)
 
 
 @kernel
-def encoder_backward(dwte, dwpe, dout, tokens, pos, v0, tr, nthreads):
+def encoder_backward(dwte, dwpe, dout, tokens, pos, v0, tr, kid, layer, nthreads):
     # dwte (Vs, C) += for the tokens in [v0, v0 + Vs), dwpe (maxT, C) +=; dout (B*Tl, C); tokens (B*Tl,) int32;
     # pos (Tl,) int32 as in forward
     BT, C = dout.shape
     Tl = pos.shape[0]
     Vs = dwte.shape[0]
-    region_begin(tr)
+    trc = region_begin(tr, kid, layer)
     for t in prange(nthreads):
         t0 = block_begin(tr)
         c0, c1 = chunk(C, nthreads, t)
@@ -61,8 +61,8 @@ def encoder_backward(dwte, dwpe, dout, tokens, pos, v0, tr, nthreads):
                 if held:
                     dwte[tok, c] += d
                 dwpe[p, c] += d
-        block_end(tr, t, t0)
-    region_end(tr)
+        block_end(tr, trc, t, t0)
+    return region_end(tr, trc)
 
 
 def _row_positions(n_rows: int, pos) -> np.ndarray:

@@ -24,12 +24,12 @@ _HALF, _ONE = np.float32(0.5), np.float32(1.0)
 
 
 @kernel
-def gelu_forward(out, inp, tr, nthreads):
+def gelu_forward(out, inp, tr, kid, layer, nthreads):
     # out, inp (BT, 4C) or any C-contiguous shape, same for both
     o = out.reshape(-1)
     x = inp.reshape(-1)
     N = x.shape[0]
-    region_begin(tr)
+    trc = region_begin(tr, kid, layer)
     for t in prange(nthreads):
         t0 = block_begin(tr)
         r0, r1 = chunk(N, nthreads, t)
@@ -37,18 +37,18 @@ def gelu_forward(out, inp, tr, nthreads):
         for i in range(r1 - r0):
             xi = xb[i]
             ob[i] = _HALF * xi * (_ONE + tanh_f32(_S * (xi + _K * xi * xi * xi)))
-        block_end(tr, t, t0)
-    region_end(tr)
+        block_end(tr, trc, t, t0)
+    return region_end(tr, trc)
 
 
 @kernel
-def gelu_backward(dinp, inp, dout, tr, nthreads):
+def gelu_backward(dinp, inp, dout, tr, kid, layer, nthreads):
     # dinp (BT, 4C) +=; inp, dout (BT, 4C), all C-contiguous and of one shape
     di = dinp.reshape(-1)
     x = inp.reshape(-1)
     d = dout.reshape(-1)
     N = x.shape[0]
-    region_begin(tr)
+    trc = region_begin(tr, kid, layer)
     for t in prange(nthreads):
         t0 = block_begin(tr)
         r0, r1 = chunk(N, nthreads, t)
@@ -60,8 +60,8 @@ def gelu_backward(dinp, inp, dout, tr, nthreads):
             sech2 = _ONE - tanh_out * tanh_out
             local_grad = _HALF * (_ONE + tanh_out) + xi * _HALF * sech2 * _S * (_ONE + _K3 * xi * xi)
             dib[i] += local_grad * db[i]
-        block_end(tr, t, t0)
-    region_end(tr)
+        block_end(tr, trc, t, t0)
+    return region_end(tr, trc)
 
 
 def gelu_forward_ref(inp):

@@ -14,11 +14,11 @@ from trainer.kernels.launch import block_begin, block_end, chunk, kernel, region
 
 
 @kernel
-def kvgrad_add(dqkv, dkv, tr, nthreads):
+def kvgrad_add(dqkv, dkv, tr, kid, layer, nthreads):
     # dqkv (B*Tl, 3C): columns C:3C +=; dkv (B*Tl, 2C) [dk | dv] of this rank's tokens, summed over the group
     BT, C2 = dkv.shape
     C = C2 // 2
-    region_begin(tr)
+    trc = region_begin(tr, kid, layer)
     for t in prange(nthreads):
         t0 = block_begin(tr)
         r0, r1 = chunk(BT, nthreads, t)
@@ -26,8 +26,8 @@ def kvgrad_add(dqkv, dkv, tr, nthreads):
             drow, grow = dqkv[i, C:], dkv[i]
             for j in range(C2):
                 drow[j] += grow[j]
-        block_end(tr, t, t0)
-    region_end(tr)
+        block_end(tr, trc, t, t0)
+    return region_end(tr, trc)
 
 
 def kvgrad_add_ref(dqkv, dkv):

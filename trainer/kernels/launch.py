@@ -2,18 +2,27 @@
 
 A kernel is written once as a plain function whose body is `for t in prange(nthreads)` over contiguous
 blocks (`chunk`); `@kernel` compiles it twice: a Numba-parallel launcher and a serial twin, so `--threads 1`
-pays no fork/join. Each kernel takes a trace slot `tr` as its last argument, an int64 array:
+pays no fork/join. Each kernel takes as its last arguments a trace log `tr`, its kernel id `kid` and the call's
+`layer`, and returns whether the log wants emptying (`region_end`). The log is an int64 array
+(1 + RING, nthreads + 1, 3), a ring of calls behind a header row:
 
-    tr.shape == (0, 3)            tracing off: no clock is read
-    tr[0]     = (enter_ns, exit_ns, 0)   the parallel region, read on the calling (main) thread
-    tr[1 + t] = (start_ns, end_ns, tid)  block t, read on the thread that ran it (tid: its pthread id)
+    tr.shape[0] == 0              tracing off: no clock is read, nothing is written
+    tr[0, 0]  = (calls, taken, -)        calls written since the log was last emptied; of them, taken out
+    tr[c, 0]  = (enter_ns, exit_ns, key) call number n in row c = 1 + n % RING: its parallel region, read on the
+                                         calling thread, and its key (kid << 32) + layer
+    tr[c, 1 + t] = (start_ns, end_ns, tid)  its block t, read on the thread that ran it (tid: its pthread id)
+
+The kernel picks its own row and writes its own key, so a traced call costs the Python around it nothing more
+than an untraced one: the cursor, the key and the ring's wrap live here, in compiled code. A kernel returns True
+once half the ring is unread; the launcher then has the recorder copy the ring out (gpt2trace.record.recorder), so
+a call never overwrites one not yet copied.
 
 Inner loops run over a block's *slice* from 0 (`xb = x[r0:r1]; for i in range(r1 - r0)`), not over
 `range(r0, r1)`: with an arbitrary start LLVM cannot prove the index non-negative (Numba's wraparound check
 stays in the loop) and the loop is not vectorized (measured: GELU backward 8x slower).
 
-Kernels contain exactly three hook calls (`region_begin`, `block_begin`/`block_end`, `region_end`) and know
-nothing else about tracing. The Python wrapper hands out slots (see `gpt2trace.record.tracer`).
+Kernels contain exactly four hook calls (`region_begin`, `block_begin`/`block_end`, `region_end`) and know
+nothing else about tracing.
 """
 from __future__ import annotations
 
@@ -26,7 +35,10 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 CLOCK_MONOTONIC = 1  # Linux; the same clock as Python's time.monotonic_ns()
-NO_TRACE = np.zeros((0, 3), dtype=np.int64)
+NO_TRACE = np.zeros((0, 1, 3), dtype=np.int64)
+NO_LAYER = -1
+LAYER_BITS = 32          # a call's key: kid << LAYER_BITS plus its layer (NO_LAYER: none)
+KERNEL_NAMES: list[str] = []   # by kernel id: every Kernel made in this process, in the order made
 
 
 @intrinsic
@@ -65,15 +77,25 @@ def chunk(n, nthreads, t):
 
 
 @njit(inline="always")
-def region_begin(tr):
+def region_begin(tr, kid, layer):
+    """The call's row in the log (0: not traced), its entry time and key written."""
     if tr.shape[0] > 0:
-        tr[0, 0] = _clock_gettime_ns()
+        n = tr[0, 0, 0]
+        tr[0, 0, 0] = n + 1
+        c = 1 + (n & (tr.shape[0] - 2))
+        tr[c, 0, 0] = _clock_gettime_ns()
+        tr[c, 0, 2] = (kid << LAYER_BITS) + layer
+        return c
+    return 0
 
 
 @njit(inline="always")
-def region_end(tr):
-    if tr.shape[0] > 0:
-        tr[0, 1] = _clock_gettime_ns()
+def region_end(tr, c):
+    """The call's exit time; True when half the ring holds calls not yet taken out (the launcher empties it)."""
+    if c > 0:
+        tr[c, 0, 1] = _clock_gettime_ns()
+        return 2 * (tr[0, 0, 0] - tr[0, 0, 1]) >= tr.shape[0] - 1
+    return False
 
 
 @njit(inline="always")
@@ -84,22 +106,25 @@ def block_begin(tr):
 
 
 @njit(inline="always")
-def block_end(tr, t, start_ns):
-    if tr.shape[0] > 0:
-        tr[1 + t, 0] = start_ns
-        tr[1 + t, 1] = _clock_gettime_ns()
-        tr[1 + t, 2] = _thread_id()
+def block_end(tr, c, t, start_ns):
+    if c > 0:
+        tr[c, 1 + t, 0] = start_ns
+        tr[c, 1 + t, 1] = _clock_gettime_ns()
+        tr[c, 1 + t, 2] = _thread_id()
 
 
 class Kernel:
-    """A kernel's parallel launcher and serial twin; `k(nthreads, *args)` picks one. `k.block(*args, tr, 1)` is
-    the serial twin without the GIL, for the task runtime's block tasks."""
+    """A kernel's parallel launcher and serial twin; `k(nthreads, *args, tr)` picks one (`k.call` with the call's
+    layer). `k.block(*args, tr, k.kid, layer, 1)` is the serial twin without the GIL, for the task runtime's block
+    tasks. `kid`: the kernel's id, its index in KERNEL_NAMES."""
 
     def __init__(self, fn, **options):
         # error_model="numpy": x / 0 gives inf like NumPy instead of raising, which is what lets LLVM vectorize
         # loops with a division (AdamW, softmax, layernorm); NaN/inf are caught by the trainer's checks.
         options.setdefault("error_model", "numpy")
         self.name = fn.__name__
+        self.kid = len(KERNEL_NAMES)
+        KERNEL_NAMES.append(self.name)
         self.parallel = njit(parallel=True, cache=True, **options)(fn)
         # A copy under another qualname: Numba's cache is keyed by qualname, not by the parallel flag,
         # so compiling the same function object twice would make the two share (and clobber) one entry.
@@ -117,16 +142,21 @@ class Kernel:
         self.block = njit(cache=True, nogil=True, **options)(block)
 
     def __call__(self, nthreads, *args):
+        """`args` end with the trace log; the call has no layer. True: the log wants emptying."""
+        return self.call(nthreads, NO_LAYER, *args)
+
+    def call(self, nthreads, layer, *args):
         if nthreads == 1:
-            return self.serial(*args, 1)
-        return self.parallel(*args, nthreads)
+            return self.serial(*args, self.kid, layer, 1)
+        return self.parallel(*args, self.kid, layer, nthreads)
 
     def __repr__(self) -> str:
         return f"Kernel({self.name})"
 
 
 def kernel(fn=None, **options):
-    """Decorator: `fn(outputs..., inputs..., sizes..., tr, nthreads)` -> Kernel called as k(nthreads, ...).
+    """Decorator: `fn(outputs..., inputs..., sizes..., tr, kid, layer, nthreads)` -> Kernel called as
+    k(nthreads, ..., tr).
 
     `@kernel(fastmath={"reassoc"})` passes Numba options (e.g. to let a reduction vectorize)."""
     if fn is None:

@@ -13,16 +13,16 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from trainer.kernels.launch import block_begin, block_end, chunk, kernel, region_begin, region_end
+from trainer.kernels.launch import NO_LAYER, block_begin, block_end, chunk, kernel, region_begin, region_end
 
 EPS = 1e-5  # llm.c and GPT-2's nn.LayerNorm default
 
 
 @kernel
-def layernorm_forward(out, mean, rstd, inp, weight, bias, tr, nthreads):
+def layernorm_forward(out, mean, rstd, inp, weight, bias, tr, kid, layer, nthreads):
     # out (BT, C); mean, rstd (BT,) saved for backward; inp (BT, C); weight, bias (C,)
     BT, C = inp.shape
-    region_begin(tr)
+    trc = region_begin(tr, kid, layer)
     for t in prange(nthreads):
         t0 = block_begin(tr)
         r0, r1 = chunk(BT, nthreads, t)
@@ -41,16 +41,16 @@ def layernorm_forward(out, mean, rstd, inp, weight, bias, tr, nthreads):
                 out[i, c] = (inp[i, c] - m) * s * weight[c] + bias[c]
             mean[i] = m
             rstd[i] = s
-        block_end(tr, t, t0)
-    region_end(tr)
+        block_end(tr, trc, t, t0)
+    return region_end(tr, trc)
 
 
 @kernel
-def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, tr, nthreads):
+def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, tr, kid, layer, nthreads):
     # dinp (BT, C) +=, dweight (C,) +=, dbias (C,) +=; dout (BT, C), inp (BT, C), weight (C,),
     # mean, rstd (BT,) from layernorm_forward
     BT, C = inp.shape
-    region_begin(tr)
+    trc = region_begin(tr, kid, layer)
     for t in prange(nthreads):
         t0 = block_begin(tr)
         # dinp for rows r0:r1; the two row means are float64 because dinp is their small difference
@@ -78,8 +78,8 @@ def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, tr, 
             for c in range(c0, c1):
                 dbias[c] += dout[i, c]
                 dweight[c] += (inp[i, c] - m) * s * dout[i, c]
-        block_end(tr, t, t0)
-    region_end(tr)
+        block_end(tr, trc, t, t0)
+    return region_end(tr, trc)
 
 
 def layernorm_forward_ref(inp, weight, bias):
@@ -109,7 +109,7 @@ def layernorm_backward_input(dinp, dout, inp, weight, mean, rstd, tr):
     # dinp (R, C) += for a block of rows; dout, inp (R, C), mean, rstd (R,) the same rows; weight (C,); tr: as every
     # kernel's (launch.py)
     R, C = inp.shape
-    region_begin(tr)
+    trc = region_begin(tr, 0, NO_LAYER)
     for i in range(R):
         m = mean[i]
         s = rstd[i]
@@ -124,7 +124,7 @@ def layernorm_backward_input(dinp, dout, inp, weight, mean, rstd, tr):
         for c in range(C):
             norm = (inp[i, c] - m) * s
             dinp[i, c] += (weight[c] * dout[i, c] - dnorm_mean - norm * dnorm_norm_mean) * s
-    region_end(tr)
+    return region_end(tr, trc)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -132,11 +132,11 @@ def layernorm_backward_params(dweight, dbias, dout, inp, mean, rstd, c0, c1, tr)
     # dweight, dbias (C,) += on columns c0:c1 over all BT rows, in layernorm_backward's order (bitwise equal);
     # dout, inp (BT, C), mean, rstd (BT,)
     BT = inp.shape[0]
-    region_begin(tr)
+    trc = region_begin(tr, 0, NO_LAYER)
     for i in range(BT):
         m = mean[i]
         s = rstd[i]
         for c in range(c0, c1):
             dbias[c] += dout[i, c]
             dweight[c] += (inp[i, c] - m) * s * dout[i, c]
-    region_end(tr)
+    return region_end(tr, trc)

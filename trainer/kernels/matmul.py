@@ -10,15 +10,15 @@ import numpy as np
 from numba import njit, prange
 
 from trainer.blas import NO_TRANS, ROW_MAJOR, TRANS, cblas_sgemm
-from trainer.kernels.launch import block_begin, block_end, chunk, kernel, region_begin, region_end
+from trainer.kernels.launch import NO_LAYER, block_begin, block_end, chunk, kernel, region_begin, region_end
 
 
 @kernel
-def matmul_forward(out, inp, weight, bias, has_bias, tr, nthreads):
+def matmul_forward(out, inp, weight, bias, has_bias, tr, kid, layer, nthreads):
     # out (BT, OC), inp (BT, C), weight (OC, C), bias (OC,) (ignored unless has_bias)
     BT, C = inp.shape
     OC = weight.shape[0]
-    region_begin(tr)
+    trc = region_begin(tr, kid, layer)
     for t in prange(nthreads):
         t0 = block_begin(tr)
         o0, o1 = chunk(OC, nthreads, t)
@@ -35,16 +35,16 @@ def matmul_forward(out, inp, weight, bias, has_bias, tr, nthreads):
                     ob = out[i, o0:o1]
                     for j in range(o1 - o0):
                         ob[j] += bb[j]
-        block_end(tr, t, t0)
-    region_end(tr)
+        block_end(tr, trc, t, t0)
+    return region_end(tr, trc)
 
 
 @kernel
-def matmul_backward(dinp, dweight, dbias, dout, inp, weight, has_bias, tr, nthreads):
+def matmul_backward(dinp, dweight, dbias, dout, inp, weight, has_bias, tr, kid, layer, nthreads):
     # dinp (BT, C) +=, dweight (OC, C) +=, dbias (OC,) +=; dout (BT, OC), inp (BT, C), weight (OC, C)
     BT, C = inp.shape
     OC = weight.shape[0]
-    region_begin(tr)
+    trc = region_begin(tr, kid, layer)
     for t in prange(nthreads):
         t0 = block_begin(tr)
         # dinp[:, c0:c1] += dout @ weight[:, c0:c1]: each thread reads its columns of weight
@@ -69,8 +69,8 @@ def matmul_backward(dinp, dweight, dbias, dout, inp, weight, has_bias, tr, nthre
                     dob = dout[i, o0:o1]
                     for j in range(o1 - o0):
                         db[j] += dob[j]
-        block_end(tr, t, t0)
-    region_end(tr)
+        block_end(tr, trc, t, t0)
+    return region_end(tr, trc)
 
 
 def matmul_forward_ref(inp, weight, bias):
@@ -91,14 +91,14 @@ def matmul_backward_input(dinp, dout, weight, tr):
     # dinp (R, C) +=, a block of rows; dout (R, OC) the same rows; weight (OC, C); tr: as every kernel's (launch.py)
     R, C = dinp.shape
     OC = weight.shape[0]
-    region_begin(tr)
+    trc = region_begin(tr, 0, NO_LAYER)
     if R > 0:
         cblas_sgemm(np.int32(ROW_MAJOR), np.int32(NO_TRANS), np.int32(NO_TRANS),
                     np.int32(R), np.int32(C), np.int32(OC), np.float32(1.0),
                     dout.ctypes.data, np.int32(OC),
                     weight.ctypes.data, np.int32(C),
                     np.float32(1.0), dinp.ctypes.data, np.int32(C))
-    region_end(tr)
+    return region_end(tr, trc)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -107,7 +107,7 @@ def matmul_backward_weight(dweight, dbias, dout, inp, o0, o1, has_bias, tr):
     # row-order bias sum as matmul_backward's block of those features; dout (BT, OC), inp (BT, C)
     BT, C = inp.shape
     OC = dout.shape[1]
-    region_begin(tr)
+    trc = region_begin(tr, 0, NO_LAYER)
     if o1 > o0:
         cblas_sgemm(np.int32(ROW_MAJOR), np.int32(TRANS), np.int32(NO_TRANS),
                     np.int32(o1 - o0), np.int32(C), np.int32(BT), np.float32(1.0),
@@ -120,4 +120,4 @@ def matmul_backward_weight(dweight, dbias, dout, inp, o0, o1, has_bias, tr):
                 dob = dout[i, o0:o1]
                 for j in range(o1 - o0):
                     db[j] += dob[j]
-    region_end(tr)
+    return region_end(tr, trc)

@@ -12,31 +12,31 @@ from trainer.kernels.launch import block_begin, block_end, chunk, kernel, region
 
 
 @kernel
-def residual_forward(out, inp1, inp2, tr, nthreads):
+def residual_forward(out, inp1, inp2, tr, kid, layer, nthreads):
     # out, inp1, inp2 (BT, C), one shape, C-contiguous
     o = out.reshape(-1)
     a = inp1.reshape(-1)
     b = inp2.reshape(-1)
     N = o.shape[0]
-    region_begin(tr)
+    trc = region_begin(tr, kid, layer)
     for t in prange(nthreads):
         t0 = block_begin(tr)
         r0, r1 = chunk(N, nthreads, t)
         ob, ab, bb = o[r0:r1], a[r0:r1], b[r0:r1]
         for i in range(r1 - r0):
             ob[i] = ab[i] + bb[i]
-        block_end(tr, t, t0)
-    region_end(tr)
+        block_end(tr, trc, t, t0)
+    return region_end(tr, trc)
 
 
 @kernel
-def residual_backward(dinp1, dinp2, dout, tr, nthreads):
+def residual_backward(dinp1, dinp2, dout, tr, kid, layer, nthreads):
     # dinp1 (BT, C) +=, dinp2 (BT, C) +=; dout (BT, C); all C-contiguous
     d1 = dinp1.reshape(-1)
     d2 = dinp2.reshape(-1)
     d = dout.reshape(-1)
     N = d.shape[0]
-    region_begin(tr)
+    trc = region_begin(tr, kid, layer)
     for t in prange(nthreads):
         t0 = block_begin(tr)
         r0, r1 = chunk(N, nthreads, t)
@@ -44,8 +44,8 @@ def residual_backward(dinp1, dinp2, dout, tr, nthreads):
         for i in range(r1 - r0):
             d1b[i] += db[i]
             d2b[i] += db[i]
-        block_end(tr, t, t0)
-    region_end(tr)
+        block_end(tr, trc, t, t0)
+    return region_end(tr, trc)
 
 
 def residual_forward_ref(inp1, inp2):

@@ -10,14 +10,14 @@ from trainer.kernels.launch import block_begin, block_end, chunk, kernel, region
 
 
 @kernel
-def zero_fill(buf, tr, nthreads):
+def zero_fill(buf, tr, kid, layer, nthreads):
     # buf: any C-contiguous float32 array, set to 0
     flat = buf.reshape(-1)
     n = flat.shape[0]
-    region_begin(tr)
+    trc = region_begin(tr, kid, layer)
     for t in prange(nthreads):
         t0 = block_begin(tr)
         i0, i1 = chunk(n, nthreads, t)
         flat[i0:i1] = 0.0
-        block_end(tr, t, t0)
-    region_end(tr)
+        block_end(tr, trc, t, t0)
+    return region_end(tr, trc)

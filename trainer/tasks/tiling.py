@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from trainer.kernels import adamw, attention, crossentropy, encoder, gelu, layernorm, matmul, residual, zero
+from trainer.kernels.launch import NO_LAYER
 from trainer.tasks.regions import IN, INOUT, OUT, Region
 
 ELEMENTS = 1 << 18      # elements per task of a 1-D buffer: 1 MiB of float32, ~0.1-0.3 ms of AdamW
@@ -41,19 +42,19 @@ def even_blocks(n: int, count: int) -> list[tuple[int, int]]:
 
 def _timed(body, *extra):
     """A task body that calls the kernel `body(*args, tr, *extra)` and returns (entry_ns, exit_ns) of the kernel
-    as its trace slot `tr` read them, inside, without the GIL: the Python call around it (dropping and taking back
+    as its trace log `tr` read them, inside, without the GIL: the Python call around it (dropping and taking back
     the GIL) counts as the runtime's, not the task's (trainer.tasks.runtime)."""
     def run(*args):
-        tr = np.zeros((2, 3), dtype=np.int64)      # row 0: the region; row 1: block 0 of a kernel's serial twin
+        tr = np.zeros((2, 2, 3), dtype=np.int64)   # the header and one call: its region and block 0 (launch.py)
         body(*args, tr, *extra)
-        return int(tr[0, 0]), int(tr[0, 1])
+        return int(tr[1, 0, 0]), int(tr[1, 0, 1])
     run.__name__ = getattr(body, "__name__", "task")
     return run
 
 
 def _serial(k):
-    """The block body of a kernel run serially on views: its GIL-free twin on one thread, timed by its trace slot."""
-    return _timed(k.block, 1)
+    """The block body of a kernel run serially on views: its GIL-free twin on one thread, timed by its trace log."""
+    return _timed(k.block, k.kid, NO_LAYER, 1)
 
 
 # Each tiling: (kernel's serial body, args, rows) -> [(fn, args, accesses, block)], accesses as (lo, hi, mode) byte

@@ -1,15 +1,22 @@
-"""KernelRecorder: preallocated slots the kernels write into, and what `take` hands the tracer."""
+"""KernelRecorder: the log the kernels write their calls into, and what `take` hands the tracer."""
 from __future__ import annotations
 
 import numpy as np
 
+from gpt2trace.format import raw_window
 from gpt2trace.record.recorder import NO_VALUE, RING, KernelRecorder, call_meta
+from trainer.kernels import launch
 from trainer.kernels.residual import residual_forward
+from trainer.kernels.zero import zero_fill
 from trainer.launcher import Launcher
 
 
+def test_the_kernels_keys_are_the_traces():
+    assert launch.LAYER_BITS == raw_window.LAYER_BITS and launch.NO_LAYER == NO_VALUE
+
+
 def _slot(rec, kernel, layer):
-    """A call's slot as the launcher asks for it."""
+    """A call's row, as a kernel's region_begin takes it."""
     return rec.slot(rec.kernel_key(kernel) + layer)
 
 
@@ -23,7 +30,8 @@ def test_slot_is_a_view_marked_absent():
     rec = KernelRecorder(nthreads=2, capacity=8)
     slot = _slot(rec, "matmul_forward", 3)
     assert slot.shape == (3, 3) and slot.dtype == np.int64 and slot.flags.c_contiguous
-    assert slot is rec.slots[0]                      # the first slot of the ring
+    assert np.shares_memory(slot, rec.log[1])       # the first row of the ring, after the header
+    assert slot[0, 2] == 3 and rec.log[0, 0].tolist() == [1, 0, 0]
     assert (slot[1:, 2] == NO_VALUE).all()          # blocks no thread has run yet
 
 
@@ -56,13 +64,15 @@ def test_take_copies_and_resets_the_slots():
 
 
 def test_the_ring_is_reused_and_the_window_grows_keeping_every_call():
-    # 2 rings and 5 calls: the ring's slots are handed out again from call RING on, each call's times kept in the
-    # window, which grows from 2 calls to RING (first spill), 2 RING, then 4 RING (the take keeps the last 5)
+    # 2 rings and 5 calls: the ring's rows are handed out again from call RING on, each call's times kept in the
+    # window, spilled every half ring, which grows from 2 calls to RING / 2 (first spill), RING, 2 RING, then 4 RING
+    # (the take spills the last 5)
     n = 2 * RING + 5
     rec = KernelRecorder(nthreads=1, capacity=2)
     for i in range(n):
         slot = _slot(rec, "k", i)
-        assert slot is rec.slots[i % RING] and slot[1, 2] == NO_VALUE      # reused, marked not run again
+        assert np.shares_memory(slot, rec.log[1 + i % RING]) and slot[1, 2] == NO_VALUE   # reused, marked not run
+        assert rec.n - int(rec.log[0, 0, 1]) <= RING // 2        # never more than half the ring unread
         _fill(slot, 10 * i, 10 * i + 5, (10 * i, 10 * i + 5, 1))
     times, calls = rec.take()
     assert len(times) == n and len(rec.times) == 4 * RING
@@ -80,7 +90,7 @@ def test_take_upto_drops_the_calls_after_it_and_resets_every_slot():
         _fill(_slot(rec, "k", i), 10 * i, 10 * i + 5, (10 * i, 10 * i + 5, 1))
     times, calls = rec.take(upto=2)             # the third call belonged to a step cut short
     assert times[:, 0, 0].tolist() == [0, 10] and call_meta(calls)[:, 1].tolist() == [0, 1]
-    assert rec.n == 0 and all((s[1:, 2] == NO_VALUE).all() for s in rec.slots)
+    assert rec.n == 0 and (rec.log[1:, 1:, 2] == NO_VALUE).all()
     assert call_meta(rec.take()[1]).shape == (0, 4)
 
 
@@ -102,55 +112,46 @@ def test_step_changes_between_takes_and_without_calls():
 
 
 
-class _CountingRecorder(KernelRecorder):
-    def __init__(self, nthreads):
-        super().__init__(nthreads)
-        self.asked: list[str] = []
-
-    def kernel_key(self, kernel):
-        self.asked.append(kernel)
-        return super().kernel_key(kernel)
-
-
-def test_the_launcher_asks_a_kernels_key_once_per_recorder():
-    # three calls of residual_forward (layers 0, 1, 0): one key asked, three slots with the layer in their key;
-    # a new recorder (the next traced block of a benchmark) is asked again, never given the old one's keys
+def test_the_launcher_hands_the_log_and_the_kernels_write_their_keys():
+    # three calls of residual_forward (layers 0, 1, 0) and one of zero_fill (no layer): the kernels wrote their
+    # rows and keys, named by the launcher's kernel registry; untraced calls write nothing
     x = np.ones(64, np.float32)
     out = np.empty_like(x)
-    first, second = _CountingRecorder(2), _CountingRecorder(2)
-    launcher = Launcher(2, first)
+    rec = KernelRecorder(2)
+    launcher = Launcher(2, rec)
+    assert rec.kernel_names is launch.KERNEL_NAMES
     for layer in (0, 1, 0):
         launcher(residual_forward, layer, out, x, x)
-    assert first.asked == ["residual_forward"] and first.n == 3
-    assert call_meta(first.take()[1])[:, :2].tolist() == [[0, 0], [0, 1], [0, 0]]
-    launcher.recorder = second
-    second.kernel_key("other_kernel")                # ids differ between recorders
-    launcher(residual_forward, 2, out, x, x)
-    assert second.asked == ["other_kernel", "residual_forward"]
-    times, calls = second.take()
-    assert call_meta(calls)[:, :2].tolist() == [[1, 2]] and (times[0, 1:, 2] > 0).all()   # both blocks ran
-    assert (out == 2).all()
-    launcher.recorder = None                         # untraced: no slot asked
+    launcher(zero_fill, launch.NO_LAYER, out)
+    assert rec.n == 4
+    times, calls = rec.take()
+    meta = call_meta(calls)
+    assert [rec.kernel_names[k] for k in meta[:, 0]] == ["residual_forward"] * 3 + ["zero_fill"]
+    assert meta[:, 1].tolist() == [0, 1, 0, -1]
+    assert (times[:, 1:, 2] > 0).all()                   # both blocks of every call ran
+    assert (out == 0).all()
+    launcher.recorder = None                             # untraced: nothing written
     launcher(residual_forward, 0, out, x, x)
-    assert second.n == 0
+    assert rec.n == 0 and (out == 2).all()
 
 
-def test_the_launcher_grows_the_slots_and_keeps_the_lists_it_holds():
-    # the launcher hands out slots on the recorder's own lists, a take clears them in place, and the next calls
-    # still land in the recorder
+def test_the_launcher_spills_when_the_kernel_says_and_keeps_every_call():
+    # 2 rings and 5 calls: a kernel says when half the ring is unread, the launcher spills, the window grows to hold
+    # them all, and the log stays the same array
     x = np.ones(64, np.float32)
     out = np.empty_like(x)
     rec = KernelRecorder(nthreads=2, capacity=2)
-    keys, slots = rec.keys, rec.slots
+    log = rec.log
     launcher = Launcher(2, rec)
-    n = 2 * RING + 5                                  # the ring reused twice, the window grown to hold them all
+    n = 2 * RING + 5
     for layer in range(n):
         launcher(residual_forward, layer, out, x, x)
-    assert rec.keys is keys and rec.slots is slots
+        assert rec.n - int(rec.log[0, 0, 1]) < RING // 2
+    assert rec.log is log
     times, calls = rec.take()
     assert call_meta(calls)[:, 1].tolist() == list(range(n))
     # every call's region and both blocks were written by the kernel, in call order
     assert (times[:, 0, :2] > 0).all() and (times[:, 0, 1] >= times[:, 0, 0]).all() and (times[:, 1:, 2] > 0).all()
     assert (times[1:, 0, 0] >= times[:-1, 0, 1]).all()
     launcher(residual_forward, 7, out, x, x)
-    assert rec.keys is keys and rec.n == 1 and call_meta(rec.take()[1])[:, 1].tolist() == [7]
+    assert rec.log is log and rec.n == 1 and call_meta(rec.take()[1])[:, 1].tolist() == [7]

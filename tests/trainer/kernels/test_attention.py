@@ -148,11 +148,11 @@ def test_reference_backward_matches_finite_differences():
 def test_trace_slot_filled(nthreads):
     B, T, C, NH = 2, 9, 24, 3
     inp, dout = make_inputs(B, T, C, seed=5)
-    tr_fwd = np.zeros((nthreads + 1, 3), dtype=np.int64)
-    _, _, att = run_forward(inp, B, T, NH, nthreads, tr=tr_fwd)
-    tr_bwd = np.zeros((nthreads + 1, 3), dtype=np.int64)
-    run_backward(np.zeros_like(inp), dout, inp, att, B, T, NH, nthreads, tr=tr_bwd)
-    for tr in (tr_fwd, tr_bwd):
+    log_fwd = np.zeros((2, nthreads + 1, 3), dtype=np.int64)    # the header and one call (trainer.kernels.launch)
+    _, _, att = run_forward(inp, B, T, NH, nthreads, tr=log_fwd)
+    log_bwd = np.zeros((2, nthreads + 1, 3), dtype=np.int64)
+    run_backward(np.zeros_like(inp), dout, inp, att, B, T, NH, nthreads, tr=log_bwd)
+    for tr in (log_fwd[1], log_bwd[1]):
         assert 0 < tr[0, 0] <= tr[0, 1]  # the region, read on the main thread
         # every block ran inside the region, even a thread with no (b, h) pairs
         assert (tr[0, 0] <= tr[1:, 0]).all() and (tr[1:, 0] <= tr[1:, 1]).all() and (tr[1:, 1] <= tr[0, 1]).all()

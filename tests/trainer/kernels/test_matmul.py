@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainer.kernels.launch import NO_TRACE
+from trainer.kernels.launch import LAYER_BITS, NO_LAYER, NO_TRACE
 from trainer.kernels.matmul import matmul_backward, matmul_backward_ref, matmul_forward, matmul_forward_ref
 
 U = 2.0 ** -24                  # float32 unit roundoff
@@ -137,9 +137,11 @@ def test_backward_reference_matches_finite_differences():
 @pytest.mark.parametrize("nthreads", [1, 2, 3])
 def test_trace_slot_records_region_and_blocks(nthreads):
     inp, weight, _, dout = make(32, 24, 36)
-    tr = np.zeros((nthreads + 1, 3), np.int64)
-    got = run_backward(nthreads, dout, inp, weight, tr=tr)
-    (enter_ns, exit_ns, _), blocks = tr[0], tr[1:]
+    log = np.zeros((2, nthreads + 1, 3), np.int64)      # the header and one call (trainer.kernels.launch)
+    got = run_backward(nthreads, dout, inp, weight, tr=log)
+    tr = log[1]
+    (enter_ns, exit_ns, key), blocks = tr[0], tr[1:]
+    assert log[0, 0, 0] == 1 and key == (matmul_backward.kid << LAYER_BITS) + NO_LAYER
     assert 0 < enter_ns <= exit_ns
     # the region is read on the calling thread before the fork and after the join, so it encloses blocks
     assert (enter_ns <= blocks[:, 0]).all() and (blocks[:, 0] <= blocks[:, 1]).all()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainer.kernels.launch import NO_TRACE
+from trainer.kernels.launch import LAYER_BITS, NO_TRACE
 from trainer.kernels.residual import residual_backward, residual_backward_ref, residual_forward, residual_forward_ref
 
 # One float32 add per element: the result is the float64 sum rounded once (<= 6e-8 relative), so rtol 1e-5
@@ -70,9 +70,11 @@ def test_one_and_two_threads_agree():
 def test_trace_slot_records_region_and_blocks(nthreads):
     inp1, inp2, _ = make(64, 32)
     out = np.empty_like(inp1)
-    tr = np.zeros((nthreads + 1, 3), np.int64)
-    residual_forward(nthreads, out, inp1, inp2, tr)
-    (enter_ns, exit_ns, _), blocks = tr[0], tr[1:]
+    log = np.zeros((2, nthreads + 1, 3), np.int64)      # the header and one call (trainer.kernels.launch)
+    assert residual_forward.call(nthreads, 7, out, inp1, inp2, log)    # half the ring of one is unread
+    tr = log[1]
+    (enter_ns, exit_ns, key), blocks = tr[0], tr[1:]
+    assert log[0, 0].tolist() == [1, 0, 0] and key == (residual_forward.kid << LAYER_BITS) + 7
     assert 0 < enter_ns <= exit_ns
     assert (blocks[:, 0] <= blocks[:, 1]).all()
     # the region is read on the calling thread before the fork and after the join, so it encloses blocks

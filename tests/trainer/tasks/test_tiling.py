@@ -32,7 +32,7 @@ def _cases():
     qpos, kpos = attention.whole_sequence_positions(BT // B)
     att = np.zeros((B, NH, BT // B, BT // B), np.float32)
     attention.attention_forward(1, np.zeros((BT, C), np.float32), np.zeros_like(att), att, qkv, qkv, qpos, kpos, B, NH,
-                                np.zeros((0, 3), np.int64))
+                                np.zeros((0, 1, 3), np.int64))
     logits = r.standard_normal((BT, 40), np.float32)
     targets = r.integers(0, 30, BT).astype(np.int32)
     tokens = r.integers(0, 40, BT).astype(np.int32)
@@ -71,7 +71,7 @@ def _args(build):
 def test_blocks_give_the_kernel_s_result(case):
     k, build, outputs, bitwise = case
     want = _args(build)
-    k(1, *want, np.zeros((0, 3), np.int64))
+    k(1, *want, np.zeros((0, 1, 3), np.int64))
     got = _args(build)
     tasks = tasks_of(k, got, 5)
     assert len(tasks) >= 1
