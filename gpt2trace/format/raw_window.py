@@ -1,13 +1,15 @@
-"""A part as the tracer writes it during the run: one window's raw buffers, decoded into records by the merge.
+"""A window of the tracer's raw buffers, and how the merge decodes it into raw events.
 
 Extrae's tracing library writes its buffers as they are (.mpit files) and leaves building the trace to mpi2prv.
 So does the tracer: at a cut, on the training loop's own thread, it writes the kernel calls it recorded (times as
 the kernels read them, thread ids as pthread ids), the calls' keys and the marks where step and microstep changed,
-and the lists of phases, counters and MPI calls, as one Arrow IPC file of a single row (four list columns: the
-kernels' times, the other integer buffers, the counters' values, the names; `encode`). That needs no writer thread
-beside the kernels' threads. The merge (`RankDecoder`) turns a rank's raw parts, in order, into the part layout of
-gpt2trace.format.parts (one row per kernel call with its blocks, phases, MPI calls, counters), from which
-`parts.complete` builds the kernel records and the thread states.
+and the lists of phases, counters and MPI calls: a `RawWindow`, which `pieces` lays out as the kernels' times, the
+other integer buffers one after the other, the counters' values and the names joined (the file it becomes:
+gpt2trace.format.raw_part). That needs no writer thread beside the kernels' threads. The merge (`RankDecoder`)
+turns a rank's raw parts, in order, into the part layout of gpt2trace.format.parts (one row per kernel call with
+its blocks, phases, MPI calls, counters), from which `parts.complete` builds the kernel records and the thread
+states. Raw parts of earlier versions, Arrow IPC files of one row (the same four pieces as list columns, or a
+column per buffer), decode alike (`RankDecoder.part`).
 
 A call's key is its kernel's id << LAYER_BITS plus its layer (-1: none), as the kernel wrote it
 (trainer.kernels.launch keeps the same layout, a test holds the two equal); the thread index of a block is 0 for
@@ -48,8 +50,7 @@ COUNTER_FIELDS = ("time", "step", "microstep")
 # An executed task of a task graph: its id, its kernel (a code into `task_names`), layer, block, the thread id
 # that ran it, when it was taken from the ready queue, its body, when its successors were released.
 TASK_FIELDS = ("task", "kernel", "layer", "block", "tid", "pick", "start", "end", "done", "step", "microstep")
-# The parts' four columns (`encode`), and what the integer and name columns hold, in order.
-_COLUMNS = ["times", "ints", "counter_values", "names"]
+# What a part's integer buffers and names hold, in order (`pieces`).
 INT_BUFFERS = ("keys", "marks", "phases", "comms", "counters", "tasks", "task_pred_offsets", "task_preds",
                "task_idle", "task_graphs")
 NAME_GROUPS = ("kernel_names", "phase_names", "comm_names", "counter_names", "task_names")
@@ -149,17 +150,14 @@ class TaskBuffers:
     graphs: np.ndarray
 
 
-def encode(w: RawWindow, metadata: dict[bytes, bytes]) -> pa.Table:
-    """The window as a one-row table of four list columns, with the trace's `metadata`: what the loop thread
-    writes, so only its buffers, a copy of the small ones and the names joined, no per-record work. The kernel
-    times go as they are (`times`), the other integer buffers one after the other (`ints`, in INT_BUFFERS order),
-    the names of each group likewise (`names`, one string, NAME_SEP between names), their lengths in the JSON of
-    META_RAW. Four columns, not one per buffer: each column is a few Python and pyarrow calls (a cut's encoding
-    took 91 us warm, against 219 us with a column per buffer)."""
+def pieces(w: RawWindow) -> tuple[dict, list[np.ndarray], str]:
+    """What a part holds of the window beside `times` and `counter_values`: its numbers and its buffers' lengths
+    (`info`), the other integer buffers flat in INT_BUFFERS order (views, not copies), and the names of every group
+    as one string, NAME_SEP between names (`unpack` takes them apart)."""
     t = w.tasks
     ints = [w.keys, w.marks, w.phases, w.comms, w.counters]
     ints += _NO_TASKS if t is None else [t.tasks, t.pred_offsets, t.preds, t.idle, t.graphs]
-    flat = [a.reshape(-1) for a in ints]
+    flat = [np.ascontiguousarray(a, np.int64).reshape(-1) for a in ints]
     names = [w.kernel_names, w.phase_names, w.comm_names, w.counter_names, [] if t is None else t.names]
     text = NAME_SEP.join(chain.from_iterable(names))
     if text.count(NAME_SEP) != max(0, sum(map(len, names)) - 1):
@@ -167,24 +165,28 @@ def encode(w: RawWindow, metadata: dict[bytes, bytes]) -> pa.Table:
     info = {"rank": w.rank, "start_ns": w.start_ns, "end_ns": w.end_ns, "origin_ns": w.origin_ns,
             "threads": w.threads, "main_tid": w.main_tid, "ints": [len(a) for a in flat],
             "names": [len(n) for n in names]}
-    columns = [_one_list(w.times.reshape(-1), pa.int64()), _one_list(np.concatenate(flat), pa.int64()),
-               _one_list(w.counter_values, pa.float64()), pa.array([text], pa.string())]
-    meta = {**metadata, META_RAW: json.dumps(info).encode()}
-    return pa.Table.from_arrays(columns, names=_COLUMNS, metadata=meta)
+    return info, flat, text
 
 
-def _one_list(values: np.ndarray, typ: pa.DataType) -> pa.Array:
-    """A one-row list array holding `values`: NumPy buffers are wrapped as they are (pa.array and
-    LargeListArray.from_arrays cost ~10 us a buffer more)."""
-    a = np.ascontiguousarray(values, dtype=typ.to_pandas_dtype())
-    flat = pa.Array.from_buffers(typ, len(a), [None, pa.py_buffer(a)])
-    offsets = pa.py_buffer(np.array([0, len(flat)], np.int64))
-    return pa.Array.from_buffers(pa.large_list(typ), 1, [None, offsets], children=[flat])
+def unpack(info: dict, times: np.ndarray, flat: np.ndarray, counter_values: np.ndarray,
+           text: str) -> tuple[dict[str, np.ndarray], dict[str, list[str]]]:
+    """The buffers by name, as `pieces` put them together; ValueError when they do not match their lengths."""
+    lengths = [int(n) for n in info["ints"]]
+    if len(lengths) != len(INT_BUFFERS) or sum(lengths) != len(flat):
+        raise ValueError("its integer buffers and their lengths do not match")
+    ints = {"times": times, "counter_values": counter_values}
+    ints.update(zip(INT_BUFFERS, np.split(flat, np.cumsum(lengths)[:-1])))
+    counts = [int(n) for n in info["names"]]
+    names = text.split(NAME_SEP) if sum(counts) else []
+    if len(counts) != len(NAME_GROUPS) or len(names) != sum(counts):
+        raise ValueError("its names and their counts do not match")
+    ends = np.cumsum(counts)
+    return ints, {g: names[e - n:e] for g, n, e in zip(NAME_GROUPS, counts, ends)}
 
 
 def _decoded(table: pa.Table, info: dict) -> tuple[dict[str, np.ndarray], dict[str, list[str]]]:
-    """A part's buffers by name (as `encode` took them apart), from either layout: the four columns, or one column
-    per buffer (parts of earlier versions)."""
+    """A raw part of earlier versions (an Arrow IPC file of one row) as its buffers by name: four list columns
+    (`times`, `ints`, `counter_values`, `names`: `pieces` as columns), or one column per buffer."""
     def values(name: str) -> pa.Array:              # the one row's list
         return table.column(name).combine_chunks().flatten()
 
@@ -193,19 +195,8 @@ def _decoded(table: pa.Table, info: dict) -> tuple[dict[str, np.ndarray], dict[s
         ints = {name: buf[name].to_numpy(zero_copy_only=False) for name, typ in _BUFFERS.items()
                 if typ != pa.string()}
         return ints, {name: buf[name].to_pylist() for name, typ in _BUFFERS.items() if typ == pa.string()}
-    ints = {name: values(name).to_numpy(zero_copy_only=False) for name in ("times", "counter_values")}
-    flat = values("ints").to_numpy(zero_copy_only=False)
-    lengths = [int(n) for n in info["ints"]]
-    if len(lengths) != len(INT_BUFFERS) or sum(lengths) != len(flat):
-        raise ValueError("its integer buffers and their lengths do not match")
-    ints.update(zip(INT_BUFFERS, np.split(flat, np.cumsum(lengths)[:-1])))
-    text = table.column("names")[0].as_py()
-    counts = [int(n) for n in info["names"]]
-    names = text.split(NAME_SEP) if sum(counts) else []
-    if len(counts) != len(NAME_GROUPS) or len(names) != sum(counts):
-        raise ValueError("its names and their counts do not match")
-    ends = np.cumsum(counts)
-    return ints, {g: names[e - n:e] for g, n, e in zip(NAME_GROUPS, counts, ends)}
+    return unpack(info, *(values(c).to_numpy(zero_copy_only=False) for c in ("times", "ints", "counter_values")),
+                  table.column("names")[0].as_py())
 
 
 def is_raw(schema: pa.Schema) -> bool:
@@ -237,8 +228,14 @@ class RankDecoder:
         self._tid_index = np.zeros(0, dtype=np.int32)
 
     def part(self, table: pa.Table) -> pa.Table:
+        """A raw part of an earlier version (an Arrow IPC file, gpt2trace.format.raw_part reads the others)."""
         info = json.loads(table.schema.metadata[META_RAW])
-        ints, strs = _decoded(table, info)
+        trace_meta = {k: v for k, v in table.schema.metadata.items() if k != META_RAW}
+        return self.window(info, *_decoded(table, info), trace_meta)
+
+    def window(self, info: dict, ints: dict[str, np.ndarray], strs: dict[str, list[str]],
+               trace_meta: dict[bytes, bytes]) -> pa.Table:
+        """One window's buffers by name (`unpack`) in the part layout, with the trace's metadata."""
         threads, origin = int(info["threads"]), int(info["origin_ns"])
         if self._tids is None:
             self._tids = np.array([int(info["main_tid"])], dtype=np.int64)
@@ -303,7 +300,6 @@ class RankDecoder:
                 {S.KIND: TASK_IDLE, S.THREAD: idle_thread, S.START_NS: idle[:, 1], S.END_NS: idle[:, 2]},
                 {S.KIND: TASK_GRAPH, S.START_NS: graphs[:, 0], S.END_NS: graphs[:, 1]},
             ]
-        trace_meta = {k: v for k, v in table.schema.metadata.items() if k != META_RAW}
         layout = part_layout(S.arrow_schema(trace_meta), threads)
         columns = _concat(groups, window.rank, origin)
         return records_table(columns, pa.array(names, pa.string()), with_window(layout, window), kinds=PART_KINDS)

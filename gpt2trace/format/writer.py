@@ -1,4 +1,4 @@
-"""Writing traces: small Arrow IPC parts while the run goes, merged into one Parquet file at the end.
+"""Writing traces: small raw parts while the run goes, merged into one Parquet file at the end.
 
 Why parts: a Parquet file is only readable once its footer is written. The tracer closes a part every so often
 (gpt2trace.record.tracer decides when, always at a step boundary), so a run killed at any moment leaves parts
@@ -9,15 +9,15 @@ builds the thread states from them, part by part, rank by rank: the merged file 
 file, is written under a hidden temporary name (a leading dot: pyarrow's dataset discovery skips it) and renamed,
 so a kill or a full disk during a write leaves no half-written file where a reader looks.
 
-Why Arrow IPC for the parts: a part is written during the run, on the training loop's thread, and lives only
-until the merge. The tracer writes a window's raw buffers (gpt2trace.format.raw_window) as a one-row IPC file, a
-copy of its buffers, uncompressed; the merge decodes them into records and pays the full encoding (zstd,
-dictionaries, delta timestamps, statistics) once. Uncompressed because the loop waits for the write: on the
-`small` model's 1 s windows (~0.5 MB) LZ4 took ~1.2 ms to save ~0.13 ms of writing; the parts, living only until
-the merge, are twice the size (~0.6 MB/s of parts on the demo, against ~0.3 MB/s of merged trace). Parts of
-earlier versions (Parquet with the states in them; IPC files of raw events, one row per kernel call,
-gpt2trace.format.parts; LZ4-compressed; or without the columns added since) are still read by the merge and
-`recover`.
+The parts: a part is written during the run, on the training loop's thread, and lives only until the merge. The
+tracer writes a window's raw buffers as they are, uncompressed, with one system call (a .raw file,
+gpt2trace.format.raw_part); the merge decodes them into records and pays the full encoding (zstd, dictionaries,
+delta timestamps, statistics) once. Uncompressed because the loop waits for the write: on the `small` model's 1 s
+windows (~0.5 MB) LZ4 took ~1.2 ms to save ~0.13 ms of writing; the parts, living only until the merge, are
+twice the size (~0.6 MB/s of parts on the demo, against ~0.3 MB/s of merged trace). Parts of earlier versions
+(Parquet with the states in them; Arrow IPC files of raw buffers, or of raw events in the part layout of
+gpt2trace.format.parts, which `PartWriter.write` still writes for tests and tools; LZ4-compressed; or without the
+columns added since) are still read by the merge and `recover`.
 
 Files are opened by Python and handed to pyarrow as file objects: pyarrow's own path handling cannot encode
 file names that are not UTF-8 (which Linux allows).
@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 
 from gpt2trace.format import communicators as comms
 from gpt2trace.format import parts as P
-from gpt2trace.format import raw_window
+from gpt2trace.format import raw_part, raw_window
 from gpt2trace.format import schema as S
 from gpt2trace.format.errors import OutputError, TraceError
 from gpt2trace.format.rank_order import MERGED_ROW_GROUP, RankOrderedWriter, write_options  # noqa: F401
@@ -46,6 +46,7 @@ from gpt2trace.format.rank_order import MERGED_ROW_GROUP, RankOrderedWriter, wri
 PARTS_SUFFIX = ".parts"
 PART_SUFFIX = ".arrow"
 _LEGACY_PART_SUFFIX = ".parquet"   # the parts of earlier versions
+_PART_SUFFIXES = (raw_part.SUFFIX, PART_SUFFIX, _LEGACY_PART_SUFFIX)
 # On the writing thread itself (no pool threads competing with the kernels' threads); no compression (above).
 _PART_OPTIONS = ipc.IpcWriteOptions(use_threads=False)
 
@@ -55,42 +56,64 @@ def parts_dir(trace_path: Path) -> Path:
 
 
 class PartWriter:
-    """One rank's parts: <trace>.parts/rank00000/00000012.arrow (Arrow IPC files), in flush order. The folders are
-    made with the first part, so a run that stops before writing anything leaves nothing behind."""
+    """One rank's parts, <trace>.parts/rank00000/00000012.raw (gpt2trace.format.raw_part: what the tracer writes) or
+    .arrow (Arrow IPC files: records in the part layout), in flush order. The folders are made with the first
+    part, so a run that stops before writing anything leaves nothing behind."""
 
     def __init__(self, trace_path: Path, rank: int):
         self.dir = parts_dir(trace_path) / f"rank{rank:05d}"
         self.seq = 0
         self.bytes = 0
-        self._buffer = pa.allocate_buffer(0)    # the last part's encoding: reused, grown when a part needs more
+        self._buffer = pa.allocate_buffer(0)    # the last table's encoding: reused, grown when a part needs more
+
+    def write_raw(self, buffers: list) -> Path:
+        """Write a raw window's file (`raw_part.buffers`) as the next part, with one system call for all of it."""
+        return self._put(f"{self.seq:08d}{raw_part.SUFFIX}", buffers)
 
     def write(self, table: pa.Table) -> Path:
-        """Write `table` (in a part's layout, gpt2trace.format.parts, with its schema's metadata) as the next part;
-        an OSError (a full disk) becomes an OutputError and leaves nothing."""
-        final = self.dir / f"{self.seq:08d}{PART_SUFFIX}"
-        tmp = self.dir / f".{final.name}.tmp"
-        # Encoded in memory first, then written at once: a Python file object handed to pyarrow would be called
-        # back for each buffer. Into memory kept from part to part: a growing new buffer per part cost page faults
-        # and copies (~0.3 ms a part of the `small` model in this project's VMs). Sized (one more encoding, ~0.2 ms
-        # inside a training step) only when the part does not fit.
+        """Write `table` (in a part's layout, gpt2trace.format.parts, with its schema's metadata) as the next part.
+        Encoded in memory first, into memory kept from part to part (a new buffer per part cost page faults)."""
         try:
             data = self._buffer.slice(0, _encoded(pa.FixedSizeBufferWriter(self._buffer), table).tell())
         except OSError:                   # out of the buffer's bounds: the only I/O error of a write to memory
             size = _encoded(pa.MockOutputStream(), table).size()
             self._buffer = pa.allocate_buffer(size + size // 2)
             data = self._buffer.slice(0, _encoded(pa.FixedSizeBufferWriter(self._buffer), table).tell())
+        return self._put(f"{self.seq:08d}{PART_SUFFIX}", [data])
+
+    def _put(self, name: str, buffers: list) -> Path:
+        """The next part, written under a temporary name and renamed; an OSError (a full disk) becomes an
+        OutputError and leaves nothing."""
+        final = self.dir / name
+        tmp = self.dir / f".{name}.tmp"
         try:
             if self.seq == 0:
                 self.dir.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as f:
-                f.write(data)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                size = _write_all(fd, buffers)
+            finally:
+                os.close(fd)
             os.replace(tmp, final)
         except OSError as exc:
             _remove(tmp)
             raise OutputError(f"cannot write the trace part {final}: {exc.strerror or exc}") from None
-        self.bytes += data.size
+        self.bytes += size
         self.seq += 1
         return final
+
+
+def _write_all(fd: int, buffers: list) -> int:
+    """Write `buffers` one after the other; the bytes written. One os.writev, and more calls only after a short
+    write (a signal, a nearly full disk)."""
+    views = [memoryview(b).cast("B") for b in buffers]
+    total = sum(v.nbytes for v in views)
+    done = os.writev(fd, views)
+    if done < total:
+        rest = memoryview(b"".join(views))[done:]
+        while rest:
+            rest = rest[os.write(fd, rest):]
+    return total
 
 
 def _encoded(sink, table: pa.Table):
@@ -102,7 +125,7 @@ def _encoded(sink, table: pa.Table):
 
 def part_files(parts: Path) -> list[Path]:
     """Every rank's finished parts, rank by rank in flush order (temporaries of a killed write excluded)."""
-    return sorted(p for suffix in (PART_SUFFIX, _LEGACY_PART_SUFFIX) for p in parts.glob(f"rank*/[0-9]*{suffix}"))
+    return sorted(p for suffix in _PART_SUFFIXES for p in parts.glob(f"rank*/[0-9]*{suffix}"))
 
 
 def clear_unfinished(trace_path: Path) -> bool:
@@ -138,8 +161,7 @@ def merge_parts(trace_path: Path, extra_metadata: dict[bytes, bytes] | None = No
     files = part_files(parts)
     if not files:
         raise TraceError(f"{parts}: no trace parts to merge; was the run started with tracing on?")
-    first = _read_schema(files[0])
-    meta = P.trace_metadata(first.metadata or {})
+    meta = P.trace_metadata(_read_metadata(files[0]))
     meta.pop(S.META_VERSION, None)     # the merged file has the current columns, whatever version wrote the parts
     meta.pop(raw_window.META_RAW, None)
     meta.update(_communicators(files))
@@ -200,14 +222,21 @@ class _StepRange:
         return None if self.lo is None else (self.lo, self.hi)
 
 
-def _read_schema(path: Path) -> pa.Schema:
-    with _unreadable_part(path), open(path, "rb") as f:
-        return pq.read_schema(f) if path.suffix == _LEGACY_PART_SUFFIX else ipc.open_file(f).schema
+def _read_metadata(path: Path) -> dict[bytes, bytes]:
+    """A part's metadata (its schema's, for an Arrow or Parquet part)."""
+    with _unreadable_part(path):
+        if path.suffix == raw_part.SUFFIX:
+            return raw_part.read_file(path).metadata
+        with open(path, "rb") as f:
+            schema = pq.read_schema(f) if path.suffix == _LEGACY_PART_SUFFIX else ipc.open_file(f).schema
+        return schema.metadata or {}
 
 
 def _read_records(path: Path, decoder: raw_window.RankDecoder) -> pa.Table:
     """A part's trace records (decoded when raw, its states built: gpt2trace.format.parts.complete)."""
     with _unreadable_part(path):
+        if path.suffix == raw_part.SUFFIX:
+            return P.complete(raw_part.decoded(path, decoder))
         with open(path, "rb") as f:
             table = pq.read_table(f) if path.suffix == _LEGACY_PART_SUFFIX else ipc.open_file(f).read_all()
         if raw_window.is_raw(table.schema):
@@ -235,7 +264,7 @@ def _communicators(files: list[Path]) -> dict[bytes, bytes]:
     """Every rank's communicators (each rank lists those it belongs to; its last part lists them all)."""
     last = {f.parent: f for f in files}
     try:
-        table = comms.merged(comms.from_metadata(_read_schema(f).metadata) for f in last.values())
+        table = comms.merged(comms.from_metadata(_read_metadata(f)) for f in last.values())
     except (ValueError, KeyError, TypeError) as exc:
         raise TraceError(f"{files[0].parent.parent}: the parts disagree about their communicators ({exc})") from None
     return comms.to_metadata(table.values()) if table else {}

@@ -7,11 +7,13 @@ other ranks are shifted onto it by the clock synchronization of the MPI layer).
 Windows and parts. The records since the last cut form the open window. At the end of the first step that ends
 `flush_every_s` (1 s by default, gpt2trace.run.runner.TraceConfig) or more after the last cut, the window is
 closed and written, on the loop's own thread, as one part: its raw buffers (gpt2trace.format.raw_window: the
-kernels' calls as they wrote them into the recorder's log, the phases, MPI calls and counters), as Extrae writes
-its buffers to .mpit files. The merge builds the records from them (as mpi2prv does), so during the run nothing
-is done per record: a cut costs the loop the log's last calls copied out, an IPC encoding in memory and one file
-write (~0.3 ms warm for the ~6,500 calls of 1 s of the `small` model, ~0.5 MB; 0.2-15 ms inside training steps on
-this project's 2-vCPU VMs), and no writer thread competes with the kernels' threads for the cores and the GIL.
+kernels' calls as they wrote them into the recorder's log, the phases, MPI calls and counters) handed as they are
+to one os.writev (gpt2trace.format.raw_part), as Extrae writes its buffers to .mpit files. The merge builds the
+records from them (as mpi2prv does), so during the run nothing is done per record and nothing is encoded. A cut
+of the `small` model's 1 s window (~6,500 calls, ~0.5 MB) costs the loop ~3 ms inside the training steps on this
+project's 2-vCPU VMs, where its Python, NumPy and file-system code run cold after the kernels (an Arrow IPC
+encoding of the same window took ~5 ms more there); no writer thread competes with the kernels' threads for the
+cores and the GIL.
 
 What a kill loses. A SIGKILL at time t loses only the open window: less than `flush_every_s` + one step of
 completed steps, plus the step in progress (the parts on disk are whole and hold whole steps).
@@ -41,6 +43,7 @@ from typing import NamedTuple
 import numpy as np
 
 from gpt2trace.format import communicators as comms
+from gpt2trace.format import raw_part
 from gpt2trace.format import schema as S
 from gpt2trace.format.parts import NULL
 from gpt2trace.format.raw_window import (
@@ -51,7 +54,6 @@ from gpt2trace.format.raw_window import (
     RawWindow,
     Rows,
     TaskBuffers,
-    encode,
 )
 from gpt2trace.format.writer import PartWriter
 from gpt2trace.record.recorder import NO_VALUE, KernelRecorder
@@ -104,6 +106,7 @@ class Tracer:
         self.flush_every_ns = int(flush_every_s * 1e9)
         self.recorder = KernelRecorder(nthreads)
         self.schema = S.arrow_schema(metadata)
+        self._metadata_json = raw_part.metadata_json(self.schema.metadata)     # as every part's header holds it
         self.writer = PartWriter(path, rank)
         self._main_tid = threading.get_ident()      # the loop's thread: thread 0 of the rank
         self._window_start = self.origin
@@ -163,6 +166,7 @@ class Tracer:
         meta = dict(self.schema.metadata or {})
         meta.update(comms.to_metadata(self._communicators.values()))
         self.schema = self.schema.with_metadata(meta)     # in every part from the next one
+        self._metadata_json = raw_part.metadata_json(meta)
 
     def tasks(self, log) -> None:
         """The tasks one run of a task graph executed (trainer.tasks' TaskLog), in this step and micro-batch."""
@@ -212,7 +216,7 @@ class Tracer:
         if self._error is not None:
             raise self._error
         try:
-            self.writer.write(encode(window, self.schema.metadata))
+            self.writer.write_raw(raw_part.buffers(window, self._metadata_json))
         except BaseException as exc:
             self._error = exc
             raise

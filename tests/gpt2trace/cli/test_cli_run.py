@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.feather as feather
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
 from gpt2trace.cli.main import app
+from gpt2trace.format import raw_part
 from gpt2trace.format import schema as S
 from gpt2trace.format.raw_window import RankDecoder
 from gpt2trace.format.writer import PartWriter, part_files, parts_dir
@@ -250,7 +250,7 @@ def test_no_trace_writes_no_trace(tmp_path):
 def test_an_empty_parts_folder_left_by_an_earlier_crash_does_not_block(tmp_path):
     trace = tmp_path / "trace.parquet"
     (parts_dir(trace) / "rank00000").mkdir(parents=True)      # what a crash at start-up used to leave
-    (parts_dir(trace) / "rank00000" / ".00000000.arrow.tmp").write_bytes(b"cut off")
+    (parts_dir(trace) / "rank00000" / ".00000000.raw.tmp").write_bytes(b"cut off")
     r = _run(*TINY, "--steps", "1", "--trace", trace)
     assert r.exit_code == 0, r.output
     assert trace.is_file() and not parts_dir(trace).exists()
@@ -296,7 +296,7 @@ def test_a_full_disk_stops_the_run_with_one_line_and_keeps_whole_steps(small_fs)
     else:                                                      # or parts, for `recover` once there is room
         assert f"as parts in {parts_dir(trace)}" in line and part_files(parts_dir(trace))
         decoder = RankDecoder()            # the parts as the merge decodes them
-        table = pa.concat_tables([decoder.part(feather.read_table(f)) for f in part_files(parts_dir(trace))])
+        table = pa.concat_tables([raw_part.decoded(f, decoder) for f in part_files(parts_dir(trace))])
         trace_steps = pc.unique(pc.filter(table[S.STEP], pc.equal(table[S.KIND], S.Kind.COUNTER))).to_pylist()
     assert sorted(trace_steps) == list(range(len(trace_steps))) and trace_steps
     kept_metrics = [json.loads(x)["step"] for x in metrics.read_text().splitlines()]

@@ -1,4 +1,5 @@
-"""The raw part a tracer writes (`encode`) and what the merge makes of it (`RankDecoder`), in both layouts."""
+"""What the merge makes of a raw window (`RankDecoder`), from the Arrow layouts of raw parts of earlier versions and
+as `pieces` takes it apart (the .raw files of gpt2trace.format.raw_part)."""
 from __future__ import annotations
 
 import json
@@ -18,7 +19,8 @@ from gpt2trace.format.raw_window import (
     RankDecoder,
     RawWindow,
     TaskBuffers,
-    encode,
+    pieces,
+    unpack,
 )
 
 MAIN, WORKER = 4242, 4343
@@ -57,14 +59,30 @@ def _earlier_layout(w: RawWindow) -> pa.Table:
     return pa.Table.from_arrays(columns, names=list(_BUFFERS), metadata={**META, META_RAW: json.dumps(info).encode()})
 
 
-def test_a_part_holds_four_columns_and_decodes_as_a_part_of_the_earlier_layout():
+def _four_columns(w: RawWindow) -> pa.Table:
+    """The window as raw parts of the previous version held it: an Arrow table of one row, four list columns."""
+    info, flat, text = pieces(w)
+    columns = [pa.array([w.times.reshape(-1)], pa.large_list(pa.int64())),
+               pa.array([np.concatenate(flat)], pa.large_list(pa.int64())),
+               pa.array([w.counter_values], pa.large_list(pa.float64())), pa.array([text], pa.string())]
+    return pa.Table.from_arrays(columns, names=["times", "ints", "counter_values", "names"],
+                                metadata={**META, META_RAW: json.dumps(info).encode()})
+
+
+def _window_of_pieces(w: RawWindow) -> pa.Table:
+    """The window through `pieces` and `unpack`, as a .raw file holds it, decoded."""
+    info, flat, text = pieces(w)
+    return RankDecoder().window(info, *unpack(info, w.times.reshape(-1), np.concatenate(flat), w.counter_values,
+                                              text), META)
+
+
+def test_every_layout_decodes_to_the_same_records():
     w = _window()
-    part = encode(w, META)
-    assert part.column_names == ["times", "ints", "counter_values", "names"] and part.num_rows == 1
-    got = RankDecoder().part(part)
-    want = RankDecoder().part(_earlier_layout(w))
-    assert got.equals(want)
-    assert got.num_rows == want.num_rows > 0
+    got = _window_of_pieces(w)
+    for earlier in (_four_columns(w), _earlier_layout(w)):
+        want = RankDecoder().part(earlier)
+        assert got.equals(want)
+    assert got.num_rows > 0
     kinds = got.column(S.KIND).to_pylist()
     for kind in (S.Kind.PHASE, S.Kind.COMM, S.Kind.COUNTER, S.Kind.TASK):
         assert kind in kinds                         # every group of buffers made it through
@@ -73,20 +91,22 @@ def test_a_part_holds_four_columns_and_decodes_as_a_part_of_the_earlier_layout()
 def test_a_window_without_tasks_or_mpi_calls():
     w = _window()
     bare = RawWindow(**{**w.__dict__, "comm_names": [], "comms": w.comms[:0], "tasks": None})
-    got = RankDecoder().part(encode(bare, META))
+    got = _window_of_pieces(bare)
     kinds = got.column(S.KIND).to_pylist()
     assert S.Kind.COMM not in kinds and S.Kind.TASK not in kinds and S.Kind.PHASE in kinds
+    assert got.equals(RankDecoder().part(_four_columns(bare)))
 
 
 def test_a_name_holding_nul_is_refused_where_it_would_be_split():
     with pytest.raises(ValueError, match="NUL"):
-        encode(_window(names=("matmul\x00forward", "gelu_forward")), META)
+        pieces(_window(names=("matmul\x00forward", "gelu_forward")))
 
 
-def test_lengths_that_do_not_match_the_buffers_are_refused():
-    part = encode(_window(), META)
+@pytest.mark.parametrize("field", ["ints", "names"])
+def test_lengths_that_do_not_match_the_buffers_are_refused(field):
+    part = _four_columns(_window())
     info = json.loads(part.schema.metadata[META_RAW])
-    info["ints"][0] += 1
+    info[field][0] += 1
     bad = part.replace_schema_metadata({**part.schema.metadata, META_RAW: json.dumps(info).encode()})
     with pytest.raises(ValueError, match="do not match"):
         RankDecoder().part(bad)

@@ -8,16 +8,17 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.feather as feather
 import pyarrow.parquet as pq
 import pytest
 
+from gpt2trace.format import raw_part
 from gpt2trace.format import schema as S
 from gpt2trace.format.errors import OutputError
 from gpt2trace.format.parts import BLOCKS, KERNEL_CALL, PartWindow, complete
-from gpt2trace.format.raw_window import RankDecoder, encode
+from gpt2trace.format.raw_window import RankDecoder
 from gpt2trace.format.reader import check_states, load
 from gpt2trace.format.writer import merge_parts, part_files, parts_dir
 from gpt2trace.record.tracer import FLUSH_PHASE, RSS_COUNTER, Tracer
@@ -52,13 +53,15 @@ def _part(tracer, end: int) -> pa.Table:
     """The open window (everything recorded, up to ORIGIN + end) as the tracer writes it and the merge decodes it:
     a part of raw events."""
     window, _ = tracer._close_window(ORIGIN + end, None)
-    return RankDecoder().part(encode(window, tracer.schema.metadata))
+    data = np.frombuffer(b"".join(memoryview(b).cast("B") for b in raw_part.buffers(window, tracer._metadata_json)),
+                         np.uint8)
+    return RankDecoder().window(*raw_part.read(data))
 
 
 def _decoded(files) -> list[pa.Table]:
     """A rank's parts as the merge decodes them, in order."""
     decoder = RankDecoder()
-    return [decoder.part(feather.read_table(f)) for f in files]
+    return [raw_part.decoded(f, decoder) for f in files]
 
 
 def _step(tracer, step, main):
@@ -77,7 +80,7 @@ def test_a_part_per_step_and_thread_numbering(tracer, tmp_path):
     _step(tracer, 1, main)
     # flush_every_s=0: each step's part is on disk when end_step returns
     files = sorted((parts_dir(tmp_path / "trace.parquet") / "rank00000").iterdir())
-    assert [f.name for f in files] == ["00000000.arrow", "00000001.arrow"]
+    assert [f.name for f in files] == ["00000000.raw", "00000001.raw"]
     decoded = _decoded(files)
     part0 = decoded[0].to_pandas()
     # raw events only, grouped by kind: the kernel call, phases, counters; no kernel record, no state
@@ -274,7 +277,7 @@ def test_a_failing_writer_is_raised_on_the_loops_thread(tmp_path, readonly_dir):
     tracer = _tracer(readonly_dir / "trace.parquet")      # a read-only file system: the first part fails
     main = threading.get_ident()
     # flush_every_s=0: step 0's part is written (and fails) before end_step returns
-    with pytest.raises(OutputError, match=r"cannot write the trace part .*00000000.arrow: Read-only file system"):
+    with pytest.raises(OutputError, match=r"cannot write the trace part .*00000000.raw: Read-only file system"):
         _step(tracer, 0, main)
     with pytest.raises(OutputError):                       # close says so too, and nothing was left behind
         tracer.close()

@@ -12,11 +12,11 @@ import time
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.feather as feather
 import pytest
 from typer.testing import CliRunner
 
 from gpt2trace.cli.main import app
+from gpt2trace.format import raw_part
 from gpt2trace.format import schema as S
 from gpt2trace.format.parts import KERNEL_CALL
 from gpt2trace.format.raw_window import RankDecoder
@@ -31,7 +31,7 @@ def _run_until_step(trace, k: int) -> None:
     cmd = [sys.executable, "-c", "from gpt2trace.cli.main import app; app()", "run", "--model", "tiny",
            "-B", "2", "-T", "16", "--threads", "2", "--steps", "100000", "--trace", str(trace), "--flush-every", "0"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    part = parts_dir(trace) / "rank00000" / f"{k:08d}.arrow"
+    part = parts_dir(trace) / "rank00000" / f"{k:08d}{raw_part.SUFFIX}"
     deadline = time.monotonic() + STARTUP_S
     try:
         while not part.exists():
@@ -52,7 +52,7 @@ def test_sigkill_leaves_whole_steps(tmp_path):
     # every finished part decodes as the merge decodes it (a write the kill interrupted is a hidden temporary,
     # skipped): raw buffers become one row per kernel call, phases, MPI calls and counters
     decoder = RankDecoder()
-    table = pa.concat_tables([decoder.part(feather.read_table(f)) for f in part_files(parts_dir(trace))])
+    table = pa.concat_tables([raw_part.decoded(f, decoder) for f in part_files(parts_dir(trace))])
     kind, step = table.column(S.KIND), table.column(S.STEP)
     per_step = pc.and_(pc.equal(kind, S.Kind.COUNTER), pc.is_in(table.column(S.NAME).cast(pa.string()),
                                                                 pa.array(S.Counter.PER_STEP)))
@@ -97,7 +97,7 @@ def test_recover_with_nothing_to_recover_is_a_one_line_error(tmp_path, case, mak
 
 
 def test_recover_on_a_full_disk_is_one_line_and_writes_nothing(small_fs):
-    disk = small_fs(1024)                     # room for step K's part (Arrow IPC, uncompressed: ~40 KiB a part)
+    disk = small_fs(1024)                     # room for step K's part (raw buffers: ~40 KiB a part)
     trace = disk / "trace.parquet"
     _run_until_step(trace, K)
     parts = {p: p.read_bytes() for p in part_files(parts_dir(trace))}
