@@ -35,12 +35,14 @@ start-up or memory placement. Per configuration:
   other load on a shared machine does not stretch as it stretches wall time.
 
 `--hot-path` measures instead what tracing adds on the training loop's thread per kernel call (a tiny kernel on
-one thread, traced and untraced: the kernel's row of the trace log, its clock and thread-id reads) and per phase
-(a Tracer's phase against the untraced observer's), and what a cut costs it on a window shaped as 1 s of `small`
-(6,464 calls, 384 phases, 576 counters: the buffers turned into arrays, encoded, written as a part), best of several
-runs of the thread's CPU time (other load on a shared machine does not stretch it). The calls, phases and cuts run
-back to back, their code and data in cache: in training, right after the kernels, the same Python costs several
-times more (a cut of `small` measured 0.2-15 ms of the loop thread's CPU time inside steps, not timed here).
+one thread, traced and untraced: the kernel's row of the trace log, its clock and thread-id reads; and the wall
+time of a small kernel's call on two threads, which waits at its join for the other thread's block times too) and
+per phase (a Tracer's phase against the untraced observer's), and what a cut costs it on a window shaped as 1 s
+of `small` (6,464 calls, 384 phases, 576 counters: the buffers laid out and written as a raw part with one
+writev), best of several runs of the thread's CPU time (other load on a shared machine does not stretch it). The
+calls, phases and cuts run back to back, their code and data in cache: in training, right after the kernels, the
+same Python costs several times more (a cut of `small` measured ~3 ms of the loop thread's time inside steps,
+~0.6 ms here).
 
 Prints a table and writes benchmarks/results/trace_overhead.json (a configuration measured again replaces its
 row), with the load average before and after each configuration.
@@ -234,6 +236,41 @@ def hot_path(tmp: str) -> dict:
                   "per_phase_unsampled_ns": res["phase_traced_unsampled"] - res["phase_untraced"]}
 
 
+def call_cost(threads: int) -> dict:
+    """ns of wall time per call of a small kernel on `threads` threads, traced and untraced, best of 15 runs: with
+    more than one thread the other threads' block times are written too, and the call waits for them at its join
+    (wall time, since the loop's thread CPU time leaves the other threads out). Run in a process of its own: the
+    thread count is fixed when Numba starts."""
+    from gpt2trace.run.runner import prepare_process
+    prepare_process(threads)
+    import numpy as np
+
+    from gpt2trace.record.recorder import KernelRecorder
+    from trainer.kernels.residual import residual_forward
+    from trainer.launcher import Launcher
+
+    x = np.ones(4096, np.float32)
+    out = np.empty_like(x)
+    launcher, recorder, n = Launcher(threads), KernelRecorder(threads), 2_000
+
+    def calls(rec) -> float:
+        launcher.recorder = rec
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            launcher(residual_forward, 0, out, x, x)
+        dt = (time.perf_counter_ns() - t0) / n
+        if rec is not None:
+            rec.take()
+        return dt
+
+    best = {"untraced": [], "traced": []}
+    for _ in range(15):
+        best["untraced"].append(calls(None))
+        best["traced"].append(calls(recorder))
+    res = {k: min(v) for k, v in best.items()}
+    return res | {"per_call_ns": res["traced"] - res["untraced"], "threads": threads}
+
+
 def totals(blocks: list[dict], key: str) -> tuple[float, float, float]:
     """sum(traced) / sum(untraced) - 1 over whole A B B A groups, and its 95% interval by resampling the groups:
     every traced block's time counts (the ones holding a cut too), where a median would leave them out."""
@@ -326,6 +363,7 @@ def main() -> None:
                     help="measure each configuration in this many processes, one after the other, and pool them")
     ap.add_argument("--hot-path", action="store_true", help="the loop's cost per traced kernel call and phase")
     ap.add_argument("--worker", nargs=8, help=argparse.SUPPRESS)
+    ap.add_argument("--call-cost", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.blocks < 1 or args.processes < 1 or (args.steps is not None and args.steps < 1):
         print("error: --blocks, --steps and --processes must be >= 1", file=sys.stderr)
@@ -333,9 +371,16 @@ def main() -> None:
     if args.hot_path:
         with tempfile.TemporaryDirectory() as tmp:
             res = hot_path(tmp)
+        out = subprocess.run([sys.executable, __file__, "--call-cost", "2"], capture_output=True, text=True)
+        if out.returncode != 0:
+            raise SystemExit(f"the two-thread call cost failed:\n{out.stderr[-2000:]}")
+        res["two_threads"] = two = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"per kernel call: {res['call_untraced']:.0f} ns untraced, {res['call_traced']:.0f} traced: "
               f"+{res['per_call_ns']:.0f} ns (the kernel's row of the log: its key, clock and thread-id reads; "
               "one thread)")
+        print(f"per kernel call on 2 threads (4,096 elements, wall): {two['untraced']:.0f} ns untraced, "
+              f"{two['traced']:.0f} traced: +{two['per_call_ns']:.0f} ns (both threads' block times, waited for "
+              "at the join)")
         print(f"per phase: {res['phase_untraced']:.0f} ns untraced, {res['phase_traced']:.0f} traced: "
               f"+{res['per_phase_ns']:.0f} ns (two clock reads, the record, the resident memory); in a step that "
               f"samples no memory +{res['per_phase_unsampled_ns']:.0f} ns")
@@ -346,6 +391,9 @@ def main() -> None:
         previous = json.loads(out.read_text()) if out.exists() else {}
         out.write_text(json.dumps(previous | {"hot_path": res}, indent=1) + "\n")
         print(f"wrote {out}")
+        return
+    if args.call_cost:
+        print(json.dumps(call_cost(args.call_cost)))
         return
     if args.worker:
         model, B, T, threads, steps, blocks, tmp, one = args.worker
