@@ -7,11 +7,11 @@ bytes go through)}; then the buffers, with nothing between them: the kernels' ti
 buffers (int64, raw_window.INT_BUFFERS order), the counters' values (float64), the names (UTF-8, NUL between
 names). Its size is exactly what the header says: a file cut short or grown is refused, not misread.
 
-Why no Arrow here, where parts were Arrow IPC files before: the file is written on the training loop's thread,
-inside the steps, where an IPC encoding of a `small` window (~0.5 MB) took ~5 ms of that thread against ~0.1 ms
-warm; the buffers handed to one os.writev as they are (`buffers`) cost the loop ~0.5 ms (benchmarks/
-trace_overhead.py, README). Nothing needs Arrow before the merge, which reads the file back (`read`) into the
-same buffers the decoder takes from the IPC parts of earlier versions.
+Why no Arrow here: the file is written on the training loop's thread, inside the steps, where an Arrow IPC
+encoding of a `small` window (~0.5 MB) took ~5 ms of that thread against ~0.1 ms warm; the buffers handed to one
+os.writev as they are (`buffers`) cost it ~3 ms in all there, ~0.6 ms warm (benchmarks/trace_overhead.py,
+README). Nothing needs Arrow before the merge, which reads the file back (`read`) into the buffers the decoder
+takes (raw_window.RankDecoder.window).
 """
 from __future__ import annotations
 
