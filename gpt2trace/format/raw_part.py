@@ -16,6 +16,7 @@ takes (raw_window.RankDecoder.window).
 from __future__ import annotations
 
 import json
+import os
 from typing import NamedTuple
 
 import numpy as np
@@ -57,20 +58,12 @@ def buffers(w: RawWindow, metadata: bytes) -> list:
 def read(data: np.ndarray) -> RawPart:
     """A raw part's bytes (a uint8 array: NumPy's allocation keeps the int64 buffers aligned) read back; ValueError
     naming what does not fit."""
-    if len(data) < 16 or data[:8].tobytes() != MAGIC:
-        raise ValueError("it does not start as a raw trace part does")
-    size = int.from_bytes(data[8:16].tobytes(), "little")
-    if size % _ALIGN or 16 + size > len(data):
-        raise ValueError("its header is cut short")
+    at, info, metadata = _header(data[:16].tobytes(), lambda size: data[16:16 + size].tobytes(), len(data))
     try:
-        header = json.loads(data[16:16 + size].tobytes())
-        info = header["window"]
-        metadata = {k.encode("latin-1"): v.encode("latin-1") for k, v in header["metadata"].items()}
         counts = [int(info["times"]), sum(int(n) for n in info["ints"]), int(info["counter_values"])]
         name_bytes = int(info["name_bytes"])
-    except (KeyError, TypeError, AttributeError, UnicodeEncodeError) as exc:
+    except (KeyError, TypeError) as exc:
         raise ValueError(f"its header is damaged ({type(exc).__name__}: {exc})") from None
-    at = 16 + size
     if min(counts + [name_bytes]) < 0 or at + 8 * sum(counts) + name_bytes != len(data):
         raise ValueError(f"it holds {len(data)} bytes where its header says "
                          f"{at + 8 * sum(counts) + name_bytes}: cut short, or not one part")
@@ -81,6 +74,30 @@ def read(data: np.ndarray) -> RawPart:
     text = data[at:].tobytes().decode("utf-8", "surrogateescape")
     ints, names = unpack(info, *arrays, text)
     return RawPart(info, ints, names, metadata)
+
+
+def read_metadata(path) -> dict[bytes, bytes]:
+    """The trace's metadata in the part at `path`, from its header alone."""
+    with open(path, "rb") as f:
+        return _header(f.read(16), f.read, os.fstat(f.fileno()).st_size)[2]
+
+
+def _header(head: bytes, rest, total: int) -> tuple[int, dict, dict[bytes, bytes]]:
+    """Where the buffers start, the window's `info` and the trace's metadata, from the first 16 bytes of a part of
+    `total` bytes and `rest(size)`, the header's `size` bytes after them."""
+    if len(head) < 16 or head[:8] != MAGIC:
+        raise ValueError("it does not start as a raw trace part does")
+    size = int.from_bytes(head[8:16], "little")
+    if size % _ALIGN or 16 + size > total:
+        raise ValueError("its header is cut short, or its length damaged")
+    text = rest(size)
+    try:
+        header = json.loads(text)
+        info = header["window"]
+        metadata = {k.encode("latin-1"): v.encode("latin-1") for k, v in header["metadata"].items()}
+    except (KeyError, TypeError, AttributeError, UnicodeEncodeError) as exc:
+        raise ValueError(f"its header is damaged ({type(exc).__name__}: {exc})") from None
+    return 16 + size, info, metadata
 
 
 def read_file(path) -> RawPart:

@@ -226,7 +226,7 @@ def _read_metadata(path: Path) -> dict[bytes, bytes]:
     """A part's metadata (its schema's, for an Arrow or Parquet part)."""
     with _unreadable_part(path):
         if path.suffix == raw_part.SUFFIX:
-            return raw_part.read_file(path).metadata
+            return raw_part.read_metadata(path)
         with open(path, "rb") as f:
             schema = pq.read_schema(f) if path.suffix == _LEGACY_PART_SUFFIX else ipc.open_file(f).schema
         return schema.metadata or {}

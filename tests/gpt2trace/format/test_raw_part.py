@@ -64,6 +64,16 @@ def test_a_part_cut_short_anywhere_is_refused(tmp_path):
         raw_part.read(np.frombuffer(data + b"\0" * 8, np.uint8).copy())
 
 
+def test_the_metadata_alone_is_read_from_the_header(tmp_path):
+    _, path = _written(tmp_path)
+    assert raw_part.read_metadata(path) == METADATA
+    data = bytearray(path.read_bytes())
+    data[8:16] = (1 << 62).to_bytes(8, "little")        # a damaged length: refused, not allocated
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="header is cut short, or its length damaged"):
+        raw_part.read_metadata(path)
+
+
 @pytest.mark.parametrize("edit,says", [
     (lambda h: h.replace(b'"window"', b'"wind0w"'), "header is damaged"),
     (lambda h: h.replace(b'{"window"', b'["window"'), "Expecting|header is damaged"),
