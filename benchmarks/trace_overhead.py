@@ -176,14 +176,7 @@ def hot_path(tmp: str) -> dict:
     n = 20_000
 
     def calls(recorder) -> float:
-        launcher.recorder = recorder
-        t0 = time.thread_time_ns()
-        for _ in range(n):
-            launcher(residual_forward, 0, out, x, x)
-        dt = (time.thread_time_ns() - t0) / n
-        if recorder is not None:
-            recorder.take()
-        return dt
+        return _per_call_ns(launcher, recorder, residual_forward, (out, x, x), n, time.thread_time_ns)
 
     # a step that samples no memory: the second within memory_every_s of the first
     unsampled = Tracer(Path(tmp) / "unsampled.parquet", 0, 1, {}, flush_every_s=1e9, memory_every_s=1e9)
@@ -236,6 +229,19 @@ def hot_path(tmp: str) -> dict:
                   "per_phase_unsampled_ns": res["phase_traced_unsampled"] - res["phase_untraced"]}
 
 
+def _per_call_ns(launcher, recorder, kernel, args: tuple, n: int, clock) -> float:
+    """ns per call of `kernel(*args)` at layer 0 through `launcher`, traced into `recorder` (None: untraced), over
+    `n` calls timed by `clock`; the recorder emptied afterwards."""
+    launcher.recorder = recorder
+    t0 = clock()
+    for _ in range(n):
+        launcher(kernel, 0, *args)
+    dt = (clock() - t0) / n
+    if recorder is not None:
+        recorder.take()
+    return dt
+
+
 def call_cost(threads: int) -> dict:
     """ns of wall time per call of a small kernel on `threads` threads, traced and untraced, best of 15 runs: with
     more than one thread the other threads' block times are written too, and the call waits for them at its join
@@ -254,14 +260,7 @@ def call_cost(threads: int) -> dict:
     launcher, recorder, n = Launcher(threads), KernelRecorder(threads), 2_000
 
     def calls(rec) -> float:
-        launcher.recorder = rec
-        t0 = time.perf_counter_ns()
-        for _ in range(n):
-            launcher(residual_forward, 0, out, x, x)
-        dt = (time.perf_counter_ns() - t0) / n
-        if rec is not None:
-            rec.take()
-        return dt
+        return _per_call_ns(launcher, rec, residual_forward, (out, x, x), n, time.perf_counter_ns)
 
     best = {"untraced": [], "traced": []}
     for _ in range(15):

@@ -95,9 +95,12 @@ class KernelRecorder:
 
     def kernel_key(self, kernel: str) -> int:
         """The key of `kernel`'s calls filled by hand (add the layer: `slot(kernel_key(name) + layer)`)."""
-        if kernel not in self.kernel_names:
+        try:
+            kid = self.kernel_names.index(kernel)
+        except ValueError:
+            kid = len(self.kernel_names)
             self.kernel_names.append(kernel)
-        return self.kernel_names.index(kernel) << _LAYER_BITS
+        return kid << _LAYER_BITS
 
     def slot(self, key: int) -> np.ndarray:
         """What a kernel's `region_begin` does, for calls filled by hand (tests, benchmarks): the next call's row,
