@@ -279,10 +279,10 @@ def totals(blocks: list[dict], key: str) -> tuple[float, float, float]:
     def ratio(picked):
         return sum(a for a, _ in picked) / sum(b for _, b in picked) - 1
 
-    return (ratio(sums), *_interval(sums, ratio))
+    return (ratio(sums), *interval(sums, ratio))
 
 
-def _interval(items: list, stat) -> tuple[float, float]:
+def interval(items: list, stat) -> tuple[float, float]:
     """The 95% interval of stat(items) from 2,000 resamplings of the items (with replacement)."""
     rng = random.Random(0)
     boot = sorted(stat([rng.choice(items) for _ in items]) for _ in range(2000))
@@ -310,7 +310,7 @@ def pooled(runs: list[dict]) -> dict:
     row["cpu_overhead"] = row["cpu_ms_traced"] / row["cpu_ms_untraced"] - 1
     for key in ("overhead_total", "cpu_overhead_total"):
         values = [r[key] for r in runs]
-        row[key], row[key + "_95"] = statistics.mean(values), list(_interval(values, statistics.mean))
+        row[key], row[key + "_95"] = statistics.mean(values), list(interval(values, statistics.mean))
         row[key + "_per_process"] = values
     return row
 
