@@ -9,10 +9,13 @@ each Python operation on the launcher's path cost ~1 us a call (its code and dat
 `small` model's step for the few the launcher did to hand out slots and keys.
 
 The log is a ring: a kernel returns True once half of it holds calls not yet copied out, and the launcher then
-calls `spill`, which copies them to `times`, the window's buffer; so no call overwrites one not yet copied. A
-ring reused in place stays in cache, where a row of its own per call in the window's buffer, last touched a window
-earlier, cost each call ~0.3-0.4 us of cache misses. A spill costs ~2 us alone but ~40 us inside a training step,
-so the ring is large enough to be spilled every ~10 steps of `small`.
+calls `spill`, which copies them to `times`, the window's buffer; so no call overwrites one not yet copied. The
+ring holds a whole window of the `small` model (~6,500 calls a second) below its half, so in the common case
+nothing is spilled and a window's calls are handed out where the kernels wrote them, the ring's first rows (`take`).
+Spilling them cost ~0.05-0.07% of `small`'s time inside the training steps (half a 2,048-row ring at a time, or all
+at the window's end alike); handed out in place, most of that moves into the cut's write, which now reads the
+rows cold, and ~0.04% is saved (benchmarks/tracer_in_situ.py, three runs alternated). A row is no warmer in a small
+ring than in a large one: the kernels' data evicts it between its uses either way.
 
 A call's step and microstep are not stored per call but as the call index at which they changed (`mark`: a few
 times a step, where calls come by the hundred): the merge turns keys and marks into columns with a few NumPy
@@ -28,7 +31,7 @@ from gpt2trace.format import raw_window
 
 NO_VALUE = raw_window.NO_VALUE
 _LAYER_BITS = raw_window.LAYER_BITS   # a call's key: kernel id << 32, plus its layer (-1: none); key + 1 splits
-RING = 2048                           # rows of the log (a power of two: the kernels mask)
+RING = 16384                          # rows of the log (a power of two: the kernels mask)
 _CALLS, _TAKEN = (0, 0, 0), (0, 0, 1)  # the log's header: calls written since the last take, and copied out
 
 
@@ -56,8 +59,8 @@ class KernelRecorder:
         self._marks = [(0, NO_VALUE, NO_VALUE)]
         self.log = _slots(1 + RING, nthreads)     # row 0: the header
         self.log[0] = 0
-        self.times = _slots(capacity, nthreads)   # the calls spilled from the ring since the last take
-        self._spare = _slots(capacity, nthreads)  # what the last take returned; the next window's `times`
+        self.times = _slots(capacity, nthreads)   # the calls spilled from the ring since the last take, if any
+        self._spare = _slots(capacity, nthreads)  # what the last spilled take returned; the next spills' buffer
 
     @property
     def n(self) -> int:
@@ -74,8 +77,8 @@ class KernelRecorder:
             self._marks.append((n, step, microstep))
 
     def spill(self) -> None:
-        """The calls written to the ring and not yet copied out, all returned, go to `times`; their rows are marked
-        not run again."""
+        """The calls written to the ring and not yet copied out, all returned, go to `times` (a kernel marks its
+        row's blocks not run when it takes the row again)."""
         first, end = int(self.log[_TAKEN]), int(self.log[_CALLS])
         if end > len(self.times):
             size = len(self.times)
@@ -89,7 +92,6 @@ class KernelRecorder:
             count = min(end - first, RING - row)
             rows = self.log[1 + row:1 + row + count]
             self.times[first:first + count] = rows
-            rows[:, 1:, 2] = NO_VALUE
             first += count
         self.log[_TAKEN] = end
 
@@ -112,23 +114,28 @@ class KernelRecorder:
         row = self.log[1 + n % RING]
         self.log[_CALLS] = n + 1
         row[0, 2] = key
+        row[1:, 2] = NO_VALUE
         return row
 
     def take(self, upto: int | None = None) -> tuple[np.ndarray, Calls]:
         """The first `upto` calls recorded since the last take (all by default): times (n, nthreads+1, 3), valid
-        until the next take, and their kernels, layers, steps and microsteps (`Calls`). The calls after `upto`
-        are dropped (a step cut short); the next call starts a new window in the ring's first row.
+        until the next kernel call, and their kernels, layers, steps and microsteps (`Calls`). The calls after
+        `upto` are dropped (a step cut short); the next call starts a new window in the ring's first row.
 
-        Runs on the training loop's thread at a window's end. The window's buffer is handed out and the spare one
-        kept from the take before becomes the next window's: no copy, and no new pages (a new ~0.5 MB buffer per
-        take cost its page faults, ~0.2 ms in this project's VMs)."""
-        self.spill()
+        Runs on the training loop's thread at a window's end. A window nothing was spilled from is the ring's first
+        rows, handed out as they are. Otherwise the rest is spilled and the window's buffer handed out, and the
+        spare one kept from the take before becomes the next spills' buffer: no copy, and no new pages (a new
+        ~0.5 MB buffer per take cost its page faults, ~0.2 ms in this project's VMs)."""
         recorded = self.n
         n = recorded if upto is None else min(upto, recorded)
-        times = self.times[:n]
-        self.times, self._spare = self._spare, self.times
-        if len(self.times) < len(self._spare):          # the window that grew it: the next may need as much
-            self.times = _slots(len(self._spare), self.nthreads)
+        if int(self.log[_TAKEN]) == 0:      # never more than half the ring unread: calls 0..n-1 in rows 1..n
+            times = self.log[1:1 + n]
+        else:
+            self.spill()
+            times = self.times[:n]
+            self.times, self._spare = self._spare, self.times
+            if len(self.times) < len(self._spare):      # the window that grew it: the next may need as much
+                self.times = _slots(len(self._spare), self.nthreads)
         keys = times[:, 0, 2].copy()
         marks = np.array([m for m in self._marks if m[0] < n], dtype=np.int64).reshape(-1, 3)
         self.log[0] = 0

@@ -10,7 +10,8 @@ pays no fork/join. Each kernel takes as its last arguments a trace log `tr`, its
     tr[0, 0]  = (calls, taken, -)        calls written since the log was last emptied; of them, taken out
     tr[c, 0]  = (enter_ns, exit_ns, key) call number n in row c = 1 + n % RING: its parallel region, read on the
                                          calling thread, and its key (kid << 32) + layer
-    tr[c, 1 + t] = (start_ns, end_ns, tid)  its block t, read on the thread that ran it (tid: its pthread id)
+    tr[c, 1 + t] = (start_ns, end_ns, tid)  its block t, read on the thread that ran it (tid: its pthread id;
+                                         NO_BLOCK, written when the call takes its row, until a thread runs it)
 
 The kernel picks its own row and writes its own key, so a traced call costs the Python around it nothing more
 than an untraced one: the cursor, the key and the ring's wrap live here, in compiled code. A kernel returns True
@@ -37,6 +38,7 @@ from numba.extending import intrinsic
 CLOCK_MONOTONIC = 1  # Linux; the same clock as Python's time.monotonic_ns()
 NO_TRACE = np.zeros((0, 1, 3), dtype=np.int64)
 NO_LAYER = -1
+NO_BLOCK = -1            # a block's thread id until a thread has run it (the trace's NO_VALUE)
 LAYER_BITS = 32          # a call's key: kid << LAYER_BITS plus its layer (NO_LAYER: none)
 KERNEL_NAMES: list[str] = []   # by kernel id: every Kernel made in this process, in the order made
 
@@ -78,13 +80,17 @@ def chunk(n, nthreads, t):
 
 @njit(inline="always")
 def region_begin(tr, kid, layer):
-    """The call's row in the log (0: not traced), its entry time and key written."""
+    """The call's row in the log (0: not traced), its entry time and key written and its blocks marked not run
+    (a row is reused once the ring wraps or the window is taken; marking it here, on the lines the call writes
+    anyway, spares the recorder a pass over every row it copies or writes out)."""
     if tr.shape[0] > 0:
         n = tr[0, 0, 0]
         tr[0, 0, 0] = n + 1
         c = 1 + (n & (tr.shape[0] - 2))
         tr[c, 0, 0] = _clock_gettime_ns()
         tr[c, 0, 2] = (kid << LAYER_BITS) + layer
+        for t in range(1, tr.shape[1]):
+            tr[c, t, 2] = NO_BLOCK
         return c
     return 0
 

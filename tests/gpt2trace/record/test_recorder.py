@@ -13,6 +13,7 @@ from trainer.launcher import Launcher
 
 def test_the_kernels_keys_are_the_traces():
     assert launch.LAYER_BITS == raw_window.LAYER_BITS and launch.NO_LAYER == NO_VALUE
+    assert launch.NO_BLOCK == NO_VALUE
 
 
 def _slot(rec, kernel, layer):
@@ -52,15 +53,30 @@ def test_take_returns_the_calls_and_their_meta():
     assert rec.n == 0 and rec.take()[0].shape == (0, 3, 3)
 
 
-def test_take_copies_and_resets_the_slots():
-    rec = KernelRecorder(nthreads=1, capacity=4)
-    slot = _slot(rec, "zero_fill", -1)
-    _fill(slot, 1, 2, (1, 2, 99))
+def test_a_window_nothing_was_spilled_from_is_handed_out_from_the_ring():
+    rec = KernelRecorder(nthreads=2, capacity=4)
+    _fill(_slot(rec, "zero_fill", -1), 1, 2, (1, 2, 99), (1, 2, 98))
     times, _ = rec.take()
-    slot[0, 0] = 12345                       # the slot is reused by the next call: the copy must not change
-    assert times[0, 0, 0] == 1
-    again = _slot(rec, "zero_fill", -1)
-    assert again[1, 2] == NO_VALUE           # a reused slot starts with its blocks marked absent again
+    assert np.shares_memory(times, rec.log[1]) and times[0, 0, :2].tolist() == [1, 2]
+    assert times[0, 1:].tolist() == [[1, 2, 99], [1, 2, 98]]
+    again = _slot(rec, "zero_fill", -1)      # the next window's first call takes the same row
+    assert np.shares_memory(again, rec.log[1]) and (again[1:, 2] == NO_VALUE).all()   # its blocks not run yet
+
+
+def test_a_kernel_marks_the_blocks_of_a_reused_row_not_run():
+    # a row the first window's call filled on both threads, taken, then reused by a one-thread call: its second
+    # block must read as not run, not as the earlier call's
+    x = np.ones(64, np.float32)
+    out = np.empty_like(x)
+    rec = KernelRecorder(nthreads=2)
+    launcher = Launcher(2, rec)
+    launcher(residual_forward, 0, out, x, x)
+    first, _ = rec.take()
+    assert (first[0, 1:, 2] > 0).all()
+    launcher.nthreads = 1
+    launcher(residual_forward, 0, out, x, x)
+    times, _ = rec.take()
+    assert times[0, 1, 2] > 0 and times[0, 2, 2] == NO_VALUE
 
 
 def test_the_ring_is_reused_and_the_window_grows_keeping_every_call():
@@ -84,14 +100,16 @@ def test_the_ring_is_reused_and_the_window_grows_keeping_every_call():
     assert rec.take()[0][:, 1, 2].tolist() == [2] * n
 
 
-def test_take_upto_drops_the_calls_after_it_and_resets_every_slot():
+def test_take_upto_drops_the_calls_after_it_and_starts_again_at_the_first_row():
     rec = KernelRecorder(nthreads=1, capacity=4)
     for i in range(3):
         _fill(_slot(rec, "k", i), 10 * i, 10 * i + 5, (10 * i, 10 * i + 5, 1))
     times, calls = rec.take(upto=2)             # the third call belonged to a step cut short
     assert times[:, 0, 0].tolist() == [0, 10] and call_meta(calls)[:, 1].tolist() == [0, 1]
-    assert rec.n == 0 and (rec.log[1:, 1:, 2] == NO_VALUE).all()
-    assert call_meta(rec.take()[1]).shape == (0, 4)
+    assert rec.n == 0 and call_meta(rec.take()[1]).shape == (0, 4)
+    for i in range(3):                          # the rows are taken again from the first, blocks marked not run
+        slot = _slot(rec, "k", i)
+        assert np.shares_memory(slot, rec.log[1 + i]) and slot[1, 2] == NO_VALUE
 
 
 def test_step_changes_between_takes_and_without_calls():
