@@ -105,8 +105,8 @@ class Tracer:
         self.origin = time.monotonic_ns() if origin_ns is None else origin_ns
         self.flush_every_ns = int(flush_every_s * 1e9)
         self.recorder = KernelRecorder(nthreads)
-        self.schema = S.arrow_schema(metadata)
-        self._metadata_json = raw_part.metadata_json(self.schema.metadata)     # as every part's header holds it
+        self._metadata = dict(S.arrow_schema(metadata).metadata)     # the trace's, its version stamped
+        self._metadata_json = raw_part.metadata_json(self._metadata)     # as every part's header holds it
         self.writer = PartWriter(path, rank)
         self._main_tid = threading.get_ident()      # the loop's thread: thread 0 of the rank
         self._window_start = self.origin
@@ -163,10 +163,8 @@ class Tracer:
         if self._communicators.get(comm.id) == comm:
             return
         self._communicators[comm.id] = comm
-        meta = dict(self.schema.metadata or {})
-        meta.update(comms.to_metadata(self._communicators.values()))
-        self.schema = self.schema.with_metadata(meta)     # in every part from the next one
-        self._metadata_json = raw_part.metadata_json(meta)
+        self._metadata.update(comms.to_metadata(self._communicators.values()))
+        self._metadata_json = raw_part.metadata_json(self._metadata)     # in every part from the next one
 
     def tasks(self, log) -> None:
         """The tasks one run of a task graph executed (trainer.tasks' TaskLog), in this step and micro-batch."""
