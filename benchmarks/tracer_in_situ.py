@@ -179,6 +179,10 @@ def main() -> None:
     ap.add_argument("--kernel-blocks", type=int, default=320,
                     help=f"blocks of {KERNEL_STEPS} steps per process of the kernels' A/B (default 320)")
     args = ap.parse_args()
+    if args.steps < 2 or args.kernel_processes < 0 or args.kernel_blocks < 4:
+        print("error: --steps must be >= 2 (the first is a warm-up), --kernel-processes >= 0 and --kernel-blocks >= 4 "
+              "(one group of U K K U)", file=sys.stderr)
+        raise SystemExit(2)
     res = run(args.steps)
     print(f"{res['model']} B={res['B']} T={res['T']}, {res['threads']} threads, {res['steps']} steps of "
           f"{res['ms_per_step']:.2f} ms; {res['cpu']} ({res['cpus']} CPUs)")
