@@ -71,6 +71,24 @@ CONFIGS = {
 }
 
 
+def training(model: str, B: int, T: int, threads: int, steps: int):
+    """The model, its data, its training config and data-parallel strategy, and the launcher of `threads` threads
+    they run on (call after gpt2trace.run.runner.prepare_process)."""
+    from trainer.config import TrainConfig, model_config
+    from trainer.data import TokenLoader, synthetic_corpus
+    from trainer.dp import Local
+    from trainer.launcher import Launcher
+    from trainer.model import GPT2
+    from trainer.params import init_params
+
+    cfg = model_config(model)
+    tcfg = TrainConfig(batch_size=B, seq_len=T, steps=steps, lr=1e-4)
+    launcher = Launcher(threads)
+    m = GPT2(cfg, init_params(cfg, tcfg.seed), B, T, launcher)
+    data = TokenLoader(synthetic_corpus(cfg.vocab_size, 1 << 18, 1), B, T)
+    return m, data, tcfg, Local(m, tcfg, launcher), launcher
+
+
 def worker(model: str, B: int, T: int, threads: int, steps: int, blocks: int, tmp: str, one_tracer: bool) -> dict:
     """One process, one model: an untimed warm-up block, then `blocks` blocks of `steps` steps, A B B A ...
 
@@ -82,20 +100,9 @@ def worker(model: str, B: int, T: int, threads: int, steps: int, blocks: int, tm
 
     from gpt2trace.format.writer import merge_parts
     from gpt2trace.record.tracer import Tracer
-    from trainer.config import TrainConfig, model_config
-    from trainer.data import TokenLoader, synthetic_corpus
-    from trainer.dp import Local
-    from trainer.launcher import Launcher
-    from trainer.model import GPT2
-    from trainer.params import init_params
     from trainer.train import train
 
-    cfg = model_config(model)
-    tcfg = TrainConfig(batch_size=B, seq_len=T, steps=steps, lr=1e-4)
-    launcher = Launcher(threads)
-    m = GPT2(cfg, init_params(cfg, tcfg.seed), B, T, launcher)
-    dp = Local(m, tcfg, launcher)
-    data = TokenLoader(synthetic_corpus(cfg.vocab_size, 1 << 18, 1), B, T)
+    m, data, tcfg, dp, launcher = training(model, B, T, threads, steps)
     # warm-up, untimed: the kernels and the tracer's compiled pass loaded, the part writer's code paths run once
     warm = Tracer(Path(tmp) / "warm.parquet", 0, threads, {}, flush_every_s=0)
     launcher.recorder = warm.recorder

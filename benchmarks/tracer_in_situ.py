@@ -39,30 +39,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from trace_overhead import interval
+from trace_overhead import interval, training
 
 from trainer.cpu import cpu_model
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODEL, B, T, THREADS = "small", 4, 64, 2
 KERNEL_STEPS = 10          # steps per block of the kernels' A/B
-
-
-def _training():
-    """The model, its data and its data-parallel strategy, on a launcher of THREADS threads."""
-    from trainer.config import TrainConfig, model_config
-    from trainer.data import TokenLoader, synthetic_corpus
-    from trainer.dp import Local
-    from trainer.launcher import Launcher
-    from trainer.model import GPT2
-    from trainer.params import init_params
-
-    cfg = model_config(MODEL)
-    tcfg = TrainConfig(batch_size=B, seq_len=T, steps=1, lr=1e-4)
-    launcher = Launcher(THREADS)
-    model = GPT2(cfg, init_params(cfg, tcfg.seed), B, T, launcher)
-    data = TokenLoader(synthetic_corpus(cfg.vocab_size, 1 << 18, 1), B, T)
-    return model, data, tcfg, Local(model, tcfg, launcher), launcher
 
 
 def run(steps: int) -> dict:
@@ -111,7 +94,7 @@ def run(steps: int) -> dict:
     tracer.Tracer.end_step = end_step
 
     every = TraceConfig()
-    model, data, tcfg, dp, launcher = _training()
+    model, data, tcfg, dp, launcher = training(MODEL, B, T, THREADS, 1)
     with tempfile.TemporaryDirectory() as tmp:
         tr = tracer.Tracer(Path(tmp) / "run.parquet", 0, THREADS, {}, flush_every_s=every.flush_every_s,
                            memory_every_s=every.memory_every_s)
@@ -142,7 +125,7 @@ def kernels(blocks: int) -> dict:
     from gpt2trace.record.recorder import KernelRecorder
     from trainer.train import train
 
-    model, data, tcfg, dp, launcher = _training()
+    model, data, tcfg, dp, launcher = training(MODEL, B, T, THREADS, 1)
     log = KernelRecorder(THREADS)
     launcher.recorder = log
     train(model, data, replace(tcfg, steps=2), dp)
