@@ -18,9 +18,11 @@ so the call's time after the landing is the waiting rank's transfer, and the par
 Wait time is therefore never on the path: it is what the path explains.
 
 Each piece of the path is a real interval of one record, so the pieces tile the window and the path's length (the
-sum of its pieces) equals the window's time. The exception tells clocks apart: a partner whose call starts after
-the waiting call ended (a message received before it was sent) puts the path back in time; those jumps are
-counted (`clock_violations`) and the length then exceeds the window by their total.
+sum of its pieces) equals the window's time, on any input. Clocks that disagree (a partner whose call starts
+after the waiting call ended: a message received before it was sent) are counted (`clock_violations`); the path
+then moves to the partner at the time it left, onto what the partner ran before its call. Where a landing would
+repeat one made at the same time (calls of several threads of a rank that overlap, so that the tiling shows
+another call than the partner's), the call is taken as not waiting: time never goes up, so the walk ends.
 """
 from __future__ import annotations
 
@@ -354,12 +356,19 @@ class _Walk:
         self.violations = 0
 
     def run(self, rank: int, t: int) -> None:
+        """Total on any input: time never goes up, and at one time each rank is landed on at most once (the walk's
+        state is its rank and time, so landing again where a turn started would repeat the walk); the bound below
+        is what those two facts allow, so reaching it is a bug, never a property of the trace."""
         tl = self.tiles
-        if rank < 0:
+        if rank < 0 or not self._has(rank):
             return
-        for _ in range(4 * len(tl.kind) + 4):                         # each turn consumes an entry or a jump
+        self._at, self._here = None, set()                            # ranks a turn started on at time _at
+        for _ in range((2 * len(tl.kind) + len(self.dep) + 2) * (len(tl.ranks) + 1)):
             if t <= self.t0:
                 return
+            if t != self._at:
+                self._at, self._here = t, set()
+            self._here.add(rank)
             k = int(np.searchsorted(tl.ranks, rank))
             lo, hi = tl.ptr[k], tl.ptr[k + 1]
             i = lo + int(np.searchsorted(tl.start[lo:hi], t, side="left")) - 1
@@ -374,20 +383,25 @@ class _Walk:
             rank, t = self._call(j, t)
         raise RuntimeError("critical path: the walk does not end")   # a bug, not a trace problem
 
+    def _has(self, rank: int) -> bool:
+        k = int(np.searchsorted(self.tiles.ranks, rank))
+        return k < len(self.tiles.ranks) and int(self.tiles.ranks[k]) == rank
+
     def _call(self, j: int, t: int) -> tuple[int, int]:
         """Adds call entry j's piece up to t and says where the path goes on."""
         tl = self.tiles
-        row, begin = int(tl.ref[j]), int(tl.start[j])
+        row, begin, here = int(tl.ref[j]), int(tl.start[j]), int(tl.rank[j])
         p = int(self.dep[row])
-        if p < 0:
-            self.calls.append((row, begin, t))
-            return int(tl.rank[j]), begin
-        land = min(int(self.c_end[p]), t)
-        if self.c_start[p] > t:                                       # received before sent: clocks disagree
-            self.violations += 1
-            land = int(self.c_start[p])
-        self.calls.append((row, min(land, t), t))
-        return int(self.c_rank[p]), land
+        if p >= 0:
+            to, land = int(self.c_rank[p]), min(int(self.c_end[p]), t)
+            if self._has(to) and not (land == self._at and to in self._here):
+                # Received before it was sent (the clocks disagree): the path moves to the partner at the same
+                # time, before its call, onto the work that delayed it, as a logical clock would shift the send.
+                self.violations += int(self.c_start[p] > t)
+                self.calls.append((row, land, t))
+                return to, land
+        self.calls.append((row, begin, t))
+        return here, begin
 
 
 # ---------- the pieces, labelled ----------

@@ -103,8 +103,8 @@ def _wait_targets(df: pd.DataFrame) -> None:
     posts = df[df["op"] == COLL_POST]
     if waits.empty or posts.empty:
         return
-    m = waits.reset_index().merge(posts[[RANK, SEQ, COMMUNICATOR, "inst"]], on=[RANK, SEQ, COMMUNICATOR],
-                                  how="inner")
+    m = waits[[RANK, SEQ, COMMUNICATOR]].reset_index().merge(posts[[RANK, SEQ, COMMUNICATOR, "inst"]],
+                                                             on=[RANK, SEQ, COMMUNICATOR], how="inner")
     df.loc[m["index"].to_numpy(), "wait_inst"] = m["inst"].to_numpy()
 
 
@@ -124,7 +124,7 @@ def post_waits(df: pd.DataFrame) -> np.ndarray:
     # rows are sorted by rank then start: the next generic wait is the next row index in `anyw` on the same rank
     nxt = np.searchsorted(anyw, posts, side="right")
     ok = nxt < len(anyw)
-    cand = np.where(ok, anyw[np.minimum(nxt, len(anyw) - 1)], -1)
+    cand = np.where(ok, anyw[np.minimum(nxt, len(anyw) - 1)], -1) if len(anyw) else np.full(len(posts), -1)
     cand = np.where((cand >= 0) & (rank[np.maximum(cand, 0)] == rank[posts]), cand, -1)
     named = waits[wait_inst[waits] >= 0]
     if len(named):
