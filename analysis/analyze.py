@@ -38,6 +38,7 @@ from analysis import (
 from analysis.comm_matrix import comm_matrix
 from analysis.critical_path import critical_path_tables, main_threads
 from analysis.findings import findings
+from analysis.sections import Sections
 from analysis.step_phases import step_phases
 from analysis.summary import summary, token_ranks
 from gpt2trace.format import grid as rank_grid
@@ -154,8 +155,9 @@ class Explained:
     paired across ranks (the communication matrix), JSON-ready: under MPI another process than the one that
     combines the rest computes them (`analysis.distributed`), and receives only the regions for it. The root causes
     and delay costs need the segments, which the combining process has."""
-    comm_matrix: dict
-    critical_path: dict
+    comm_matrix: dict | None
+    critical_path: dict | None
+    warnings: tuple[str, ...] = ()
 
 
 def kernel_view(ctx: rank_groups.Context, parts: list[rank_groups.Part]) -> dict:
@@ -170,22 +172,31 @@ def explanations(ctx: rank_groups.Context, kernel_view: dict, calls: pd.DataFram
     has them)."""
     trace, window = ctx.shared, ctx.window
     calls = mpi.calls(trace, window) if calls is None else calls
-    path = critical_path_tables(trace, window, calls, main=main_threads(trace, ctx.pairs), steps=ctx.steps,
-                                **kernel_view)
+    said: list[str] = []
+    section = Sections(said)
+    path = section("critical path", lambda: critical_path_tables(
+        trace, window, calls, main=main_threads(trace, ctx.pairs), steps=ctx.steps, **kernel_view))
     return Explained(
-        comm_matrix={k: rows(v) for k, v in comm_matrix(calls).items()},                       # per rank pair
+        comm_matrix=section("communication matrix", lambda: {k: rows(v) for k, v in comm_matrix(calls).items()}),
         # the path's segments as columns: one row per stretch would be most of the JSON on a large trace
         critical_path={k: (columns(v) if k == "segments" else rows(v) if isinstance(v, pd.DataFrame) else v)
-                       for k, v in path.items()})
+                       for k, v in path.items()} if path is not None else None,
+        warnings=tuple(said))
 
 
 def combine(ctx: rank_groups.Context, parts: list[rank_groups.Part], top: int = 10,
             peak_gflops: float | None = None, explain: bool = True,
             explained: Explained | Callable[[], Explained] | None = None) -> dict:
     """`analyze`'s result from the groups' `Part`s (in rank order) and the `Context` of all of them; `explained`:
-    `explanations` (or what waits for them) when another process computes them."""
+    `explanations` (or what waits for them) when another process computes them.
+
+    The tables every other one is built from (the window's MPI calls and waits, the kernel segments, the states,
+    occupancy and POP) are computed first; each section after them is computed on its own, so one that fails on
+    a trace is None in the result and named in `warnings` ("critical path: not computed: ..."), and every other
+    section is still there."""
     trace, window = ctx.shared, ctx.window
-    warnings = list(ctx.warnings)
+    warnings = [f"import: {note}" for note in trace.notes] + list(ctx.warnings)
+    section = Sections(warnings)
     ranks = np.unique(ctx.pairs[RANK].to_numpy())
     grid = rank_grid.from_run(trace.run, int(ranks.max()) + 1 if len(ranks) else 1, (trace.comm_table or {}).values())
     if grid.note:
@@ -194,74 +205,106 @@ def combine(ctx: rank_groups.Context, parts: list[rank_groups.Part], top: int = 
     calls = mpi.calls(trace, window)
     wait_rows = waits.wait_states(calls)
     total_wait = wait_rows["wait_ns"].sum() / 1e9
-    by_state = (wait_rows.groupby("wait_state", as_index=False)
-              .agg(count=("wait_ns", "size"), wait_s=("wait_ns", "sum")).sort_values("wait_s", ascending=False))
-    by_state["wait_s"] = by_state["wait_s"] / 1e9
-    by_state["share"] = by_state["wait_s"] / total_wait if total_wait > 0 else 0.0
     occ = occupancy.from_parts([p.occupancy for p in parts], segs, top)
     per_rank = occ["per_rank"]
     factors = pop.from_parts([p.pop for p in parts], calls, window)
     warnings += pop.warnings(factors)
-    burst_hist = bursts.from_counts([p.bursts for p in parts])
-    layout = groups.parallel(trace)
-    per_call = waits.per_call(calls, wait_rows)
-    per_call["split"] = [groups.split_of(g, layout) for g in per_call[mpi.GROUP]]
-    imbalanced = imbalance.from_parts(segs, ranks, [p.imbalance for p in parts])
-    imbalanced["cause"] = [groups.cause(k, layout) if s == "ranks" else None
-                           for k, s in zip(imbalanced["kernel"], imbalanced["scope"])]
-    pipe = pipeline.pipeline(trace, window, calls, wait_rows, segs, ctx.steps)
-    first_stage = token_ranks(pipe, grid, ranks)
-    mem = memory.memory(trace, window)                                          # resident memory per rank
-    summ = summary(trace, window, peak_gflops, first_stage, grid, ctx.pairs, ctx.steps)
-    links = network_load.link_load(trace, calls, len(window.steps), summ.get("step_s_median"))
-    task_tables = tasks.from_parts([p.tasks for p in parts])                    # None: a fork-join trace
+    layout = section("parallel layout", lambda: groups.parallel(trace), {})
+    pipe = section("pipeline", lambda: pipeline.pipeline(trace, window, calls, wait_rows, segs, ctx.steps))
+    summ = section("summary", lambda: summary(trace, window, peak_gflops, token_ranks(pipe, grid, ranks), grid,
+                                              ctx.pairs, ctx.steps))
+    task_tables = section("tasks", lambda: tasks.from_parts([p.tasks for p in parts]))   # None: a fork-join trace
     if task_tables and not task_tables["totals"]["edges_known"]:
         warnings.append(f"{trace.name}: its task records have no predecessors (a .prv import keeps none), so the "
                         "task graph's critical path, the ready tasks and the starvation are not known")
     running_ns = sum(float(p.pop.times["useful_ns"].sum()) for p in parts)
+    root_causes = delay_costs = explained_now = None
     if explain:                             # last: under MPI, another process computes `Explained` meanwhile
-        costs = delay.delay_costs(calls, wait_rows, segs, window, keys=(mpi.GROUP,))
-        root_causes = _Plain({**r, "text": rootcause.sentence(r)} for r in rows(rootcause.table(costs)))
-        delay_costs = {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in delay.summary(costs).items()}
-        explained = explained() if callable(explained) else (
-            explained or explanations(ctx, kernel_view(ctx, parts), calls))
+        costs = section("delay costs", lambda: delay.delay_costs(calls, wait_rows, segs, window, keys=(mpi.GROUP,)))
+        if costs is not None:
+            root_causes = section("root causes", lambda: _Plain({**r, "text": rootcause.sentence(r)}
+                                                                for r in rows(rootcause.table(costs))))
+            delay_costs = section("delay costs", lambda: {k: (rows(v) if isinstance(v, pd.DataFrame) else v)
+                                                          for k, v in delay.summary(costs).items()})
+        explained_now = section("critical path and communication matrix", lambda: explained() if callable(explained)
+                                else (explained or explanations(ctx, kernel_view(ctx, parts), calls)))
+        warnings += explained_now.warnings if explained_now else []
     result = {
         "trace": trace.name,
         "window": {"t0_s": window.t0_ns / 1e9, "t1_s": window.t1_ns / 1e9, "steps": list(window.steps)},
-        "summary": {k: (rows(v) if isinstance(v, pd.DataFrame) else v)
-                    for k, v in summ.items()},
+        "summary": {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in summ.items()} if summ else None,
         "pop": factors,
-        "counters": counters.from_parts([p.counters for p in parts], running_ns),   # useful IPC and frequency
+        "counters": section("counters", lambda: counters.from_parts([p.counters for p in parts], running_ns)),
         "parallel": layout,
-        "imbalance": rows(imbalanced),
-        "waits": {"total_wait_s": total_wait, "calls": rows(per_call), "states": rows(by_state),
-                  "communicators": rows(groups.per_communicator(calls, wait_rows, trace, layout)),
-                  "groups": rows(comm_groups.per_group(calls, wait_rows))},
+        "imbalance": section("load imbalance", lambda: rows(_imbalance(segs, ranks, parts, layout))),
+        "waits": {"total_wait_s": total_wait,
+                  "calls": section("MPI calls", lambda: rows(_per_call(calls, wait_rows, layout))),
+                  "states": rows(_wait_states(wait_rows, total_wait)),
+                  "communicators": section("communicators", lambda: rows(
+                      groups.per_communicator(calls, wait_rows, trace, layout))),
+                  "groups": section("communication groups", lambda: rows(comm_groups.per_group(calls, wait_rows)))},
         # per step, unlike the waits: a trace without steps (an Extrae import) has the same waits, not these
-        "comm_dimensions": rows(comm_groups.per_dimension(calls, wait_rows, grid, trace.communicators, len(ranks),
-                                                          window)),
+        "comm_dimensions": section("communication per dimension", lambda: rows(comm_groups.per_dimension(
+            calls, wait_rows, grid, trace.communicators, len(ranks), window))),
         "pipeline": {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in pipe.items()} if pipe else None,
-        "comm_matrix": explained.comm_matrix if explain else None,                            # per rank pair
-        "memory": {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in mem.items()} if mem else None,
-        "network_links": rows(links) if links is not None else None,          # an emulated cluster's link load
+        "comm_matrix": explained_now.comm_matrix if explained_now else None,                   # per rank pair
+        "memory": section("memory", lambda: _tables(memory.memory(trace, window))),    # resident memory per rank
+        "network_links": section("network links", lambda: _links(trace, calls, window, summ)),  # emulated cluster
         "root_causes": root_causes if explain else [],
-        "delay_costs": delay_costs if explain else None,                         # root causes through chains
+        "delay_costs": delay_costs,                                              # root causes through chains
         "states": {k: rows(v) for k, v in
                    state_profile.from_lanes(state_profile.LaneStates.concat([p.states for p in parts]),
                                             window).items()},
         "occupancy": {"mean_occupancy": float(per_rank["mean_occupancy"].mean()) if len(per_rank) else None,
                       "serial_s": float(per_rank["serial_s"].sum()),
                       **{k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in occ.items()}},
-        "step_phases": {k: rows(v) for k, v in step_phases(trace, ctx.steps).items()},   # every step, not only the
-        "kernel_threads": rows(kernel_threads.from_cells([p.kernel_threads for p in parts])),           # window
-        "critical_path": explained.critical_path if explain else None,
-        "bursts": {"edges_s": burst_hist["edges_s"], "cells": rows(burst_hist["cells"])},
+        "step_phases": section("step phases", lambda: {k: rows(v) for k, v in step_phases(trace, ctx.steps).items()}),
+        "kernel_threads": section("kernel threads", lambda: rows(                     # every step, not only the
+            kernel_threads.from_cells([p.kernel_threads for p in parts]))),           # window
+        "critical_path": explained_now.critical_path if explained_now else None,
+        "bursts": section("bursts", lambda: _bursts(parts)),
         "tasks": _tasks_json(task_tables) if task_tables else None,
         "warnings": warnings,
     }
     result = jsonable(result)
-    result["findings"] = findings(result, top)
+    result["findings"] = section("findings", lambda: findings(result, top), [])
+    result["warnings"] = warnings
     return result
+
+
+def _imbalance(segs, ranks: np.ndarray, parts: list[rank_groups.Part], layout: dict) -> pd.DataFrame:
+    table = imbalance.from_parts(segs, ranks, [p.imbalance for p in parts])
+    table["cause"] = [groups.cause(k, layout) if s == "ranks" else None
+                      for k, s in zip(table["kernel"], table["scope"])]
+    return table
+
+
+def _per_call(calls: pd.DataFrame, wait_rows: pd.DataFrame, layout: dict) -> pd.DataFrame:
+    table = waits.per_call(calls, wait_rows)
+    table["split"] = [groups.split_of(g, layout) for g in table[mpi.GROUP]]
+    return table
+
+
+def _wait_states(wait_rows: pd.DataFrame, total_wait: float) -> pd.DataFrame:
+    by_state = (wait_rows.groupby("wait_state", as_index=False)
+                .agg(count=("wait_ns", "size"), wait_s=("wait_ns", "sum")).sort_values("wait_s", ascending=False))
+    by_state["wait_s"] = by_state["wait_s"] / 1e9
+    by_state["share"] = by_state["wait_s"] / total_wait if total_wait > 0 else 0.0
+    return by_state
+
+
+def _tables(tables: dict | None) -> dict | None:
+    return {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in tables.items()} if tables else None
+
+
+def _links(trace: Trace, calls: pd.DataFrame, window, summ: dict | None) -> list[dict] | None:
+    links = network_load.link_load(trace, calls, len(window.steps), (summ or {}).get("step_s_median"))
+    return rows(links) if links is not None else None
+
+
+def _bursts(parts: list[rank_groups.Part]) -> dict:
+    hist = bursts.from_counts([p.bursts for p in parts])
+    return {"edges_s": hist["edges_s"], "cells": rows(hist["cells"])}
 
 
 def _tasks_json(tables: dict) -> dict:

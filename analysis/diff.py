@@ -53,7 +53,9 @@ def diff(a: dict, b: dict) -> dict:
            "step_s": {"a": step_a, "b": step_b, "speedup": step_a / step_b},
            "tokens_per_s": {"a": a["summary"]["tokens_per_s"], "b": b["summary"]["tokens_per_s"]},
            "layout": _layout(a, b),
-           "changes": changes.to_dict("records"), "pop": pop}
+           "changes": changes.to_dict("records"), "pop": pop,
+           "warnings": [f"{label}: {w}" for label, res in (("A", a), ("B", b)) for w in res.get("warnings") or []
+                        if ": not computed: " in w]}
     out["sentences"] = sentences(a, b, changes, pop)
     return out
 

@@ -16,6 +16,7 @@ from analysis.analyze import jsonable, rows
 from analysis.imbalance import kernels_across_ranks
 from analysis.occupancy import kernel_wall
 from analysis.records import records, threads
+from analysis.sections import Sections
 from analysis.state_profile import state_profile
 from analysis.summary import summary, token_ranks
 from analysis.window import select
@@ -40,7 +41,8 @@ def summarize(trace: Trace, steps: str | None = None) -> dict:
     layout = groups.parallel(trace)
     per_call = waits.per_call(calls, wait_rows)
     per_call["split"] = [groups.split_of(g, layout) for g in per_call[mpi.GROUP]]
-    pipe = pipeline.pipeline(trace, window, calls, wait_rows, segs)
+    said: list[str] = []
+    pipe = Sections(said)("pipeline", lambda: pipeline.pipeline(trace, window, calls, wait_rows, segs))
     summ = summary(trace, window, None, token_ranks(pipe, grid, ranks), grid)
     return jsonable({
         "trace": trace.name,
@@ -52,4 +54,5 @@ def summarize(trace: Trace, steps: str | None = None) -> dict:
         "states": {"totals": rows(state_profile(states, window)["totals"])},
         "occupancy": {"per_kernel": rows(kernel_wall(segs))},
         "imbalance": rows(kernels_across_ranks(segs, ranks)),
+        "warnings": said,
     })

@@ -44,11 +44,14 @@ def _finding(metric: str, lost: float | None, text: str, part_of: str | None = N
 
 def findings(result: dict, top: int = 10) -> list[dict]:
     """An ordered list of {metric, lost_fraction, text[, part_of]}: warnings, the losses largest first (each with
-    its details), then notes."""
+    its details), then notes. A section that was not computed (None) gives no finding."""
+    result = {**result, "summary": result.get("summary") or {}, "imbalance": result.get("imbalance") or [],
+              "root_causes": result.get("root_causes") or [],
+              "waits": {**result["waits"], "calls": result["waits"].get("calls") or []}}
     p = result["pop"]
     lost = p.get("lost") or {}
     warnings = [_finding("warnings", None, f"Warning: {w}") for w in result.get("warnings", [])
-                if w.startswith("the ideal-network replay")]
+                if w.startswith(("the ideal-network replay", "no thread is Running"))]
     losses = sorted((k for k in lost if k != "total" and lost[k] is not None and lost[k] > _SHOWN),
                     key=lambda k: -lost[k])
     details = _details(result, [k for k in losses if k in _MPI_LOSSES])

@@ -107,27 +107,45 @@ def from_parts(parts: list[Part], calls: pd.DataFrame, window: Window) -> dict:
     rep = replay.replay(calls, sp.rank, window.t0_ns, window.t1_ns) if len(calls) else None
     ideal = float(rep.ideal_ns) if rep is not None else None
     busy_max = float(rep.busy_ns.max()) if rep is not None else None
+    replayed = ideal
+    if ideal is not None and ideal < useful.max():
+        # No network makes a thread compute faster: the replay, which puts a rank's calls on one line, came out
+        # shorter than a thread's useful time when calls of several threads of a rank overlap
+        ideal = float(useful.max())
     out = efficiencies(useful, outside, float(runtime), ideal, busy_max, hybrid=bool(sp.threads.max() >= 2))
     out.update(runtime_s=runtime / NS, cpus=len(useful), useful_avg_s=useful.mean() / NS,
                useful_max_s=useful.max() / NS, useful_total_s=useful.sum() / NS,
                outside_mpi_avg_s=outside.mean() / NS, outside_mpi_max_s=outside.max() / NS,
                ideal_runtime_s=ideal / NS if ideal is not None else None,
                useful_ideal_max_s=busy_max / NS if busy_max is not None else None,
-               replay={"forced_releases": dict(rep.forced)} if rep is not None else None,
+               replay={"forced_releases": dict(rep.forced),
+                       "replayed_s": replayed / NS} if rep is not None else None,
                openmp=openmp.factors(sp, runtime))
     out["lost"] = lost.partition(out)
     return out
 
 
+NO_COMPUTATION = ("no thread is Running in the analyzed window: the trace records no computation (a measurement "
+                  "that filtered out the user code, or one of MPI calls only), so the POP factors are not defined; "
+                  "the MPI tables still hold")
+
+
 def warnings(p: dict) -> list[str]:
-    """What makes the replay's numbers unreliable, in words (`analysis.analyze` adds them to its warnings)."""
-    out = []
+    """What makes the POP factors undefined or the replay's numbers unreliable, in words (`analysis.analyze` adds
+    them to its warnings)."""
+    out = [NO_COMPUTATION] if p.get("cpus") and not p.get("useful_max_s") else []
     ideal, runtime = p.get("ideal_runtime_s"), p.get("runtime_s")
     if ideal is not None and runtime and ideal > runtime:
         out.append(f"the ideal-network replay takes {ideal:.6g} s, longer than the measured {runtime:.6g} s: a "
                    f"replay never waits longer than the run did, so the trace's MPI calls do not match (a "
                    f"missing or reordered call, clocks out of sync); serialization and transfer efficiency are "
                    f"not reliable (reported as they are, not clipped)")
+    replayed = (p.get("replay") or {}).get("replayed_s")
+    if replayed is not None and ideal is not None and replayed < ideal:
+        out.append(f"the ideal-network replay takes {replayed:.6g} s, less than the longest useful time of a thread "
+                   f"({ideal:.6g} s), which no network shortens: MPI calls of several threads of a rank overlap, "
+                   f"and the replay puts a rank's calls in one line; the ideal runtime is taken as {ideal:.6g} s, "
+                   f"so serialization and transfer efficiency are approximate")
     forced = (p.get("replay") or {}).get("forced_releases") or {}
     if forced:
         calls = ", ".join(f"{name} x{count}" for name, count in sorted(forced.items(), key=lambda kv: -kv[1]))

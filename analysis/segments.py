@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from analysis.records import Records, records
 from analysis.window import Window
@@ -83,16 +84,43 @@ def segments(kern: Records) -> Segments:
     if not is_sorted(cs):                       # (`by_time` sorts them so)
         order = np.argsort(cs, kind="stable")
         cs, ce, name, layer, rank = cs[order], ce[order], name[order], layer[order], rank[order]
+    else:
+        order = None
     key = name.astype(np.int64) * 65538 + (layer + 1)
     reach = np.maximum.accumulate(ce)
     cut = np.ones(n, dtype=bool)
     cut[1:] = (cs[1:] >= reach[:-1]) | (key[1:] != key[:-1])
     first = np.flatnonzero(cut)
     seg_rank = rank[first]
+    thread = kern[THREAD] if order is None else kern[THREAD][order]
     return Segments(rank=seg_rank, start_ns=cs[first] - seg_rank * width + lo,
                     end_ns=np.maximum.reduceat(ce, first) - seg_rank * width + lo,
-                    name=name[first], layer=layer[first], busy_ns=np.add.reduceat(ce - cs, first),
+                    name=name[first], layer=layer[first], busy_ns=_busy(cut, first, thread, cs, ce),
                     names=kern.names, lo=lo, width=width)
+
+
+def _busy(cut: np.ndarray, first: np.ndarray, thread: np.ndarray, cs: np.ndarray, ce: np.ndarray) -> np.ndarray:
+    """Per segment, the time each thread spends in its records, summed over the threads: a thread's records that
+    nest (a profiled function that calls itself, an op inside an op of the same name) count once, as their union.
+    Records in (segment, start) order; `cs`, `ce` their (rank, time) keys."""
+    seg = np.cumsum(cut) - 1
+    lane = seg * (int(thread.max()) + 1) + thread.astype(np.int64)
+    order = np.argsort(lane, kind="stable")                           # (segment, thread), each in start order
+    lane, s, e = lane[order], cs[order], ce[order]
+    new = np.r_[True, lane[1:] != lane[:-1]]
+    if new.all():                                                     # one record per thread and segment
+        return np.add.reduceat(ce - cs, first)
+    lane_no = np.cumsum(new) - 1
+    s0 = s[new][lane_no]                                              # times from the lane's first start
+    rs, re = s - s0, e - s0
+    span = int(re.max()) + 1
+    if time_key_fits(int(lane_no[-1]) + 1, span):                    # a cumulative max per lane, as one
+        reach = np.maximum.accumulate(re + lane_no * span) - lane_no * span
+    else:
+        reach = pd.Series(re).groupby(lane_no).cummax().to_numpy()
+    prior = np.where(new, 0, np.r_[0, reach[:-1]])                    # the lane's earlier records' latest end
+    covered = np.clip(re - np.maximum(rs, prior), 0, None)
+    return np.bincount(seg[order], weights=covered, minlength=len(first)).astype(np.int64)
 
 
 def concat(parts: list[Segments]) -> Segments:

@@ -172,7 +172,9 @@ def per_call(calls: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:
                         "total_s": agg["total"].to_numpy() / NS, "wait_s": agg["wait"].to_numpy() / NS})
     out["transfer_s"] = (out["total_s"] - out["wait_s"]).clip(lower=0)
     bw = out[BYTES] / out["transfer_s"].where(out["transfer_s"] > 0) / 1e9
-    out["bandwidth_gb_s"] = bw.where(out[BYTES] > 0)
+    # a posting's time is its enqueue, not the transfer (an NCCL collective's CPU side is one): no rate from it
+    posting = out[NAME].map(lambda n: C.operation(str(n)) in (C.COLL_POST, C.ISEND, C.IRECV)).astype(bool)
+    out["bandwidth_gb_s"] = bw.where((out[BYTES] > 0) & ~posting)
     ov = overlap(calls)
     out = out.merge(ov, on=[NAME, GROUP], how="left")
     return out[cols].sort_values("total_s", ascending=False, kind="stable").reset_index(drop=True)

@@ -26,6 +26,7 @@ from analysis import mpi, pop, replay, segments
 from analysis.critical_path import CriticalPath, critical_path, main_threads, tables, timeline_path
 from analysis.records import NS, Records, decode, records, threads
 from analysis.replay_timeline import Stretches, TimeMap, time_map
+from analysis.sections import Sections
 from analysis.steps import steps_table
 from analysis.window import Window, select
 from gpt2trace.format.network import IDEAL, Network, placement
@@ -71,8 +72,10 @@ def whatif(trace: Trace, model: Model, steps: str | None = None) -> dict:
     starts = _predicted_starts(prog, predicted, mark_step)
     step_rows = _steps(trace, window, starts, predicted)
     moved = time_map(prog, burst, tail, predicted, runtime, stretches)
-    paths = {"measured": critical_path(trace, window, calls, kern, main),
-             "predicted": _predicted_path(trace, window, calls, kern, main, prog, moved, predicted, starts)}
+    said = _warnings(prog, model, predicted)
+    paths = Sections(said)("critical path", lambda: {
+        "measured": critical_path(trace, window, calls, kern, main),
+        "predicted": _predicted_path(trace, window, calls, kern, main, prog, moved, predicted, starts)})
     out = {
         "trace": trace.name,
         "window": {"t0_s": window.t0_ns / NS, "t1_s": window.t1_ns / NS, "steps": list(window.steps)},
@@ -85,9 +88,9 @@ def whatif(trace: Trace, model: Model, steps: str | None = None) -> dict:
         "pop": {"measured": _factors(measured.busy_ns, runtime, measured.end_ns),
                 "predicted": _factors(predicted.busy_ns, predicted.end_ns, ideal_changed.end_ns)},
         "steps": step_rows.to_dict("records"),
-        "critical_path": {k: _path_tables(cp) for k, cp in paths.items()},
+        "critical_path": {k: _path_tables(cp) for k, cp in paths.items()} if paths else None,
         "forced_releases": predicted.forced,
-        "warnings": _warnings(prog, model, predicted),
+        "warnings": said,
     }
     return out
 

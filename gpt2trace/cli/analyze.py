@@ -15,19 +15,18 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpt2trace.cli.common import console, err_console, fail, json_output, output, plain, trace_files
+from gpt2trace.cli.common import TRACE_FORMATS, console, err_console, fail, json_output, output, plain, trace_files
 from gpt2trace.cli.memory_tables import render_memory
 from gpt2trace.cli.tables import Col, print_table
 from gpt2trace.format.errors import OutputError, TraceError
 from gpt2trace.format.limits import GROUP_RECORDS
 
-TRACES_HELP = ("Trace file(s): Parquet, or Paraver .prv/.prv.gz (with its .pcf and .row beside it); with several, "
-               "a model-factors table with the first as reference.")
+TRACES_HELP = f"Trace file(s): {TRACE_FORMATS}; with several, a model-factors table with the first as reference."
 
 
 def analyze(
     traces: Annotated[list[Path], typer.Argument(
-        exists=True, dir_okay=False, metavar="TRACE", help=TRACES_HELP)],
+        exists=True, metavar="TRACE", help=TRACES_HELP)],
     json_out: Annotated[Path | None, typer.Option(
         "--json", metavar="PATH", help="Write the results as JSON to PATH ('-' for stdout, which replaces the "
         "tables).")] = None,
@@ -107,40 +106,26 @@ def analyze(
 
 
 def render(out: Console, res: dict, top: int) -> None:
+    """The result's tables; a section that was not computed (None, named in the warnings) is left out."""
     from gpt2trace.format.communicators import WORLD_NAME  # NumPy behind it: not at the CLI's start-up
-    s, p = res["summary"], res["pop"]
+    p = res["pop"]
     out.rule(Text(plain(res["trace"]), style="bold"))
     for w in res["warnings"]:
         out.print(Text.assemble(("warning:", "yellow"), " ", plain(w)), overflow="fold")
-    rows = [("runtime", _num(s["runtime_s"], " s")),
-            ("steps", f"{s['steps']} ({s['first_step']}..{s['last_step']})" if s["steps"] else "no step info"),
-            ("ranks x threads", f"{s['ranks']} x {s['threads_per_rank']}"),
-            ("parallel dimensions", s.get("degrees")),
-            ("step time median", _num(s["step_s_median"], " s")),
-            ("step time min / max", f"{_num(s['step_s_min'])} / {_num(s['step_s_max'])} s"),
-            ("tokens/s", _num(s["tokens_per_s"])),
-            ("model GFLOP/s (per core)", f"{_num(s['achieved_gflops'])} ({_num(s['achieved_gflops_per_core'])})"),
-            ("MFU", _pct(s["mfu"])),
-            (f"TFLOPS per core, study's 2N x {s.get('study_passes', 3)} formula", _num(s.get("study_tflops_per_core"))),
-            ("TFLOPS per core executed", _num(s.get("hardware_tflops_per_core")))]
-    c = res.get("counters") or {}
-    if c.get("ipc") is not None:
-        rows += [("useful IPC", _num(c["ipc"])), ("useful frequency", _num(c["frequency_ghz"], " GHz"))]
-    _pairs(out, "Summary", rows)
-    if s["phases"]:
-        print_table(out, "Phases", [Col("phase", label=True, bare=True), Col("count"), Col("total s"),
-                                    Col("mean s"), Col("share")],
-                    [(r["phase"], _int(r["count"]), _num(r["total_s"]), _num(r["mean_s"]), _pct(r["share"]))
-                     for r in s["phases"][:top]])
+    if res["summary"] is not None:
+        render_summary(out, res, top)
     if res.get("pipeline"):
         render_pipeline(out, res["pipeline"], top)
     render_memory(out, res.get("memory"), top)
     levels = (p, p.get("mpi") or {}, p.get("threads") or {})
     pop_rows = [(label, *(_pct(lv[key]) if lv.get(key) is not None else None for lv in levels))
                 for key, label in _POP_ROWS]
-    print_table(out, "POP efficiencies", [Col("", label=True), Col("all threads"), Col("MPI level"),
-                                          Col("thread level")],
-                [r for r in pop_rows if any(r[1:])])    # serialization and transfer exist only with MPI to replay
+    shown = [r for r in pop_rows if any(r[1:])]     # serialization and transfer exist only with MPI to replay
+    if shown:
+        print_table(out, "POP efficiencies", [Col("", label=True), Col("all threads"), Col("MPI level"),
+                                              Col("thread level")], shown)
+    else:                                           # said, not an empty table
+        out.print("POP efficiencies: not defined: no thread is Running in the analyzed window", overflow="fold")
     if p.get("openmp"):
         omp = p["openmp"]
         regions = (f"task graphs as {omp['regions']} regions" if res.get("tasks")
@@ -159,7 +144,7 @@ def render(out: Console, res: dict, top: int) -> None:
                 [Col("kernel", label=True, bare=True), Col("layer", label=True), Col("across", label=True),
                  Col("mean s"), Col("max s"), Col("max/mean"), Col("lost s"), Col("slowest", label=True)],
                 [(r["kernel"], _layer(r["layer"], "all"), _across(r), _num(r["mean_s"]), _num(r["max_s"]),
-                  _num(r["imbalance"]), _num(r["lost_s"]), _slowest(r)) for r in res["imbalance"][:top]])
+                  _num(r["imbalance"]), _num(r["lost_s"]), _slowest(r)) for r in (res["imbalance"] or [])[:top]])
     if res["waits"]["calls"]:
         print_table(out, "MPI calls",
                     [Col("call", label=True, bare=True), Col("group", label=True), Col("wait state", label=True),
@@ -180,7 +165,7 @@ def render(out: Console, res: dict, top: int) -> None:
                     [Col("group", label=True), Col("rank", label=True), Col("kernel", label=True, bare=True),
                      Col("layer", label=True), Col("wait s"), Col("waits"), Col("share")],
                     [(r["group"], r["rank"], r["kernel"], _layer(r["layer"], "none"), _num(r["wait_s"]),
-                      _int(r["waits"]), _pct(r["share"])) for r in res["root_causes"][:top]])
+                      _int(r["waits"]), _pct(r["share"])) for r in (res["root_causes"] or [])[:top]])
     occ = res["occupancy"]
     print_table(out, "Thread occupancy per rank",
                 [Col("rank", label=True), Col("threads"), Col("mean occupancy"), Col("serial s"),
@@ -192,14 +177,38 @@ def render(out: Console, res: dict, top: int) -> None:
                  Col("mean occupancy"), Col("sync s"), Col("fork s")],
                 [(r["kernel"], _layer(r["layer"], "none"), _num(r["wall_s"]), _num(r["mean_occupancy"]),
                   _num(r["sync_s"]), _num(r["fork_s"])) for r in occ["per_kernel"][:top]])
-    if any(r["layer"] is None for r in res["root_causes"][:top] + occ["per_kernel"][:top]):
+    if any(r["layer"] is None for r in (res["root_causes"] or [])[:top] + occ["per_kernel"][:top]):
         out.print("layer none: a kernel outside the transformer blocks (encoder, loss, AdamW) or no kernel at all",
                   style="dim", overflow="fold")
     if res.get("critical_path"):
         render_critical_path(out, res["critical_path"], top)
     if res.get("tasks"):
         render_tasks(out, res["tasks"], top)
-    _findings(out, res["findings"][:top])
+    _findings(out, (res["findings"] or [])[:top])
+
+
+def render_summary(out: Console, res: dict, top: int) -> None:
+    s = res["summary"]
+    rows = [("runtime", _num(s["runtime_s"], " s")),
+            ("steps", f"{s['steps']} ({s['first_step']}..{s['last_step']})" if s["steps"] else "no step info"),
+            ("ranks x threads", f"{s['ranks']} x {s['threads_per_rank']}"),
+            ("parallel dimensions", s.get("degrees")),
+            ("step time median", _num(s["step_s_median"], " s")),
+            ("step time min / max", f"{_num(s['step_s_min'])} / {_num(s['step_s_max'])} s"),
+            ("tokens/s", _num(s["tokens_per_s"])),
+            ("model GFLOP/s (per core)", f"{_num(s['achieved_gflops'])} ({_num(s['achieved_gflops_per_core'])})"),
+            ("MFU", _pct(s["mfu"])),
+            (f"TFLOPS per core, study's 2N x {s.get('study_passes', 3)} formula", _num(s.get("study_tflops_per_core"))),
+            ("TFLOPS per core executed", _num(s.get("hardware_tflops_per_core")))]
+    c = res.get("counters") or {}
+    if c.get("ipc") is not None:
+        rows += [("useful IPC", _num(c["ipc"])), ("useful frequency", _num(c["frequency_ghz"], " GHz"))]
+    _pairs(out, "Summary", rows)
+    if s["phases"]:
+        print_table(out, "Phases", [Col("phase", label=True, bare=True), Col("count"), Col("total s"),
+                                    Col("mean s"), Col("share")],
+                    [(r["phase"], _int(r["count"]), _num(r["total_s"]), _num(r["mean_s"]), _pct(r["share"]))
+                     for r in s["phases"][:top]])
 
 
 def render_tasks(out: Console, tasks: dict, top: int) -> None:
@@ -247,7 +256,7 @@ def render_dimensions(out: Console, dims: list[dict]) -> None:
 
 def render_comm_matrix(out: Console, matrix: dict, top: int) -> None:
     """The rank pairs that exchange the most bytes, per communicator (analysis.comm_matrix)."""
-    if matrix["communicators"]:
+    if matrix and matrix["communicators"]:
         print_table(out, "Communication matrix (top rank pairs by bytes)",
                     [Col("group", label=True), Col("source -> destination", label=True), Col("bytes"),
                      Col("messages"), Col("seconds")],

@@ -22,8 +22,8 @@ CATEGORY_LABELS = {"kernel": "kernel", "kernel_layer": "kernel", "phase": "phase
 
 
 def diff(
-    a: Annotated[Path, typer.Argument(exists=True, dir_okay=False, metavar="A", help="The reference trace.")],
-    b: Annotated[Path, typer.Argument(exists=True, dir_okay=False, metavar="B", help="The trace compared with A.")],
+    a: Annotated[Path, typer.Argument(exists=True, metavar="A", help="The reference trace.")],
+    b: Annotated[Path, typer.Argument(exists=True, metavar="B", help="The trace compared with A.")],
     json_out: Annotated[Path | None, typer.Option(
         "--json", metavar="PATH", help="Write the comparison as JSON to PATH ('-' for stdout, which replaces the "
         "tables).")] = None,
@@ -68,6 +68,8 @@ def diff(
 def render(out: Console, res: dict, top: int) -> None:
     for label in ("a", "b"):
         out.print(Text.assemble(f"{label.upper()}: ", (plain(res[label]), "bold")), soft_wrap=True)
+    for w in res.get("warnings") or []:
+        out.print(Text.assemble(("warning:", "yellow"), " ", plain(w)), overflow="fold")
     for line in res["sentences"]:
         out.print(Text(plain(line)), overflow="fold")
     print_table(out, "Time per step and rank, by impact (ms)",

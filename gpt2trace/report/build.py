@@ -85,10 +85,10 @@ def build_groups(groups: Sequence[Trace | Callable[[], Trace]], result: dict | N
 def _page(meta: Trace, records: int, result: dict, tl: timeline.Timeline, analyzed: tuple[int, int], top: int,
           max_bytes: int, began: float) -> Report:
     blobs = Blobs()
-    figs = {"fig-steps": figures.step_durations(result), "fig-occupancy": figures.occupancy_levels(result),
-            "fig-imbalance": figures.imbalance_heatmap(result), "fig-useful": figures.useful_histogram(result),
-            "fig-pipeline": figures.pipeline_bubble(result), "fig-comm-matrix": comm_heatmap(result),
-            "fig-memory": memory_per_rank(result)}
+    makers = {"fig-steps": figures.step_durations, "fig-occupancy": figures.occupancy_levels,
+              "fig-imbalance": figures.imbalance_heatmap, "fig-useful": figures.useful_histogram,
+              "fig-pipeline": figures.pipeline_bubble, "fig-comm-matrix": comm_heatmap, "fig-memory": memory_per_rank}
+    figs = {fid: _shown(None, make, result) for fid, make in makers.items()}   # a section not computed: no chart
     data = page_data(tl, blobs, analyzed, figs, [colors.rank_color(i) for i in range(len(colors.RANK_RGB))],
                      (result.get("critical_path") or {}).get("segments"), result.get("tasks"))
     name = Path(meta.name).name
@@ -137,10 +137,25 @@ def _drop_finest_level(data: dict, blobs: Blobs) -> bool:
     return True
 
 
+def _shown(failed, draw: Callable, *args):
+    """What `draw(*args)` gives, or `failed` when it raises: a section of the result that was not computed (None;
+    the page's warnings name it) leaves its table or chart out, not the page."""
+    try:
+        return draw(*args)
+    except MemoryError:
+        raise
+    except Exception:       # the warnings already say why the section is missing
+        return failed
+
+
+def _missing(title: str) -> str:
+    return f'<p class="empty">{esc(title)}: not computed (see the warnings)</p>'
+
+
 def _header(trace: Trace, records: int, res: dict, name: str) -> str:
-    s = res["summary"]
+    s = res["summary"] or {}
     trace_items = [("file", trace.name), ("records", f"{records:,}"),
-                   ("ranks x threads", f"{s['ranks']} x {s['threads_per_rank']}"),
+                   ("ranks x threads", f"{s.get('ranks')} x {s.get('threads_per_rank')}" if s else None),
                    ("schema version", trace.version)]
     blocks = [("Run", tables.run_config(trace.run)), ("Machine", tables.machine(trace.machine, trace.peak)),
               ("Trace", trace_items)]
@@ -181,22 +196,27 @@ def _sections(res: dict, tl, figs: dict, top: int, critical: bool) -> list[tuple
               + _figure("fig-memory", "Resident memory per rank", "Each rank's resident memory (RSS) sampled at "
                         "every phase end; a point is the highest sample of its slice of the analyzed window.", figs)
               + "</div>")
-    overview = ('<div class="grid"><div><h3>Summary</h3>' + tables.summary(res) + "</div><div><h3>Findings</h3>"
-                + tables.findings(res, top) + tables.warnings(res) + "</div></div>")
-    pipeline = ([("pipeline", "Pipeline bubble", tables.pipeline(res, top) + '<div class="grid">' + _figure(
-        "fig-pipeline", "Bubble per stage", "The share of the pipeline's window each stage does not compute, by what "
-        "it does instead, against the ideal for equal stages and free messages (dashed).", figs) + "</div>")]
+    def shown(title: str, draw: Callable, *args) -> str:
+        return _shown(_missing(title), draw, res, *args)
+    overview = ('<div class="grid"><div><h3>Summary</h3>' + shown("summary", tables.summary)
+                + "</div><div><h3>Findings</h3>" + shown("findings", tables.findings, top) + tables.warnings(res)
+                + "</div></div>")
+    bubble = _figure("fig-pipeline", "Bubble per stage", "The share of the pipeline's window each stage does not "
+                     "compute, by what it does instead, against the ideal for equal stages and free messages "
+                     "(dashed).", figs)
+    pipeline = ([("pipeline", "Pipeline bubble", shown("pipeline", tables.pipeline, top) + '<div class="grid">'
+                  + bubble + "</div>")]
                 if res.get("pipeline") else [])
     return [
         ("overview", "Summary and findings", overview),
         ("timeline-section", "Timeline", timeline),
         *pipeline,
         ("charts", "Steps, occupancy and balance", charts),
-        ("pop", "POP efficiencies", tables.pop(res) + "<h3>Phases</h3>" + tables.phases(res)),
-        ("mpi", "MPI waits and their root causes", tables.waits(res, top) + _figure(
+        ("pop", "POP efficiencies", shown("POP", tables.pop) + "<h3>Phases</h3>" + shown("phases", tables.phases)),
+        ("mpi", "MPI waits and their root causes", shown("MPI waits", tables.waits, top) + _figure(
             "fig-comm-matrix", "Communication matrix", "Bytes from each source rank (row) to each destination rank "
             "(column) in the analyzed window; a collective counts as each member's contribution to the members that "
             "need it (docs/analyze.md).", figs)),
-        ("imbalance", "Load imbalance", tables.imbalance(res, top)),
-        ("occupancy", "Thread occupancy", tables.occupancy(res, top)),
+        ("imbalance", "Load imbalance", shown("load imbalance", tables.imbalance, top)),
+        ("occupancy", "Thread occupancy", shown("occupancy", tables.occupancy, top)),
     ]

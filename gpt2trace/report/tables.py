@@ -140,7 +140,9 @@ def pop(res: dict) -> str:
     blank = lambda v: "" if v is None else pct(v)  # noqa: E731  (a factor a level does not have)
     cols = [("metric", "", str), ("all", "all threads", blank), ("mpi", "MPI level", blank),
             ("threads", "thread level", blank)]
-    out = table(rows, cols, css="pop")
+    defined = any(v is not None for r in rows for k, v in r.items() if k != "metric")
+    out = (table(rows, cols, css="pop") if defined else
+           '<p class="empty">not defined: no thread is Running in the analyzed window</p>')
     omp = p.get("openmp")
     if omp:
         out += table([{"metric": label, "value": omp.get(key)}
