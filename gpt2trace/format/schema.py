@@ -23,6 +23,8 @@ META_CLOCK = b"gpt2trace.clock"        # JSON: clock source and per-rank offset 
 # JSON {"communicators": [{"id", "name", "ranks"}, ...]}: every communicator the `communicator` column names
 # (gpt2trace/format/communicators.py)
 META_COMMUNICATORS = b"gpt2trace.communicators"
+# JSON list of strings: what an import from another tool's format did beyond a plain translation (its notes)
+META_IMPORT_NOTES = b"gpt2trace.import_notes"
 
 # Column names (units in the names).
 KIND, RANK, THREAD, START_NS, END_NS, STATE, NAME = "kind", "rank", "thread", "start_ns", "end_ns", "state", "name"
@@ -147,6 +149,16 @@ def arrow_schema(metadata: dict[bytes, bytes] | None = None) -> pa.Schema:
     meta = {META_VERSION: str(SCHEMA_VERSION).encode()}
     meta.update(metadata or {})
     return pa.schema([pa.field(n, t) for n, t in FIELDS.items()], metadata=meta)
+
+
+def with_import_notes(table: pa.Table, notes) -> pa.Table:
+    """`table` with an importer's notes in its metadata (META_IMPORT_NOTES, sorted), so that `analyze` of the
+    trace, or of the Parquet file `import` writes from it, shows them."""
+    if not notes:
+        return table
+    meta = dict(table.schema.metadata or {})
+    meta[META_IMPORT_NOTES] = json.dumps(sorted(notes)).encode()
+    return table.replace_schema_metadata(meta)
 
 
 def metadata_json(schema: pa.Schema, key: bytes) -> dict | None:

@@ -141,6 +141,7 @@ class Window:
         self.opens = Opens.none()
         self.offsets: dict[int, int] = {}
         self.received = received
+        self.last = np.zeros(0, np.int64)      # each lane's last record so far (`Events.last_ns`)
         self.final = False
         self._ghost: dict[int, tuple[int, int]] = {}
 
@@ -245,19 +246,40 @@ class Events:
         return out
 
     def _pair(self, idx: np.ndarray, notes: Notes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Opening pairs, the time each closes (the header's end when it never does) and whether it closes,
-        stacked per thread and type in time order (file order at one instant). In a window but the last, the pairs
-        still open are not closed yet: they go on to the next window (`carry`), not to the notes."""
+        """Opening pairs, the time each closes and whether it closes, stacked per thread and type in time order
+        (file order at one instant). MPI calls never nest on a thread, so for their types a new value closes the
+        open call, as Paraver reads a value change (old MPItrace traces write calls so); functions, phases and
+        tasks nest. A pair never closed ends at its thread's last record: not at the header's end, which may be
+        far beyond the thread's run. In a window but the last, the pairs still open are not closed yet: they go
+        on to the next window (`carry`), not to the notes."""
         order = idx[np.lexsort((idx, self.time[idx], self.type[idx], self.lane[idx]))]
         opened, closed = np.empty(len(order), np.int64), np.empty(len(order), np.int64)
-        n, stray = _stack_pairs(self.lane[order], self.type[order], self.value[order], opened, closed)
+        t = self.type[order]
+        change = (t >= F.MPI_P2P) & (t <= F.MPI_IO)
+        n, stray, changed = _stack_pairs(self.lane[order], t, self.value[order], change, opened, closed)
         opens = order[opened[:n]]
         shut = closed[:n]
-        ends = np.where(shut >= 0, self.time[order[np.maximum(shut, 0)]], self.header.end_ns)
+        last = self.last_ns()
+        ends = np.where(shut >= 0, self.time[order[np.maximum(shut, 0)]], last[self.lane[opens]])
         if self.final:
-            notes.add("{n} event(s) never closed (value 0); they end at the header's end", int((shut < 0).sum()))
+            notes.add("warning: {n} event(s) never closed (value 0); each is cut at its thread's last record",
+                      int((shut < 0).sum()))
+        notes.add("{n} MPI call(s) closed by the next call's event of their type (a value change, as Paraver reads "
+                  "it) instead of a value 0", int(changed))
         notes.add("{n} closing event(s) (value 0) without an open one were ignored", int(stray))
         return opens, ends, shut >= 0
+
+    def last_ns(self) -> np.ndarray:
+        """Each lane's last record so far (state end or event time, ns; -1 for none): in a window, over every
+        window up to this one and the rank's states (`Window.last`)."""
+        last = np.full(len(self.lanes.rank), -1, np.int64) if self.window is None else self.window.last
+        if len(self.lane):
+            np.maximum.at(last, self.lane, self.time)
+        st = self.body.states
+        if len(st):
+            lane = self.lanes.lane(self.path, st, self.body.state_line, "state record")
+            np.maximum.at(last, lane, st[:, 5] * self.header.unit_ns)
+        return last
 
     def _still_open(self, pairs: np.ndarray, attrs: dict) -> Opens:
         """The pairs open at the window's end, in the order of their stacks (bottom first), with what they carry."""
@@ -687,14 +709,17 @@ def fill_roots(keys, roots, coll, cid, seq, peer):
 
 
 @njit(cache=True)
-def _stack_pairs(lane, typ, value, opened, closed):
+def _stack_pairs(lane, typ, value, change, opened, closed):
     """Pairs each opening event (value != 0) with the next closing one (value 0) of its (lane, type) as a stack.
-    Fills opened/closed with positions (closed -1: never closed); returns (pairs, closings without an open)."""
+    Where `change` holds (types whose records never nest), an opening event on an open one closes it and opens
+    its own (Paraver's value change). Fills opened/closed with positions (closed -1: never closed); returns
+    (pairs, closings without an open, pairs closed by a value change)."""
     n = len(lane)
     stack = np.empty(n, np.int64)
     top = 0
     k = 0
     stray = 0
+    changed = 0
     for i in range(n):
         if i > 0 and (lane[i] != lane[i - 1] or typ[i] != typ[i - 1]):
             while top > 0:
@@ -703,6 +728,12 @@ def _stack_pairs(lane, typ, value, opened, closed):
                 closed[k] = -1
                 k += 1
         if value[i] != 0:
+            if change[i] and top > 0:
+                top -= 1
+                opened[k] = stack[top]
+                closed[k] = i
+                k += 1
+                changed += 1
             stack[top] = i
             top += 1
         elif top == 0:
@@ -717,6 +748,4 @@ def _stack_pairs(lane, typ, value, opened, closed):
         opened[k] = stack[top]
         closed[k] = -1
         k += 1
-    return k, stray
-
-
+    return k, stray, changed

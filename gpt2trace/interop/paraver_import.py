@@ -68,6 +68,7 @@ def import_paraver(path: str | Path) -> ParaverImport:
     _, pcf_name, row_name, meta_name = inputs
     header, body = read(path)
     notes = Notes()
+    format_notes(header, body.global_comms, notes)
     side = sidecars(path, header, notes)
     lanes = Lanes(header)
     tables = [states(path, header, body, lanes, notes)]
@@ -78,7 +79,7 @@ def import_paraver(path: str | Path) -> ParaverImport:
     table = pa.concat_tables([t for t in tables if t.num_rows]) if any(t.num_rows for t in tables) else None
     if table is None:
         raise no_records(path)
-    table = table.unify_dictionaries().replace_schema_metadata(trace_metadata(side.meta, comm_table))
+    table = table.unify_dictionaries().replace_schema_metadata(trace_metadata(side.meta, comm_table, notes.lines()))
     return ParaverImport(table, header, notes.lines(), inputs)
 
 
@@ -104,15 +105,26 @@ def sidecars(path: Path, header: Header, notes: Notes) -> Sidecars:
     return Sidecars(pcf, meta)
 
 
+def format_notes(header: Header, global_comms: int, notes: Notes) -> None:
+    """What the import leaves out of the constructs Paraver reads but our schema has no place for."""
+    for why in header.left_out:
+        notes.add(f"communicator line left out ({why}): its collectives count as the world's")
+    notes.add("{n} global communication record(s) (4: lines, of old Paraver traces) were skipped: our schema has "
+              "no record for them", global_comms)
+
+
 def no_records(path: Path) -> TraceError:
     return TraceError(f"{path}: the trace has no records of our schema (states, MPI calls, functions, counters)")
 
 
-def trace_metadata(meta: dict, comm_table: list) -> dict[bytes, bytes]:
-    """The imported trace's schema metadata: ours from NAME.gpt2trace.json, the header's communicators else."""
+def trace_metadata(meta: dict, comm_table: list, notes: tuple[str, ...] = ()) -> dict[bytes, bytes]:
+    """The imported trace's schema metadata: ours from NAME.gpt2trace.json, the header's communicators else, and
+    the import's notes (META_IMPORT_NOTES), so that an analysis of the imported trace can show them."""
     metadata = _metadata(meta)
     if schema.META_COMMUNICATORS not in metadata and comm_table:
         metadata.update(communicators.to_metadata(comm_table))
+    if notes:      # sorted: an import rank by rank or window by window gives the same lines in another order
+        metadata[schema.META_IMPORT_NOTES] = json.dumps(sorted(notes)).encode()
     return schema.arrow_schema(metadata).metadata
 
 

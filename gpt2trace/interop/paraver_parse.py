@@ -10,6 +10,7 @@ Record formats (every field an integer):
   1:cpu:appl:task:thread:begin:end:state
   2:cpu:appl:task:thread:time:type:value[:type:value...]
   3:cpu:appl:task:thread:lsend:psend:cpu:appl:task:thread:lrecv:precv:size:tag
+  4:...  a global communication record of old traces (Paraver reads and ignores them): counted, not parsed
 Event values are unsigned 64-bit numbers in Extrae's traces (up to 18446744073709551615): they are kept as the int64
 of the same 64 bits, so values of 2**63 and more come out negative and `paraver_events` decides what each type's
 large values mean. Our own exports write signed values (a negative counter), read as they are. Every other field
@@ -29,6 +30,10 @@ from numba import njit
 from gpt2trace.format.errors import TraceError
 
 CHUNK_BYTES = 32 << 20
+# Beyond these a header is damaged rather than large: every thread has a few int64 slots in the import's tables,
+# and times in ns with the thread in the high bits of a sort key must stay below 2**62
+MAX_THREADS = 1 << 22
+MAX_END_NS = 1 << 55
 STATE_FIELDS = ("cpu", "appl", "task", "thread", "begin", "end", "state")
 EVENT_FIELDS = ("cpu", "appl", "task", "thread", "time")
 COMM_FIELDS = ("cpu", "appl", "task", "thread", "logical send", "physical send", "receiver cpu", "receiver appl",
@@ -45,6 +50,7 @@ class Header:
     tasks: tuple[tuple[int, ...], ...]    # per application, the threads of each task
     communicators: dict                   # (appl, id) -> tasks (1-based)
     lines: int                            # header lines: 1 + communicator lines
+    left_out: tuple[str, ...] = ()        # the communicator lines not kept, and why (for the import's notes)
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,7 @@ class Body:
     comms: np.ndarray             # (k, 14) COMM_FIELDS
     comm_line: np.ndarray
     lines: int
+    global_comms: int = 0         # `4:` records skipped
 
 
 _HEAD = re.compile(r"^#Paraver \((?P<date>[^)]*)\):(?P<time>\d+)(?P<unit>_ns)?:(?P<rest>.*)$")
@@ -71,9 +78,15 @@ def read(path: Path) -> tuple[Header, Body]:
     return got[-1][0], _concat([part for _, part, _ in got], got[-1][2])
 
 
+def global_comms(part: tuple) -> int:
+    """The `4:` records of a chunk's part (skipped: our schema has no global communication record)."""
+    return int(part[9])
+
+
 def chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[Header, tuple, int]]:
     """(header, part, lines so far) per body chunk of about `chunk_bytes`, in file order: `part` holds the chunk's
-    records as `Body` fields (line numbers in the file; `pair_rec` indexes the chunk's own event rows). A file
+    records as `Body` fields (line numbers in the file; `pair_rec` indexes the chunk's own event rows), then the
+    number of its `4:` records (`global_comms`). A file
     without records yields one empty part, so the header always comes out."""
     opener = gzip.open if path.name.endswith(".gz") else open
     try:
@@ -98,9 +111,12 @@ def _header(path: Path, fh, buf: bytes) -> tuple[Header, bytes]:
         raise TraceError(f"{path}:1: not a Paraver header (expected '#Paraver (date):<end>_ns:<nodes>:<appls>:"
                          f"...'), got {first[:80]!r}")
     unit = 1 if m["unit"] else 1000
+    if int(m["time"]) * unit > MAX_END_NS:
+        raise TraceError(f"{path}:1: malformed header: end time {m['time']} is beyond {MAX_END_NS // unit} "
+                         f"{'ns' if unit == 1 else 'us'} (over a year): is the header damaged?")
     cpus, tasks, ncomms = _resources(path, m["rest"])
     rest = buf[nl + 1:] if nl >= 0 else b""
-    comms = {}
+    comms, left_out = {}, []
     for k in range(ncomms):
         nl = rest.find(b"\n")
         while nl < 0:
@@ -113,9 +129,12 @@ def _header(path: Path, fh, buf: bytes) -> tuple[Header, bytes]:
             nl = rest.find(b"\n")
         line = rest[:nl].decode(errors="replace").rstrip("\r")
         rest = rest[nl + 1:]
-        comms.update(_communicator(path, k + 2, line, tasks))
+        kept, why = _communicator(path, k + 2, line, tasks)
+        comms.update(kept)
+        if why:
+            left_out.append(why)
     end = int(m["time"]) * unit
-    return Header(end, unit, cpus, tasks, comms, 1 + ncomms), rest
+    return Header(end, unit, cpus, tasks, comms, 1 + ncomms, tuple(left_out)), rest
 
 
 def _resources(path: Path, rest: str) -> tuple[int, tuple, int]:
@@ -165,26 +184,34 @@ def _resources(path: Path, rest: str) -> tuple[int, tuple, int]:
             rest = rest[1:]
     if rest.strip():
         raise bad(f"unexpected {rest.strip()[:20]!r} at the end")
+    total = sum(sum(t) for t in tasks)
+    if total > MAX_THREADS:
+        raise bad(f"{total} threads in all; gpt2trace imports at most {MAX_THREADS}")
     return cpus, tuple(tasks), ncomms
 
 
-def _communicator(path: Path, lineno: int, line: str, tasks: tuple) -> dict:
+def _communicator(path: Path, lineno: int, line: str, tasks: tuple) -> tuple[dict, str | None]:
+    """({(appl, id): tasks}, None) for a communicator line we can use; ({}, why) for one Paraver would read but
+    that names no tasks of ours (old MPItrace traces write a task of -1): Paraver keeps such lines as text and
+    never refuses a trace for them, so neither do we. A line that is no communicator line is an error."""
     fields = line.split(":")
-    if fields[0] not in ("c", "C") or len(fields) < 4 or not all(f.isdigit() for f in fields[1:]):
+    if fields[0] not in ("c", "C"):
         raise TraceError(f"{path}:{lineno}: expected a communicator line 'c:<appl>:<id>:<ntasks>:<task>...', "
                          f"got {line[:80]!r}")
-    appl, cid, n = (int(f) for f in fields[1:4])
-    members = tuple(int(f) for f in fields[4:])
+    shown = line if len(line) <= 40 else line[:37] + "..."
+    numbers = [int(f) if re.fullmatch(r"-?\d{1,18}", f) else None for f in fields[1:]]
+    if len(numbers) < 3 or None in numbers:
+        return {}, f"line {lineno} ({shown!r}) is not c:<appl>:<id>:<ntasks>:<task>..."
+    (appl, cid, n), members = numbers[:3], tuple(numbers[3:])
     if not 1 <= appl <= len(tasks):
-        raise TraceError(f"{path}:{lineno}: communicator {cid} names application {appl}; the header declares "
-                         f"{len(tasks)}")
+        return {}, f"line {lineno}: communicator {cid} names application {appl}; the header declares {len(tasks)}"
     if len(members) != n:
-        raise TraceError(f"{path}:{lineno}: communicator {cid} announces {n} tasks but lists {len(members)}")
+        return {}, f"line {lineno}: communicator {cid} announces {n} tasks but lists {len(members)}"
     bad = [t for t in members if not 1 <= t <= len(tasks[appl - 1])]
     if bad:
-        raise TraceError(f"{path}:{lineno}: communicator {cid} names task {bad[0]}; application {appl} has "
-                         f"{len(tasks[appl - 1])}")
-    return {(appl, cid): members}
+        return {}, (f"line {lineno}: communicator {cid} names task {bad[0]}; application {appl} has "
+                    f"{len(tasks[appl - 1])}")
+    return {(appl, cid): members}, None
 
 
 def _body(path: Path, fh, buf: bytes, first_line: int, chunk_bytes: int) -> Iterator[tuple[tuple, int]]:
@@ -216,28 +243,30 @@ def _parse_chunk(path: Path, chunk: bytes, base: int) -> tuple:
     ev, ev_line = np.empty((ne, 5), np.int64), np.empty(ne, np.int64)
     pr, pt, pv = np.empty(npairs, np.int64), np.empty(npairs, np.int64), np.empty(npairs, np.int64)
     cm, cm_line = np.empty((nc, 14), np.int64), np.empty(nc, np.int64)
-    counts = np.zeros(4, np.int64)
+    counts = np.zeros(5, np.int64)
     err, line, fieldno = _scan(arr, st, st_line, ev, ev_line, pr, pt, pv, cm, cm_line, counts)
     if err:
         raise _error(path, chunk, base, err, int(line), int(fieldno))
-    s, e, p, c = counts
+    s, e, p, c, g = counts
     off = base + 1
-    return (st[:s], st_line[:s] + off, ev[:e], ev_line[:e] + off, pr[:p], pt[:p], pv[:p], cm[:c], cm_line[:c] + off)
+    return (st[:s], st_line[:s] + off, ev[:e], ev_line[:e] + off, pr[:p], pt[:p], pv[:p], cm[:c], cm_line[:c] + off,
+            int(g))
 
 
 def _empty_part() -> tuple:
     return (np.empty((0, 7), np.int64), np.empty(0, np.int64), np.empty((0, 5), np.int64), np.empty(0, np.int64),
             np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64), np.empty((0, 14), np.int64),
-            np.empty(0, np.int64))
+            np.empty(0, np.int64), 0)
 
 
 def _concat(parts: list[tuple], lines: int) -> Body:
+    skipped = sum(global_comms(p) for p in parts)
     if len(parts) == 1:
-        return Body(*parts[0], lines=lines)
+        return Body(*parts[0][:9], lines=lines, global_comms=skipped)
     offsets = np.cumsum([0] + [len(p[2]) for p in parts])[:-1]
     cols = [np.concatenate([p[i] for p in parts]) for i in range(9)]
     cols[4] = np.concatenate([p[4] + o for p, o in zip(parts, offsets)])     # pair -> global event row
-    return Body(*cols, lines=lines)
+    return Body(*cols, lines=lines, global_comms=skipped)
 
 
 def _error(path: Path, chunk: bytes, base: int, err: int, line: int, fieldno: int) -> TraceError:
@@ -247,7 +276,7 @@ def _error(path: Path, chunk: bytes, base: int, err: int, line: int, fieldno: in
     kind = text[:1]
     names = {"1": STATE_FIELDS, "3": COMM_FIELDS}.get(kind, EVENT_FIELDS)
     if err == _UNKNOWN:
-        return TraceError(f"{where}: unknown record type (a body line starts with 1:, 2:, 3: or #): {shown!r}")
+        return TraceError(f"{where}: unknown record type (a body line starts with 1:, 2:, 3:, 4: or #): {shown!r}")
     if err == _FIELD_COUNT:
         want = {"1": "8 fields (1:cpu:appl:task:thread:begin:end:state)",
                 "2": "6 fields and type:value pairs (2:cpu:appl:task:thread:time:type:value...)",
@@ -311,8 +340,15 @@ def _scan(buf, st, st_line, ev, ev_line, pr, pt, pv, cm, cm_line, counts):
             line += 1
             i += 1
             continue
-        if not (49 <= c <= 51) or i + 1 >= n or buf[i + 1] != 58:
+        if not (49 <= c <= 52) or i + 1 >= n or buf[i + 1] != 58:
             return _UNKNOWN, line, 0
+        if c == 52:                       # a global communication record: Paraver ignores it, we count it
+            while i < n and buf[i] != 10:
+                i += 1
+            counts[4] += 1
+            line += 1
+            i += 1
+            continue
         kind = c - 48
         i += 2
         nf = 0

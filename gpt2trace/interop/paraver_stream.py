@@ -42,8 +42,8 @@ from gpt2trace.interop.paraver_events import (
     root_table,
     shift_seq,
 )
-from gpt2trace.interop.paraver_import import no_records, sidecars, states, trace_metadata
-from gpt2trace.interop.paraver_parse import Header, chunks
+from gpt2trace.interop.paraver_import import format_notes, no_records, sidecars, states, trace_metadata
+from gpt2trace.interop.paraver_parse import Header, chunks, global_comms
 from gpt2trace.interop.paraver_records import Lanes, Notes
 from gpt2trace.interop.paraver_spill import COMM_ROWS, EVENT_ROWS, PAIR_ROWS, ROW_GROUP, STATE_ROWS, Spill
 from gpt2trace.interop.paraver_windows import WINDOW_LINES, KindFile, NotInTimeOrder, import_rank
@@ -90,7 +90,8 @@ def import_paraver_to(prv: str | Path, out: str | Path, tmpdir: str | Path | Non
     with tempfile.TemporaryDirectory(prefix="gpt2trace-prv-", dir=tmpdir) as tmp:
         spill = Spill(Path(tmp), spill_bytes)
         with progress(f"reading {prv.name}", None, "lines") as advance:
-            header, lanes, n_comms = _partition(prv, spill, advance)
+            header, lanes, n_comms, skipped = _partition(prv, spill, advance)
+        format_notes(header, skipped, notes)
         side = sidecars(prv, header, notes)
         comm_ids, comm_table = header_communicators(header, lanes)
         ranks = len(lanes.nthreads)
@@ -109,7 +110,7 @@ def import_paraver_to(prv: str | Path, out: str | Path, tmpdir: str | Path | Non
         if not total:
             raise no_records(prv)
         with progress(f"writing {out.name}", total) as advance:
-            records = _write(out, trace_metadata(side.meta, comm_table), parts, kept, advance)
+            records = _write(out, trace_metadata(side.meta, comm_table, notes.lines()), parts, kept, advance)
     return StreamedImport(out, records, header, notes.lines())
 
 
@@ -135,13 +136,15 @@ _LIBC = _libc()
 
 # --- pass 1: the body split by rank ----------------------------------------------------------------------------
 
-def _partition(prv: Path, spill: Spill, advance) -> tuple[Header, Lanes, int]:
-    """Spills every line to its rank; returns the header, its lanes, and the number of 3: records."""
-    lanes, n_comms, done = None, 0, 0
+def _partition(prv: Path, spill: Spill, advance) -> tuple[Header, Lanes, int, int]:
+    """Spills every line to its rank; returns the header, its lanes, the number of 3: records and of the 4:
+    records skipped."""
+    lanes, n_comms, done, skipped = None, 0, 0, 0
     for part_no, (header, part, lines) in enumerate(chunks(prv, CHUNK_BYTES)):
         if lanes is None:
             lanes, done = Lanes(header), header.lines          # progress counts body lines
-        st, st_line, ev, ev_line, pair_rec, pair_type, pair_value, cm, cm_line = part
+        st, st_line, ev, ev_line, pair_rec, pair_type, pair_value, cm, cm_line = part[:9]
+        skipped += global_comms(part)
         if len(st):
             lane = lanes.lane(prv, st, st_line, "state record")
             spill.add(lanes.rank[lane], STATE_ROWS, np.column_stack([st, st_line]))
@@ -162,7 +165,7 @@ def _partition(prv: Path, spill: Spill, advance) -> tuple[Header, Lanes, int]:
         done = lines
         if part_no % 8 == 7:
             release_memory()
-    return header, lanes, n_comms
+    return header, lanes, n_comms, skipped
 
 
 # --- pass 2: each rank's records, and what the collectives need from every rank --------------------------------

@@ -167,6 +167,7 @@ def import_rank(prv, header, lanes, comm_ids, pcf, spill: Spill, rank: int, kept
                                                              {STATE: (pad_state, None)})])
     # the events, window by window
     window = Window(kept.received)
+    window.last = extent.last.copy()        # the rank's last state ends; its events' times come window by window
     grouped = {k: KindFile(k, folder / f"rank{rank}.{k}.arrow", ROW_GROUP) for k in MERGED}
     counters = []
     empty = (np.empty((0, 14), np.int64), np.empty(0, np.int64))

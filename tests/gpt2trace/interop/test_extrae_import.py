@@ -188,7 +188,10 @@ def test_analyze_gives_pop_and_useful_ipc(extrae):
     # worker's at 700 (cycles only; its instructions were left out); the worker's at 200 close Fork/Join.
     # instructions 1000 + 9000 + 2000 = 12000; cycles 500 + 4500 + 1000 + 750 = 6750 over 1350 ns of useful time
     assert counters["useful_instructions"] == 12000 and counters["useful_cycles"] == 6750
-    assert counters["ipc"] == pytest.approx(12000 / 6750)
+    # IPC over the bursts with both counts: the worker's [200,700] has no instruction count, so its 750 cycles
+    # are left out: 12000 / (500 + 4500 + 1000) = 2
+    assert counters["ipc"] == pytest.approx(2.0)
+    # every Running burst has cycles: 6750 cycles / 1350 ns
     assert counters["frequency_ghz"] == pytest.approx(5.0)
     # the outlined function ran 450 ns on the master and 500 ns on the worker: mean 475 ns, max 500 ns
     row = next(r for r in result["imbalance"] if r["kernel"] == "main._omp_fn.0 [main.c:12]")
@@ -241,3 +244,34 @@ def test_import_and_analyze_from_the_cli(extrae, tmp_path):
     r = CliRunner().invoke(app, ["analyze", str(out), "--json", "-"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["counters"]["useful_cycles"] == 6750
+
+
+# Two counter sets, as Extrae rotates them (41999999 = the set now read): set 1 reads instructions and cycles,
+# set 2 instructions and L1 misses (no cycles). One thread, 1000 ns: Running [0,100] (set 1), Synchronization
+# [100,200], Running [200,400] (set 2), Synchronization [400,500], Running [500,1000] (set 1). Each value closes
+# the burst that ends where it is written.
+COUNTER_SETS = """#Paraver (21/03/2024 at 14:07):1000_ns:1(1):1:1(1:1)
+1:1:1:1:1:0:100:1
+2:1:1:1:1:0:41999999:1
+2:1:1:1:1:100:42000050:1000:42000059:500
+1:1:1:1:1:100:200:5
+2:1:1:1:1:200:41999999:2:42000050:50:42000000:3
+1:1:1:1:1:200:400:1
+2:1:1:1:1:400:42000050:3000:42000000:10
+1:1:1:1:1:400:500:5
+2:1:1:1:1:500:41999999:1:42000050:5:42000059:5
+1:1:1:1:1:500:1000:1
+2:1:1:1:1:1000:42000050:2000:42000059:1000
+"""
+
+
+def test_counter_ratios_are_over_the_bursts_where_their_counters_were_read(tmp_path):
+    (tmp_path / "sets.prv").write_text(COUNTER_SETS)
+    counters = analyze(load_paraver(tmp_path / "sets.prv"))["counters"]
+    # useful (Running) bursts: [0,100] ins 1000 cyc 500; [200,400] ins 3000, no cycles; [500,1000] ins 2000
+    # cyc 1000. Totals: 6000 instructions, 1500 cycles
+    assert (counters["useful_instructions"], counters["useful_cycles"]) == (6000, 1500)
+    # frequency over the 100 + 500 ns where cycles were read: 1500 / 600 ns = 2.5 GHz (not 1500 / 800 ns)
+    assert counters["frequency_ghz"] == pytest.approx(2.5)
+    # IPC over the bursts with both: (1000 + 2000) / (500 + 1000) = 2 (not 6000 / 1500 = 4)
+    assert counters["ipc"] == pytest.approx(2.0)
