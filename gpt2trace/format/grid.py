@@ -111,7 +111,7 @@ def from_run(run: dict | None, ranks: int, communicators: Iterable[Communicator]
         if dims is None:
             continue
         grid = Grid(dims, source)
-        if grid.size != ranks:
+        if grid.size != ranks and not (grid.size > ranks and grid.size == _job_ranks(run)):
             notes.append(f"the {source} ({grid.text()}) has {grid.size} ranks, the trace {ranks}")
             continue
         astray = _astray(grid, communicators)
@@ -120,6 +120,14 @@ def from_run(run: dict | None, ranks: int, communicators: Iterable[Communicator]
             continue
         return Grid(dims, source, "; ".join(notes) or None)
     return Grid(((DP, max(ranks, 1)),), FROM_RANKS, "; ".join(notes) or None)
+
+
+def _job_ranks(run: dict) -> int | None:
+    """The job's rank count the run metadata states: a trace may hold some of them only (a profiler's file of one
+    rank of a 300-rank job), and its grid is then the job's."""
+    parallel = run.get("parallel")
+    ranks = parallel.get("ranks") if isinstance(parallel, dict) else None
+    return ranks if isinstance(ranks, int) and not isinstance(ranks, bool) else None
 
 
 def _astray(grid: Grid, communicators: Iterable[Communicator]) -> str | None:

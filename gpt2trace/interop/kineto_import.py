@@ -19,18 +19,21 @@ file per rank, or a folder of them.
   state            Running inside a thread's top-level ops and annotations, the MPI twin's state inside a
                    collective (Group Communication, ...), Idle between and around them, from the trace's start to
                    its end
-Times: Kineto's microseconds (with nanosecond decimals) become nanoseconds; the ranks are put on one time axis as
-Holistic Trace Analysis does, the earliest event of all files at 0 (all ranks read one clock: on one machine they
-do). GPU kernels, Python frames (with_stack), memory and other instant events are left out and counted in the
-notes. A file that is not JSON, not a Chrome trace, or a Chrome trace without PyTorch's CPU events is one
-TraceError naming it.
+A file with two or more ProfilerSteps keeps the events that start before its last one (the profiler's closing
+step), as Holistic Trace Analysis does; `distributedInfo.world_size` is the job's size in the run metadata. An
+`nccl:` range only enqueues its GPU operation, so it is named by the nonblocking twin (MPI_Iallreduce: a posting).
+Times: Kineto's microseconds, parsed exactly (kineto_events.time_ns), become nanoseconds; the ranks are put on
+one time axis as Holistic Trace Analysis does, the earliest event of all files at 0 (all ranks read one clock: on
+one machine they do). GPU kernels, Python frames (with_stack), memory and other instant events are left out
+and counted in the notes. A file that is not JSON, not a Chrome trace, or a Chrome trace without PyTorch's CPU
+events is one TraceError naming it.
 """
 from __future__ import annotations
 
 import bisect
 import gzip
 import json
-import math
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,27 +57,19 @@ from gpt2trace.format.schema import (
     Kind,
     State,
 )
+from gpt2trace.interop.kineto_events import (
+    ANNOTATION,
+    CPU_CATEGORIES,
+    CPU_OP,
+    LEGACY_OP,
+    mpi_twin,
+    tensor_bytes,
+    time_ns,
+)
 from gpt2trace.interop.otf2_import import MPI_STATE
 
 SUFFIXES = (".json", ".json.gz")
-CPU_OP, ANNOTATION = "cpu_op", "user_annotation"
 STEP_PREFIX, STEP_PHASE = "ProfilerStep#", "ProfilerStep"
-BACKENDS = ("gloo:", "nccl:", "mpi:", "ucc:")
-# A backend's call name -> its MPI twin.
-MPI_TWINS = {**dict.fromkeys(("all_reduce", "allreduce", "allreduce_coalesced"), "MPI_Allreduce"),
-             **dict.fromkeys(("broadcast", "bcast"), "MPI_Bcast"),
-             **dict.fromkeys(("all_gather", "allgather", "all_gather_into_tensor", "_allgather_base",
-                              "allgather_into_tensor_coalesced"), "MPI_Allgather"),
-             **dict.fromkeys(("reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base",
-                              "reduce_scatter_tensor_coalesced"), "MPI_Reduce_scatter"),
-             "reduce": "MPI_Reduce", "gather": "MPI_Gather", "scatter": "MPI_Scatter",
-             **dict.fromkeys(("all_to_all", "alltoall", "alltoall_base"), "MPI_Alltoall"),
-             "barrier": "MPI_Barrier", "send": "MPI_Send", **dict.fromkeys(("recv", "recv_anysource"), "MPI_Recv")}
-# Element sizes of the dtypes the profiler names in "Input type".
-DTYPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
-               "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1, "c10::complex<float>": 8,
-               "c10::complex<double>": 16}
-
 
 @dataclass(frozen=True)
 class KinetoImport:
@@ -116,7 +111,7 @@ def import_kineto(path: str | Path) -> KinetoImport:
     per_rank = [_Rank(f, r, d, notes) for f, r, d in zip(files, ranks, docs)]
     origin = min(r.first_ns for r in per_rank)
     end = max(r.last_ns for r in per_rank) - origin
-    hosts = {d.get("host_name") for d in docs} - {None}
+    hosts = {h for d in docs if isinstance(h := d.get("host_name"), str)}
     if len(hosts) > 1:
         notes.append(f"the files come from {len(hosts)} hosts, whose clocks may differ: the ranks are aligned as "
                      "HTA aligns them, by the earliest event of all files")
@@ -130,7 +125,35 @@ def import_kineto(path: str | Path) -> KinetoImport:
     meta = {}
     if len(hosts) == 1:
         meta[schema.META_MACHINE] = json.dumps({"hostname": hosts.pop()}).encode()
-    return KinetoImport(_table(records, meta), tuple(notes), tuple(files))
+    world = _world_size(files, docs, ranks, notes)
+    if world is not None:
+        meta[schema.META_RUN] = json.dumps(run_of_world(world)).encode()
+    return KinetoImport(schema.with_import_notes(_table(records, meta), notes), tuple(notes), tuple(files))
+
+
+def run_of_world(world: int) -> dict:
+    """The run metadata of a job of `world` ranks that the profiler saw as plain data parallelism (it records no
+    other degree): the analyses read the degrees from here, not from the ranks present."""
+    return {"parallel": {"ranks": world}, "grid": {"dims": [["dp", world]]}}
+
+
+def _world_size(files: list[Path], docs: list[dict], ranks: list[int], notes: list[str]) -> int | None:
+    """The job's world size from the files' `distributedInfo.world_size` (a file of one rank is one rank of a
+    bigger job); None when a file does not say, the files disagree, or a rank does not fit in it."""
+    sizes = {_dist_info(d).get("world_size") for d in docs}
+    if len(sizes) != 1 or not all(isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in sizes):
+        if sizes - {None}:
+            notes.append(f"the files' world sizes ({', '.join(sorted(map(str, sizes)))}) disagree or are not "
+                         "numbers: the job's size is not known")
+        return None
+    world = sizes.pop()
+    if max(ranks) >= world:
+        notes.append(f"{files[ranks.index(max(ranks))]}: rank {max(ranks)} is not in a world of {world} ranks: the "
+                     "job's size is not known")
+        return None
+    if len(files) < world:
+        notes.append(f"{len(files)} of the job's {world} ranks were profiled")
+    return world
 
 
 # --- one file ---------------------------------------------------------------------------------------------------
@@ -139,9 +162,12 @@ def _read(path: Path) -> dict:
     try:
         with (gzip.open(path, "rt", encoding="utf-8") if path.name.endswith(".gz") else
               open(path, encoding="utf-8")) as fh:
-            doc = json.load(fh)
-    except (OSError, EOFError) as exc:
+            doc = json.load(fh, parse_float=str)            # times exactly: see kineto_events
+    except (OSError, EOFError, zlib.error) as exc:
         raise TraceError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
+    except RecursionError:
+        raise TraceError(f"{path}: not valid JSON (nested too deeply); a PyTorch profiler trace is the JSON file "
+                         "export_chrome_trace writes") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise TraceError(f"{path}: not valid JSON ({str(exc).splitlines()[0]}); a PyTorch profiler trace is the "
                          "JSON file export_chrome_trace writes") from None
@@ -149,21 +175,26 @@ def _read(path: Path) -> dict:
     if not isinstance(events, list):
         raise TraceError(f"{path}: not a Chrome trace (no traceEvents list); a PyTorch profiler trace is the JSON "
                          "file export_chrome_trace writes")
-    if not any(isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in (CPU_OP, ANNOTATION) for e in events):
+    if not any(isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in CPU_CATEGORIES for e in events):
         raise TraceError(f"{path}: a Chrome trace, but not a PyTorch profiler (Kineto) trace: it has no CPU op "
-                         "events (cat cpu_op or user_annotation); profile with torch.profiler and "
-                         "ProfilerActivity.CPU")
+                         "events (cat cpu_op, user_annotation, or Operator before PyTorch 1.10); profile with "
+                         "torch.profiler and ProfilerActivity.CPU")
     return doc
 
 
 def _ranks(files: list[Path], docs: list[dict]) -> list[int]:
-    given = [(d.get("distributedInfo") or {}).get("rank") for d in docs]
-    if all(isinstance(r, int) for r in given):
+    given = [_dist_info(d).get("rank") for d in docs]
+    if all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in given):
         if len(set(given)) != len(given):
             raise TraceError(f"{files[0].parent}: several files of one rank ({sorted(given)}); give one file per "
                              "rank")
         return given
     return list(range(len(files)))
+
+
+def _dist_info(doc: dict) -> dict:
+    info = doc.get("distributedInfo")
+    return info if isinstance(info, dict) else {}
 
 
 class _Rank:
@@ -172,25 +203,13 @@ class _Rank:
     def __init__(self, path: Path, rank: int, doc: dict, notes: list[str]):
         self.path, self.rank = path, rank
         self.skipped: dict[str, int] = {}
-        spans = []
-        for e in doc["traceEvents"]:
-            if not isinstance(e, dict) or e.get("ph") != "X" or e.get("cat") not in (CPU_OP, ANNOTATION):
-                self._skip(e)
-                continue
-            try:
-                start = round(float(e["ts"]) * 1000)
-                end = start + round(float(e.get("dur", 0)) * 1000)
-                name = str(e["name"])
-            except (KeyError, TypeError, ValueError):
-                raise TraceError(f"{path}: an X event without a number ts/dur or a name: "
-                                 f"{json.dumps(e)[:120]}") from None
-            if end < start:
-                raise TraceError(f"{path}: event {name!r} at ts {e['ts']} has a negative duration")
-            spans.append((start, end, name, e.get("cat"), e.get("tid"), e.get("pid"), e.get("args") or {}))
+        spans = [span for e in doc["traceEvents"] if (span := self._span(e)) is not None]
         if not spans:
             raise TraceError(f"{path}: no CPU events to import")
         spans.sort(key=lambda s: (s[0], -s[1]))
-        self.spans = _without_redispatches(spans, self.skipped)
+        spans = _before_last_step(spans, self.skipped)
+        spans = _clipped_to_parents(_without_redispatches(spans, self.skipped), self.skipped)
+        self.spans = spans
         self.first_ns = spans[0][0]
         self.last_ns = max(s[1] for s in spans)
         self.threads = _thread_order(spans)
@@ -198,10 +217,34 @@ class _Rank:
                             _step_of(s[2]) is not None)
         self.step_starts = [st[0] for st in self.steps]
 
+    def _span(self, e) -> tuple | None:
+        """(start, end, name, category, tid, pid, args) of a CPU event, None (counted) for any other event. A
+        PyTorch 1.8/1.9 "Operator" is an annotation when it is a ProfilerStep, else an op."""
+        if not isinstance(e, dict) or e.get("ph") != "X" or e.get("cat") not in CPU_CATEGORIES:
+            self._skip(e)
+            return None
+        try:
+            start = time_ns(e["ts"])
+            end = start + time_ns(e.get("dur", 0))
+            name = e["name"]
+        except (KeyError, ValueError):
+            raise TraceError(f"{self.path}: an X event without a number ts/dur or a name: "
+                             f"{json.dumps(e)[:120]}") from None
+        if not isinstance(name, str):
+            raise TraceError(f"{self.path}: an X event whose name is not a string: {json.dumps(e)[:120]}")
+        if end < start:
+            raise TraceError(f"{self.path}: event {name!r} at ts {e['ts']} has a negative duration")
+        cat = e["cat"]
+        if cat == LEGACY_OP:
+            cat = ANNOTATION if _step_of(name) is not None else CPU_OP
+        args = e.get("args")
+        return start, end, name, cat, _lane_id(e.get("tid")), _lane_id(e.get("pid")), \
+            args if isinstance(args, dict) else {}
+
     def _skip(self, e) -> None:
         what = "events that are not PyTorch CPU events" if not isinstance(e, dict) else {
             "X": f"{e.get('cat')} events", "i": "instant events", "M": None, "s": None, "f": None,
-        }.get(e.get("ph"), f"'{e.get('ph')}' events")
+        }.get(_lane_id(e.get("ph")), f"'{e.get('ph')}' events")
         if what:
             self.skipped[what] = self.skipped.get(what, 0) + 1
 
@@ -216,14 +259,15 @@ class _Rank:
         for start, end, name, cat, tid, _, args in self.spans:
             base = {RANK: self.rank, THREAD: self.threads[tid], START_NS: start - origin, END_NS: end - origin}
             k = _step_of(name) if cat == ANNOTATION else None
-            twin = _mpi_twin(name) if cat == ANNOTATION else None
+            twin = mpi_twin(name) if cat == ANNOTATION else None
             if k is not None:
                 out.append({**base, KIND: Kind.PHASE, NAME: STEP_PHASE, STEP: k})
             elif twin is not None:
                 op = mpi_calls.operation(twin)
-                out.append({**base, KIND: Kind.COMM, NAME: twin, STEP: self.step_at(start), BYTES: _bytes(args),
-                            SEQ: seq if op == mpi_calls.COLL else None})
-                seq += op == mpi_calls.COLL
+                collective = op in (mpi_calls.COLL, mpi_calls.COLL_POST)
+                out.append({**base, KIND: Kind.COMM, NAME: twin, STEP: self.step_at(start),
+                            BYTES: tensor_bytes(args), SEQ: seq if collective else None})
+                seq += collective
             else:
                 out.append({**base, KIND: Kind.PHASE if cat == ANNOTATION else Kind.KERNEL, NAME: name,
                             STEP: self.step_at(start)})
@@ -264,6 +308,56 @@ def _without_redispatches(spans: list[tuple], skipped: dict[str, int]) -> list[t
     return [s for i, s in enumerate(spans) if i not in drop]
 
 
+def _lane_id(value):
+    """A tid or pid as a key: the profiler writes numbers (strings before PyTorch 1.10); anything else by its text."""
+    return value if isinstance(value, (int, str)) and not isinstance(value, bool) else json.dumps(value)
+
+
+def _before_last_step(spans: list[tuple], skipped: dict[str, int]) -> list[tuple]:
+    """The events that start before the last ProfilerStep does, when there are two or more. The profiler ends its
+    trace with a step it closes early (the last `prof.step()` opens it, the end of the `with` block ends it), so
+    it is not a step of the run; Holistic Trace Analysis leaves it out the same way by default
+    (`include_last_profiler_step=False`: only CPU events with ts < the last ProfilerStep's ts are kept)."""
+    starts = [s[0] for s in spans if s[3] == ANNOTATION and _step_of(s[2]) is not None]
+    if len(starts) < 2:
+        return spans
+    cut = max(starts)
+    kept = [s for s in spans if s[0] < cut]
+    if len(kept) < len(spans):
+        skipped["CPU events of the last ProfilerStep, the profiler's closing step (as HTA leaves it out)"] = (
+            len(spans) - len(kept))
+    return kept
+
+
+def _clipped_to_parents(spans: list[tuple], skipped: dict[str, int]) -> list[tuple]:
+    """Ends an event that starts inside another of its thread and record kind (ops, annotations, collectives) but
+    ends after it at the end of that enclosing event: ranges of one thread nest (exports and analyses rely on it),
+    so when two recorded ones still cross, the outer one is taken as the truth. Spans come in (start, -end)
+    order."""
+    stacks: dict = {}
+    out = []
+    clipped = 0
+    for span in spans:
+        start, end, name, cat, tid = span[:5]
+        stack = stacks.setdefault((tid, _record_kind(name, cat)), [])
+        while stack and stack[-1] <= start:
+            stack.pop()
+        if stack and end > stack[-1]:
+            span, end = (start, stack[-1], *span[2:]), stack[-1]
+            clipped += 1
+        stack.append(end)
+        out.append(span)
+    if clipped:
+        skipped["ends of CPU events that crossed their enclosing event's end (clipped to it)"] = clipped
+    return out
+
+
+def _record_kind(name: str, cat: str) -> str:
+    if cat != ANNOTATION:
+        return Kind.KERNEL
+    return Kind.COMM if _step_of(name) is None and mpi_twin(name) is not None else Kind.PHASE
+
+
 def _thread_order(spans) -> dict:
     """tid -> thread: the ProfilerStep thread (else the process's main thread, tid == pid) first, then by tid."""
     tids = list(dict.fromkeys(s[4] for s in spans))
@@ -279,27 +373,6 @@ def _step_of(name: str) -> int | None:
     if name.startswith(STEP_PREFIX) and name[len(STEP_PREFIX):].isdigit():
         return int(name[len(STEP_PREFIX):])
     return None
-
-
-def _mpi_twin(name: str) -> str | None:
-    for prefix in BACKENDS:
-        if name.startswith(prefix):
-            return MPI_TWINS.get(name[len(prefix):])
-    return None
-
-
-def _bytes(args: dict) -> int | None:
-    """Bytes of the call's tensors from its recorded shapes and dtypes (None without record_shapes)."""
-    dims, types = args.get("Input Dims"), args.get("Input type")
-    if not isinstance(dims, list) or not isinstance(types, list):
-        return None
-    total = 0
-    for shape, dtype in zip(dims, types):
-        size = DTYPE_BYTES.get(dtype)
-        if size is None or not isinstance(shape, list) or not all(isinstance(d, int) for d in shape):
-            return None
-        total += math.prod(shape) * size
-    return total
 
 
 def _state_of(rec: dict) -> int:

@@ -119,3 +119,10 @@ def test_the_trainers_dimension_names_are_the_formats():
     assert all(g.coords(r) == layout.coords(r) for r in range(16))
     assert all(g.spanned(members) == (dim,) for dim, _ in layout.dims if layout.degree(dim) > 1
                for members in layout.groups((dim,)))
+
+
+def test_a_trace_of_some_of_the_jobs_ranks_keeps_the_jobs_grid():
+    # a profiler's file of rank 34 of a 300-rank job (the trace's ranks 0..34 as far as numbering goes): the run
+    # metadata states the job's 300 ranks, so its grid is the job's, not one of 35
+    g = grid.from_run({"parallel": {"ranks": 300}, "grid": {"dims": [["dp", 300]]}}, 35)
+    assert g.source == grid.FROM_GRID and g.size == 300 and g.note is None
