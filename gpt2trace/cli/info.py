@@ -44,8 +44,11 @@ def _info(trace: Path, group_records: int) -> dict:
     importers."""
     from gpt2trace.cli.grouped import Processes, readable
     from gpt2trace.format.info import trace_info
-    from gpt2trace.interop.loader import is_parquet, load
+    from gpt2trace.interop.loader import is_otf2, is_parquet, load
     with readable(trace, Processes(), group_records) as (source, shown):
+        if is_otf2(source):             # the archive's every file, not its anchor's few hundred bytes
+            from gpt2trace.interop.otf2_format import archive_bytes
+            return {**trace_info(load(source)), "bytes": archive_bytes(source)}
         if not is_parquet(source):
             return trace_info(load(source))
         return _file_info(source, group_records, shown)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpt2trace.format import mpi_calls, schema
@@ -47,6 +48,11 @@ LOCATION_NAME = "rank {rank} thread {thread}"
 _LOCATION = re.compile(r"rank (\d+) thread (\d+)")
 RANK_GROUP_NAME = "MPI Rank {rank}"                             # Score-P's name for an MPI process
 WORLD = "MPI_COMM_WORLD"
+SELF = "MPI_COMM_SELF"
+COMM_NAME_TEMPLATE = "Comm ${id}"                               # Score-P's, when an archive defines none
+# Calls that synchronize every process yet carry no MPI record (Score-P writes none for them): Scalasca analyses
+# them as collectives over the world (its MPI init/finalize wait states), so they run on the world here too.
+WORLD_CALLS = ("MPI_Init", "MPI_Init_thread", "MPI_Finalize")
 UNDEFINED_RANK = 2**32 - 1                                      # OTF2's undefined uint32: no root, no peer
 
 
@@ -70,6 +76,30 @@ def collective_op(name: str):
 def collective_name(op) -> str:
     """MPI_Allreduce from OTF2's CollectiveOp.ALLREDUCE (for archives whose regions are not named after MPI)."""
     return mpi_calls.PREFIX + str(op).rsplit(".", 1)[-1].capitalize()      # "CollectiveOp.ALLREDUCE"
+
+
+# --- metrics ----------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MetricReading:
+    """How one OTF2 metric member's samples become counter records, which hold what the interval (previous
+    sample, t] gave (the schema's convention, Extrae's and Paraver's: a count since the thread's previous read)."""
+    difference: bool        # a sample is a running total: its record is the increase since the previous sample
+    from_zero: bool         # the total counts from the measurement's start, so the first sample is an increase too
+    shifted: bool           # a sample describes the time up to the next sample: its record is at that one's time
+
+
+def metric_reading(mode) -> MetricReading:
+    """The reading of an OTF2 metric mode (a value kind ORed with a timing, as the C library defines them):
+    accumulated values are running totals (ACCUMULATED_START: counted from the measurement's start, the others
+    from an unknown origin); absolute values are levels and relative values increases, over the time to the
+    sample (POINT, LAST) or from it to the next sample (NEXT)."""
+    import _otf2
+    value = mode.value & _otf2.METRIC_VALUE_MASK.value
+    timing = mode.value & _otf2.METRIC_TIMING_MASK.value
+    if value == _otf2.METRIC_VALUE_ACCUMULATED.value or timing == _otf2.METRIC_TIMING_START.value:
+        return MetricReading(True, timing == _otf2.METRIC_TIMING_START.value, False)
+    return MetricReading(False, False, timing == _otf2.METRIC_TIMING_NEXT.value)
 
 
 # --- the library ------------------------------------------------------------------------------------------------
@@ -125,6 +155,14 @@ def anchor_of(path: str | Path) -> Path:
 def is_archive_dir(path: Path) -> bool:
     """A folder holding one OTF2 anchor file: an archive our export may replace."""
     return path.is_dir() and len(list(path.glob("*" + ANCHOR_SUFFIX))) == 1
+
+
+def archive_bytes(path: str | Path) -> int:
+    """The size of the archive at `path` (anchor or folder): its anchor, its .def and every file of its folder of
+    event and local definition files, which `info` should show rather than the anchor's few hundred bytes."""
+    anchor, definitions, events, _ = archive_files(path)
+    files = [anchor, definitions, *(p for p in events.rglob("*") if p.is_file())]
+    return sum(p.stat().st_size for p in files if p.is_file())
 
 
 def archive_files(path: str | Path) -> tuple[Path, ...]:

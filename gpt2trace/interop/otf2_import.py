@@ -11,9 +11,13 @@
                    sent of an MpiCollectiveEnd, a request's completion for nonblocking calls; ranks in the record's
                    communicator, turned into world ranks); seq from our attribute, else the call's order among the
                    collectives of its communicator on its rank; communicator from our attribute, else the MPI
-                   records' (the one over every rank is the world, id 0; the others 1, 2, ... in definition order,
-                   with their OTF2 names), listed in the metadata (ours: restored from GPT2TRACE::COMMUNICATORS)
-  counter          metrics (each member of a metric class is one counter), step from the attribute
+                   records' (only MPI-paradigm groups: MPI_COMM_WORLD is the world, id 0; the other COMM_GROUPs
+                   1, 2, ... in definition order, unnamed ones after the paradigm's name template; COMM_SELF one
+                   communicator per rank), MPI_Init/MPI_Finalize on the world, listed in the metadata (ours:
+                   restored from GPT2TRACE::COMMUNICATORS)
+  counter          metrics (each member of a metric class is one counter), step from the attribute, as the schema's
+                   counters hold them, the amount of (previous sample, t] at t: running totals (ACCUMULATED) by
+                   their increases, samples that describe the time to the next one (NEXT) at that next sample
   state            our `Paraver state` metric when the archive has it (our export: exact); else from the call
                    stack: inside an MPI call its MPI state (Group Communication for collectives, Waiting a message
                    in a receive, ...), in a barrier region Synchronization, in a file-I/O region I/O, in any other
@@ -23,6 +27,8 @@ Timestamps become nanoseconds since the archive's first timestamp (ours are that
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,17 +86,33 @@ def import_otf2(path: str | Path) -> Otf2Import:
     otf2 = F.library()
     import _otf2
     anchor = F.anchor_of(path)
+    # The bindings catch what fails inside their reader callbacks (a damaged record naming a definition the
+    # archive lacks), write its traceback to sys.stderr and stop the reader: we keep that text for the one line.
+    failed = io.StringIO()
     try:
-        with otf2.reader.open(str(anchor)) as reader:
-            return _Reader(anchor, reader).run()
+        with contextlib.redirect_stderr(failed), otf2.reader.open(str(anchor)) as reader:
+            result = _Reader(anchor, reader).run()
     except (_otf2.Error, otf2.error.Error) as exc:
-        raise TraceError(f"{anchor}: not a readable OTF2 archive ({_first_line(exc)}); is it complete? An archive "
-                         "is its anchor file, the .def beside it and the folder of .evt files") from None
+        raise _unreadable(anchor, _last_line(failed.getvalue()) or _first_line(exc)) from None
+    if failed.getvalue().strip():
+        raise _unreadable(anchor, _last_line(failed.getvalue()))
+    return result
+
+
+def _unreadable(anchor: Path, why: str) -> TraceError:
+    return TraceError(f"{anchor}: not a readable OTF2 archive ({why}); is it complete? An archive is its anchor "
+                      "file, the .def beside it and the folder of .evt files")
 
 
 def _first_line(exc: Exception) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+def _last_line(text: str) -> str:
+    """The exception line of a traceback the bindings wrote (empty: none), as a record they could not read."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return f"a record the OTF2 bindings could not read: {lines[-1]}" if lines else ""
 
 
 @dataclass
@@ -101,6 +123,9 @@ class _Lane:
     stack: list = field(default_factory=list)           # [region, start, attributes, mpi details]
     states: list = field(default_factory=list)          # (time, state id) samples
     requests: dict = field(default_factory=dict)        # request id -> the comm record it posted
+    totals: dict = field(default_factory=dict)          # metric member -> its last running total
+    pending: dict = field(default_factory=dict)         # metric member -> the record the next sample places
+    last_ns: int = 0                                    # the time of the location's last event
 
 
 class _Reader:
@@ -125,6 +150,8 @@ class _Reader:
             self.notes.append(f"{skipped} location(s) that are not CPU threads (metric or accelerator locations) "
                               "left out")
         self.records: dict[str, list[dict]] = {k: [] for k in Kind.ALL}      # filled in until the end (requests)
+        self.readings: dict = {}            # metric member -> F.MetricReading
+        self.first_totals = 0
         self.other_events: dict[str, int] = {}
 
     def _ns(self, ticks: int) -> int:
@@ -154,40 +181,83 @@ class _Reader:
         return lanes, skipped
 
     def _communicators(self, defs) -> dict:
-        """Each OTF2 communicator as ours: the id our table gives its (name, ranks) in our archives, else the world
-        (the first over every rank, id 0) and 1, 2, ... in definition order. Members are world ranks: the ranks of
-        the MPI locations a communicator group names."""
-        otf2 = self.otf2
-        ranks = {lane.rank for lane in self.lanes.values()}
-        known = {}
-        table = self.props.get(F.PROPERTIES[schema.META_COMMUNICATORS]) if self.ours else None
-        if table:
-            try:
-                parsed = communicators.from_metadata({schema.META_COMMUNICATORS: table.encode()}) or {}
-            except (ValueError, KeyError, TypeError):
-                raise TraceError(f"{self.anchor}: archive property {F.PROPERTIES[schema.META_COMMUNICATORS]} is not "
-                                 "a communicator table") from None
-            known = {(c.name, c.ranks): c.id for c in parsed.values()}
-        out, others, world = {}, 1, False
-        for comm in defs.comms:
-            group = comm.group
-            if group is None or group.group_type != otf2.GroupType.COMM_GROUP:
-                continue
-            # the bindings give a communicator group's members as the MPI locations they stand for
-            members = tuple(self.lanes[m].rank if m in self.lanes else int(m) for m in group.members)
+        """Each MPI communicator as ours, as otf2-print resolves them: only communicators whose group is of the MPI
+        paradigm (Score-P's "Process x Threads CPU Locations" is the measurement system's, not MPI's); a
+        COMM_GROUP's members are positions in MPI's COMM_LOCATIONS group, which the bindings give as locations
+        and we turn into world ranks; a COMM_SELF group is every process on its own, one communicator per rank
+        (see `_comm_of`). Ids: those our table gives (name, ranks) in our archives, else the world 0 (the one
+        named MPI_COMM_WORLD, else the first over every rank) and 1, 2, ... in definition order; an unnamed
+        communicator is named by the paradigm's COMM_NAME_TEMPLATE ("Comm ${id}")."""
+        known = self._known_communicators()
+        mpi = [c for c in defs.comms if c.group is not None and c.group.paradigm == self.otf2.Paradigm.MPI]
+        groups = [c for c in mpi if c.group.group_type == self.otf2.GroupType.COMM_GROUP]
+        world = self._world_of(groups)
+        template = self._name_template(defs)
+        out, next_id = {}, max(known.values(), default=0) + 1
+        for comm in groups:
+            members = tuple(self.lanes[m].rank if m in self.lanes else int(m) for m in comm.group.members)
             name = communicators.WORLD_NAME if comm.name == F.WORLD else comm.name
             if (name, members) in known:
                 cid = known[(name, members)]
-            elif not world and set(members) >= ranks:
-                cid, name, world = communicators.WORLD_ID, communicators.WORLD_NAME, True
+            elif comm is world:
+                cid, name = communicators.WORLD_ID, communicators.WORLD_NAME
             else:
-                cid, others = others + max(known.values(), default=0), others + 1
-            out[comm] = communicators.Communicator(cid, name, members)
+                cid, next_id = next_id, next_id + 1
+            out[comm] = communicators.Communicator(cid, name or template.replace("${id}", str(cid)), members)
+        for comm in mpi:
+            if comm.group.group_type == self.otf2.GroupType.COMM_SELF:
+                ranks = sorted({lane.rank for lane in self.lanes.values()})
+                out[comm] = {r: communicators.Communicator(next_id + i, comm.name or F.SELF, (r,))
+                             for i, r in enumerate(ranks)}
+                next_id += len(ranks)
         return out
 
-    def _world_rank(self, comm, rank: int) -> int:
-        """A rank of an MPI record's communicator as a world rank."""
+    def _table_of_communicators(self) -> dict:
+        """Every communicator by id, with the world over every rank when the archive defines none (its
+        MPI_Init and MPI_Finalize still run on it)."""
+        table = {communicators.WORLD_ID: communicators.world(sorted({lane.rank for lane in self.lanes.values()}))}
+        for c in self.comms.values():
+            table.update({x.id: x for x in (c.values() if isinstance(c, dict) else [c])})
+        return table
+
+    def _known_communicators(self) -> dict:
+        """(name, ranks) -> id of our archives' communicator table (empty for other archives)."""
+        table = self.props.get(F.PROPERTIES[schema.META_COMMUNICATORS]) if self.ours else None
+        if not table:
+            return {}
+        try:
+            parsed = communicators.from_metadata({schema.META_COMMUNICATORS: table.encode()}) or {}
+        except (ValueError, KeyError, TypeError):
+            raise TraceError(f"{self.anchor}: archive property {F.PROPERTIES[schema.META_COMMUNICATORS]} is not "
+                             "a communicator table") from None
+        return {(c.name, c.ranks): c.id for c in parsed.values()}
+
+    def _world_of(self, groups: list):
+        """MPI's world among the MPI communicator groups: the one named so, else the first over every rank."""
+        ranks = {lane.rank for lane in self.lanes.values()}
+        named = [c for c in groups if c.name == F.WORLD]
+        if named:
+            return named[0]
+        return next((c for c in groups if {self.lanes[m].rank for m in c.group.members if m in self.lanes} >= ranks),
+                    None)
+
+    def _name_template(self, defs) -> str:
+        otf2 = self.otf2
+        for prop in defs.paradigm_properties:
+            if prop.paradigm == otf2.Paradigm.MPI and prop.property == otf2.ParadigmProperty.COMM_NAME_TEMPLATE \
+                    and isinstance(prop.value, str) and "${id}" in prop.value:
+                return prop.value
+        return F.COMM_NAME_TEMPLATE
+
+    def _comm_of(self, comm, rank: int):
+        """Our communicator of an MPI record's communicator on `rank` (MPI_COMM_SELF: that rank's own); None for
+        a communicator that is not MPI's."""
         c = self.comms.get(comm)
+        return c.get(rank) if isinstance(c, dict) else c
+
+    def _world_rank(self, comm, lane: _Lane, rank: int) -> int:
+        """A rank of an MPI record's communicator, on `lane`'s process, as a world rank."""
+        c = self._comm_of(comm, lane.rank)
         return c.ranks[rank] if c is not None and 0 <= rank < len(c.ranks) else rank
 
     # --- events ---------------------------------------------------------------------------------------------
@@ -203,6 +273,7 @@ class _Reader:
             lane = self.lanes.get(location)
             if lane is None:
                 continue
+            lane.last_ns = self._ns(event.time)
             handler = handlers.get(type(event))
             if handler is None:
                 name = type(event).__name__
@@ -213,12 +284,14 @@ class _Reader:
             if lane.stack:
                 raise TraceError(f"{self.anchor}: rank {lane.rank} thread {lane.thread} ends inside region "
                                  f"{lane.stack[-1][0].name!r} (an Enter without its Leave: a truncated archive?)")
+        self._flush_metrics()
         if self.other_events:
             listed = ", ".join(f"{n} {k}" for k, n in sorted(self.other_events.items()))
             self.notes.append(f"events of kinds our schema has no record for, not imported: {listed}")
         self._states()
         self._fill_seq()
-        return Otf2Import(self._table(), tuple(self.notes), F.archive_files(self.anchor))
+        return Otf2Import(schema.with_import_notes(self._table(), self.notes), tuple(self.notes),
+                          F.archive_files(self.anchor))
 
     def _enter(self, lane: _Lane, ev) -> None:
         attrs = {a.name: v for a, v in (ev.attributes or {}).items()}
@@ -243,8 +316,7 @@ class _Reader:
                 rec[col] = ours if ours is not None else mpi.get(col)
             rec[TAG] = _int(attrs.get(TAG)) if self.ours else mpi.get(TAG)
             ours = _int(attrs.get(COMMUNICATOR))
-            comm = self.comms.get(mpi.get("comm"))
-            rec[COMMUNICATOR] = ours if ours is not None else (comm.id if comm is not None else None)
+            rec[COMMUNICATOR] = ours if ours is not None else self._comm_id(lane, mpi.get("comm"), region.name)
             for rid in mpi.get("requests", ()):
                 lane.requests[rid] = rec
         self._add(kind, rec)
@@ -259,9 +331,58 @@ class _Reader:
             return
         attrs = {a.name: v for a, v in (ev.attributes or {}).items()}
         for member, value in zip(members, ev.values):
-            self._add(Kind.COUNTER, {RANK: lane.rank, THREAD: lane.thread, START_NS: t, END_NS: t,
-                                     NAME: member.name, VALUE: float(value), STEP: _int(attrs.get(STEP)),
-                                     LAYER: _int(attrs.get(LAYER)), MICROSTEP: _int(attrs.get(MICROSTEP))})
+            value = self._increase(lane, member, value)
+            if value is None:
+                continue
+            rec = {RANK: lane.rank, THREAD: lane.thread, START_NS: t, END_NS: t, NAME: member.name,
+                   VALUE: float(value), STEP: _int(attrs.get(STEP)), LAYER: _int(attrs.get(LAYER)),
+                   MICROSTEP: _int(attrs.get(MICROSTEP))}
+            if self._reading(member).shifted:
+                self._place(lane.pending.pop(member, None), t)
+                lane.pending[member] = rec
+            else:
+                self._add(Kind.COUNTER, rec)
+
+    def _reading(self, member) -> F.MetricReading:
+        if member not in self.readings:
+            self.readings[member] = F.metric_reading(member.metric_mode)
+        return self.readings[member]
+
+    def _increase(self, lane: _Lane, member, value):
+        """A sample as the schema's counter value; None for a running total's first sample when the total does
+        not count from the measurement's start (no earlier reading to subtract)."""
+        reading = self._reading(member)
+        if not reading.difference:
+            return value
+        previous = lane.totals.get(member, 0 if reading.from_zero else None)
+        lane.totals[member] = value
+        if previous is None:
+            self.first_totals += 1
+            return None
+        return value - previous             # exact for 64-bit integers: Python's ints do not wrap
+
+    def _place(self, rec: dict | None, t: int) -> None:
+        """A NEXT-timed sample's record, at the end of the interval it describes."""
+        if rec is not None:
+            rec[START_NS] = rec[END_NS] = t
+            self._add(Kind.COUNTER, rec)
+
+    def _flush_metrics(self) -> None:
+        """The last sample of a NEXT-timed metric holds to its location's last event."""
+        for lane in self.lanes.values():
+            for rec in lane.pending.values():
+                self._place(rec, max(lane.last_ns, rec[START_NS]))
+            lane.pending.clear()
+        if self.first_totals:
+            self.notes.append(f"{self.first_totals} first sample(s) of running-total metrics (accumulated, not "
+                              "from the start) left out: they have no earlier reading to count from")
+
+    def _comm_id(self, lane: _Lane, comm, name: str) -> int | None:
+        """The communicator id of an MPI call whose records name `comm` (None: they name none)."""
+        c = self._comm_of(comm, lane.rank) if comm is not None else None
+        if c is None and name in F.WORLD_CALLS:
+            return communicators.WORLD_ID
+        return c.id if c is not None else None
 
     def _mpi(self, lane: _Lane) -> dict | None:
         """The details of the MPI call the thread is in (None outside MPI calls)."""
@@ -272,7 +393,7 @@ class _Reader:
     def _send(self, lane: _Lane, ev) -> None:
         mpi = self._mpi(lane)
         if mpi is not None:
-            mpi.setdefault(PEER, self._world_rank(ev.communicator, int(ev.receiver)))
+            mpi.setdefault(PEER, self._world_rank(ev.communicator, lane, int(ev.receiver)))
             mpi.setdefault(BYTES, int(ev.msg_length))
             mpi.setdefault(TAG, _message_tag(ev))
             mpi.setdefault("comm", ev.communicator)
@@ -283,12 +404,13 @@ class _Reader:
         if target is None:
             return
         if target.get(PEER) is None:
-            target[PEER] = self._world_rank(ev.communicator, int(ev.sender))
+            target[PEER] = self._world_rank(ev.communicator, lane, int(ev.sender))
         if target.get(BYTES) is None:
             target[BYTES] = int(ev.msg_length)
         if target.get(TAG) is None:
             target[TAG] = _message_tag(ev)
         target.setdefault("comm", ev.communicator)
+        self._complete(lane, target, ev.communicator)
 
     def _collective(self, lane: _Lane, ev) -> None:
         rid = getattr(ev, "request_id", None)
@@ -299,11 +421,15 @@ class _Reader:
             target[BYTES] = int(ev.size_sent) or int(ev.size_received)
         root = int(ev.root)
         if target.get(PEER) is None and root != F.UNDEFINED_RANK:
-            target[PEER] = self._world_rank(ev.communicator, root)
+            target[PEER] = self._world_rank(ev.communicator, lane, root)
         target.setdefault("comm", ev.communicator)
-        if RANK in target and target.get(COMMUNICATOR) is None:     # a posting's record, completed now
-            comm = self.comms.get(ev.communicator)
-            target[COMMUNICATOR] = comm.id if comm is not None else None
+        self._complete(lane, target, ev.communicator)
+
+    def _complete(self, lane: _Lane, target: dict, comm) -> None:
+        """A posting's record (MPI_Irecv, MPI_Iallreduce, ...), already written at its Leave, gets the
+        communicator of the record that completes its request."""
+        if RANK in target and target.get(COMMUNICATOR) is None:
+            target[COMMUNICATOR] = self._comm_id(lane, comm, target[NAME])
 
     def _request(self, lane: _Lane, ev) -> None:
         mpi = self._mpi(lane)
@@ -386,7 +512,8 @@ class _Reader:
                 out[key] = self.props[prop].encode()
         used = {r.get(COMMUNICATOR) for r in self.records[Kind.COMM]} - {None}
         if schema.META_COMMUNICATORS not in out and used:
-            out.update(communicators.to_metadata(c for c in self.comms.values() if c.id in used))
+            table = self._table_of_communicators()
+            out.update(communicators.to_metadata(table[i] for i in sorted(used) if i in table))
         return out
 
 
