@@ -146,7 +146,8 @@ def _shared_trace(gathered: list[Gathered], meta: Trace, pairs: pd.DataFrame) ->
     # a trace without a communicator table ran on the world of all its ranks, not only of those with shared records
     table = meta.comm_table or {comms.WORLD_ID: comms.world(np.unique(pairs[RANK]))}
     return Trace(parts=parts, path=meta.path, version=meta.version, run=meta.run, machine=meta.machine,
-                 peak=meta.peak, clock=meta.clock, extra_columns=meta.extra_columns, comm_table=table)
+                 peak=meta.peak, clock=meta.clock, extra_columns=meta.extra_columns, comm_table=table,
+                 notes=meta.notes)
 
 
 _GAPS = re.compile(r"^(?P<name>.*): (?P<n>\d+) gap\(s\) between state records, (?P<rest>first on .*)$")
@@ -209,7 +210,8 @@ def _recode(kern: Records, names: tuple[str, ...]) -> Records:
 def metadata(trace: Trace) -> Trace:
     """The trace's metadata without its records (what `context` keeps of a group)."""
     return Trace(parts={}, path=trace.path, version=trace.version, run=trace.run, machine=trace.machine,
-                 peak=trace.peak, clock=trace.clock, extra_columns=trace.extra_columns, comm_table=trace.comm_table)
+                 peak=trace.peak, clock=trace.clock, extra_columns=trace.extra_columns, comm_table=trace.comm_table,
+                 notes=trace.notes)
 
 
 def subset(trace: Trace, ranks) -> Trace:
@@ -218,7 +220,7 @@ def subset(trace: Trace, ranks) -> Trace:
     parts = {k: t.filter(pc.is_in(t.column(RANK).cast(pa.int64()), wanted)) for k, t in trace.parts.items()}
     return Trace(parts={k: t for k, t in parts.items() if t.num_rows}, path=trace.path, version=trace.version,
                  run=trace.run, machine=trace.machine, peak=trace.peak, clock=trace.clock,
-                 extra_columns=trace.extra_columns, comm_table=trace.comm_table)
+                 extra_columns=trace.extra_columns, comm_table=trace.comm_table, notes=trace.notes)
 
 
 def split(trace: Trace, groups: int) -> list[Trace]:

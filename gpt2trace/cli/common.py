@@ -26,6 +26,9 @@ from gpt2trace.format.errors import OutputError
 from gpt2trace.format.outputs import atomic_output, check_output
 
 EXIT_USAGE = 2
+# every command that reads a trace reads these (gpt2trace.interop.loader)
+TRACE_FORMATS = ("Parquet, Paraver .prv/.prv.gz (with its .pcf and .row beside it), an OTF2 archive (its .otf2 "
+                 "anchor file or folder) or a PyTorch profiler trace (.json/.json.gz, or a folder of them)")
 PIPED_WIDTH = 140       # a pipe or a log file gets room for the tables; COLUMNS, when set, wins
 
 # C0/C1 controls, DEL, Unicode line/paragraph separators, and lone surrogates (undecodable bytes of a file name).

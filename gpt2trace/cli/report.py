@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from gpt2trace.cli.common import console, fail, output, trace_files
+from gpt2trace.cli.common import TRACE_FORMATS, console, fail, output, trace_files
 from gpt2trace.format.errors import OutputError, TraceError
 from gpt2trace.format.limits import GROUP_RECORDS
 
@@ -31,8 +31,7 @@ def parse_window(spec: str) -> tuple[float, float]:
 
 def report(
     trace: Annotated[Path, typer.Argument(
-        exists=True, dir_okay=False, metavar="TRACE", help="Trace file: Parquet, or Paraver .prv/.prv.gz (with its "
-        ".pcf and .row beside it).")],
+        exists=True, metavar="TRACE", help=f"Trace file: {TRACE_FORMATS}.")],
     output_path: Annotated[Path | None, typer.Option(
         "--output", "-o", metavar="PATH", help="Where the page goes (default: the trace's name with "
         ".html).")] = None,

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from gpt2trace.cli.common import console, err_console, fail, json_output, plain, trace_files
+from gpt2trace.cli.common import TRACE_FORMATS, console, err_console, fail, json_output, plain, trace_files
 from gpt2trace.cli.tables import Col, print_table
 from gpt2trace.format.errors import TraceError
 
@@ -22,8 +22,8 @@ _POP_ROWS = (("parallel_efficiency", "parallel efficiency"), ("load_balance", " 
 
 
 def whatif(
-    trace: Annotated[Path, typer.Argument(exists=True, dir_okay=False, metavar="TRACE",
-                                          help="Trace file: Parquet, or Paraver .prv/.prv.gz.")],
+    trace: Annotated[Path, typer.Argument(exists=True, metavar="TRACE",
+                                          help=f"Trace file: {TRACE_FORMATS}.")],
     bandwidth: Annotated[str | None, typer.Option(
         "--bandwidth", metavar="GB/s", help="Link bandwidth: a number in GB/s, or with a unit (10Gb/s, 800MB/s). "
         "Default: infinite.")] = None,

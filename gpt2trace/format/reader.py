@@ -60,6 +60,7 @@ class Trace:
     clock: dict | None = None
     extra_columns: tuple[str, ...] = field(default=())
     comm_table: Mapping[int, comms.Communicator] | None = None   # META_COMMUNICATORS; None: world only
+    notes: tuple[str, ...] = ()        # META_IMPORT_NOTES: what the import of another tool's trace did
 
     @classmethod
     def from_parquet(cls, path: str | Path) -> Trace:
@@ -336,7 +337,7 @@ def _build(batches: Iterable[pa.RecordBatch], names: list[str], meta: dict, path
     return Trace(parts=parts, path=path, version=version, run=_json(where, meta, schema.META_RUN),
                  machine=_json(where, meta, schema.META_MACHINE), peak=_json(where, meta, schema.META_PEAK),
                  clock=_json(where, meta, schema.META_CLOCK), extra_columns=extra,
-                 comm_table=comm_table)
+                 comm_table=comm_table, notes=_notes(where, meta))
 
 
 def _split(where, table: pa.Table, reads: Reads = Reads()) -> dict[str, pa.Table]:
@@ -450,6 +451,18 @@ def _communicators(where, meta: dict) -> dict | None:
         raise TraceError(f"{where}: metadata {schema.META_COMMUNICATORS.decode()} is not a communicator table "
                          "(JSON {\"communicators\": [{\"id\", \"name\", \"ranks\"}, ...]})") from None
     return {i: comms.Communicator(c.id, _text(c.name), c.ranks) for i, c in table.items()} if table else None
+
+
+def _notes(where, meta: dict) -> tuple[str, ...]:
+    """The import's notes (a JSON list of lines), as lines without line breaks: they are printed as data."""
+    raw = meta.get(schema.META_IMPORT_NOTES)
+    if not raw:
+        return ()
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise TraceError(f"{where}: metadata {schema.META_IMPORT_NOTES.decode()} is not valid JSON") from None
+    return tuple(" ".join(str(v).split()) for v in value) if isinstance(value, list) else ()
 
 
 def _json(where, meta: dict, key: bytes) -> dict | None:

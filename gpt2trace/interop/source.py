@@ -53,7 +53,7 @@ class Source:
 
 def input_files(source) -> list[Path]:
     """The files an export of `source` reads, which it must never write: the trace file, and for a .prv its .pcf,
-    .row and .gpt2trace.json (read when present)."""
+    .row and .gpt2trace.json (read when present), an OTF2 archive's files, a Kineto folder's traces."""
     path = source.path if isinstance(source, Trace) else Path(source)
     if path is None:
         return []
@@ -61,10 +61,13 @@ def input_files(source) -> list[Path]:
     if path.name.endswith((".prv", ".prv.gz")):
         from gpt2trace.interop.paraver_format import file_names
         return [Path(p) for p in file_names(str(path))]
-    from gpt2trace.interop.loader import is_otf2
+    from gpt2trace.interop.loader import is_kineto, is_otf2
     if is_otf2(path):
         from gpt2trace.interop.otf2_format import archive_files
         return list(archive_files(path))
+    if is_kineto(path) and path.is_dir():
+        from gpt2trace.interop.kineto_import import kineto_files
+        return [path, *kineto_files(path)]
     return [path]
 
 
@@ -73,14 +76,11 @@ def open_source(source) -> Source:
     if isinstance(source, Trace):
         return Source(source.name, _trace_meta(source), trace=source)
     path = Path(source)
-    from gpt2trace.interop.loader import is_otf2, load
-    if is_otf2(path):
+    from gpt2trace.interop.loader import is_parquet, load
+    if not is_parquet(path):
         trace = load(path)
         return Source(str(path), _trace_meta(trace), trace=trace)
     check_file(path)
-    if path.name.endswith((".prv", ".prv.gz")):
-        trace = load(path)
-        return Source(str(path), _trace_meta(trace), trace=trace)
     try:
         arrow_schema = open_parquet(path).schema_arrow
     except (pa.ArrowException, OSError) as exc:

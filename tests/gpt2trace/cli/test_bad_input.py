@@ -364,7 +364,7 @@ def _script(*args: bytes | str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("args,message", [
-    ([b"analyze", b"caf\xe9.parquet"], "error: Invalid value for 'TRACE': file 'caf\ufffd.parquet' does not exist."),
+    ([b"analyze", b"caf\xe9.parquet"], "error: Invalid value for 'TRACE': path 'caf\ufffd.parquet' does not exist."),
     ([b"info", b"caf\xe9.parquet"], "error: caf\ufffd.parquet: no such trace file"),
     ([b"analyze", b"bad[/].parquet"], "error: bad[/].parquet: not a Parquet file"),
     ([b"report", b"bad[/].parquet", b"-o", b"bad[/].parquet"], "error: --output bad[/].parquet is also an input"),
