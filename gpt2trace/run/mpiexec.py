@@ -3,9 +3,16 @@
 `gpt2trace run --ranks N` re-executes itself under the mpiexec of the installed MPI (the `mpich` wheel's, next to
 this Python, else the first on PATH), with the same options. Under `mpiexec -n N gpt2trace run ...` or Slurm's
 `srun`, the process manager's environment says so and the run joins that job instead.
+
+The job dies with the launcher: mpiexec gets SIGTERM from the kernel when the launcher dies, even by SIGKILL
+(PR_SET_PDEATHSIG, set between fork and exec), and forwards it to every rank, which stop after the step in
+progress as for any SIGTERM (gpt2trace.run.signals) and rank 0 merges. Each rank, whose parent is mpiexec's
+hydra proxy, asks for SIGTERM when that parent dies too (`die_with_parent`), and checks at every step boundary
+that it is still there (gpt2trace.run.signals.StopAtStepBoundary).
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -13,6 +20,10 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpt2trace.run.ownership import TraceLock
 
 # (rank variable, size variable) of the process managers we know: MPICH/Hydra (PMI), Open MPI, PMIx, Slurm srun
 _ENV = (("PMI_RANK", "PMI_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
@@ -27,6 +38,30 @@ def launched_by_mpi() -> tuple[int, int] | None:
     return None
 
 
+_PR_SET_PDEATHSIG = 1      # linux/prctl.h
+
+
+def _prctl():
+    """libc's prctl, looked up before any fork (a child of a threaded parent must not load libraries)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def die_with_parent(signum: int = signal.SIGTERM, parent: int | None = None, prctl=None) -> bool:
+    """Have the kernel send `signum` to this process when its parent dies (Linux; False elsewhere). If the
+    parent is already gone (it is not `parent`, or this process was reparented to init), send it now."""
+    prctl = prctl if prctl is not None else _prctl()
+    if prctl is None or prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0) != 0:
+        return False
+    if (parent is not None and os.getppid() != parent) or os.getppid() == 1:
+        os.kill(os.getpid(), signum)
+    return True
+
+
 def find_mpiexec() -> str | None:
     beside = Path(sys.executable).with_name("mpiexec")
     return str(beside) if beside.exists() else shutil.which("mpiexec")
@@ -38,18 +73,23 @@ class JobEnd:
     signals: tuple[int, ...]       # the SIGINT/SIGTERM this process received and passed on, in order
 
 
-def relaunch(ranks: int, argv: list[str], env_extra: dict[str, str]) -> JobEnd:
+def relaunch(ranks: int, argv: list[str], env_extra: dict[str, str], lock: TraceLock | None = None) -> JobEnd:
     """Run this same command under `mpiexec -n ranks` and wait for it.
 
     mpiexec runs in a session of its own, so a Ctrl-C at the terminal reaches only this process, which passes
     each SIGINT and SIGTERM on to mpiexec; mpiexec (MPICH's Hydra) forwards the first to every rank, and takes
     a second as "abort the job now". Were mpiexec in the terminal's process group too, one Ctrl-C would reach
-    it twice (from the terminal and from us)."""
+    it twice (from the terminal and from us). When this process dies, mpiexec gets SIGTERM (the module's doc).
+
+    `lock` (gpt2trace.run.ownership): this launcher's lock of the trace, inherited by every process of the job."""
     mpiexec = find_mpiexec()
     if mpiexec is None:
         raise FileNotFoundError("no mpiexec found: install the package's MPI (pip install mpich) or put one on PATH")
     cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "gpt2trace", *argv]
-    proc = subprocess.Popen(cmd, env=dict(os.environ, **env_extra), start_new_session=True)
+    lock_env, fds = (lock.child_env(), (lock.fd,)) if lock is not None and lock.held else ({}, ())
+    me, prctl = os.getpid(), _prctl()
+    proc = subprocess.Popen(cmd, env=dict(os.environ, **env_extra, **lock_env), start_new_session=True,
+                            pass_fds=fds, preexec_fn=lambda: die_with_parent(signal.SIGTERM, me, prctl))
     received: list[int] = []
 
     def forward(signum: int, frame) -> None:

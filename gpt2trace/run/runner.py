@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -197,6 +198,9 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
     from trainer.train import NullObserver, train
 
     threads, rank = cfg.parallel.threads, cfg.parallel.rank
+    if comm is not None:   # a rank dies with its parent (mpiexec's proxy), after a whole step (gpt2trace.run.signals)
+        from gpt2trace.run.mpiexec import die_with_parent
+        die_with_parent(signal.SIGTERM)
     check_run(cfg, processes_here=_ranks_on_this_node(comm), first_rank=rank == 0)
     resumed = None
     if cfg.resume is not None:

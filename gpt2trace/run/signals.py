@@ -11,6 +11,10 @@ after the same step, or the ones that go on wait forever in the next step's coll
 boundary the ranks combine their requests (one Allreduce MAX of an int on the raw communicator, a few
 microseconds) and all stop together; the end of the run is then the normal one (clock sync, rank 0 merges).
 
+A rank whose parent (mpiexec's hydra proxy, or srun's step daemon) is gone stops at the next step boundary as
+for a SIGTERM: the kernel sends one (gpt2trace.run.mpiexec.die_with_parent), and where it cannot, the rank
+sees at the boundary that it was reparented.
+
 Python runs signal handlers on the main thread between bytecodes, i.e. after the Numba kernel or MPI call in
 progress returns. A second signal while the tracer marks a step's end (`deferred`) is only a request: that step
 is complete a few microseconds later, so the run stops at the boundary, and the bookkeeping is never cut in half.
@@ -18,6 +22,7 @@ is complete a few microseconds later, so the run stops at the boundary, and the 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -88,11 +93,17 @@ class StopAtStepBoundary:
     def __init__(self, inner, signals: StopSignals, comm=None):
         self.inner, self.signals, self.comm = inner, signals, comm
         self._request = np.zeros(1, dtype=np.int32)
+        self._parent = os.getppid() if comm is not None else None
+
+    def _orphaned(self) -> bool:
+        return self._parent is not None and os.getppid() != self._parent
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
     def begin_step(self, step: int) -> None:
+        if self._orphaned():
+            self.signals.requested = self.signals.requested or int(signal.SIGTERM)
         requested = self.signals.requested or 0
         if self.comm is not None:
             from mpi4py import MPI
