@@ -38,6 +38,7 @@ from analysis import (
 from analysis.comm_matrix import comm_matrix
 from analysis.critical_path import critical_path_tables, main_threads
 from analysis.findings import findings
+from analysis.order import by_value
 from analysis.sections import Sections
 from analysis.step_phases import step_phases
 from analysis.summary import summary, token_ranks
@@ -287,7 +288,8 @@ def _per_call(calls: pd.DataFrame, wait_rows: pd.DataFrame, layout: dict) -> pd.
 
 def _wait_states(wait_rows: pd.DataFrame, total_wait: float) -> pd.DataFrame:
     by_state = (wait_rows.groupby("wait_state", as_index=False)
-                .agg(count=("wait_ns", "size"), wait_s=("wait_ns", "sum")).sort_values("wait_s", ascending=False))
+                .agg(count=("wait_ns", "size"), wait_s=("wait_ns", "sum")))
+    by_state = by_value(by_state, "wait_s", ["wait_state"])
     by_state["wait_s"] = by_state["wait_s"] / 1e9
     by_state["share"] = by_state["wait_s"] / total_wait if total_wait > 0 else 0.0
     return by_state

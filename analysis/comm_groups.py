@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.mpi import GROUP
+from analysis.order import by_value
 from analysis.records import NS
 from analysis.window import Window
 from gpt2trace.format.communicators import Communicator
@@ -48,7 +49,7 @@ def per_group(calls: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:
                         "ranks": agg["ranks"].astype(int), "calls": agg["calls"].astype(int),
                         BYTES: agg["nbytes"].astype(np.int64), "time_s": agg["dur"] / NS, "wait_s": agg["wait"] / NS,
                         "share": agg["dur"] / total if total > 0 else np.nan})
-    return out[COLUMNS].sort_values("time_s", ascending=False, kind="stable").reset_index(drop=True)
+    return by_value(out[COLUMNS], "time_s", [GROUP])
 
 
 def per_dimension(calls: pd.DataFrame, waits: pd.DataFrame, grid: Grid, table: dict[int, Communicator],
@@ -81,7 +82,7 @@ def per_dimension(calls: pd.DataFrame, waits: pd.DataFrame, grid: Grid, table: d
     for label, sub in df.groupby(DIMENSION, sort=False):
         dims = spans[sub[COMMUNICATOR].iloc[0]]
         dur, wait = float(sub["dur"].sum()), float(sub["wait"].sum())
-        by_call = sub.groupby([GROUP, NAME], sort=False)["dur"].sum().sort_values(ascending=False, kind="stable")
+        by_call = sub.groupby([GROUP, NAME])["dur"].sum().sort_values(ascending=False, kind="stable")  # ties: by name
         top_group, top_name = by_call.index[0]
         top = sub[(sub[GROUP] == top_group) & (sub[NAME] == top_name)]
         rows.append({
@@ -95,7 +96,7 @@ def per_dimension(calls: pd.DataFrame, waits: pd.DataFrame, grid: Grid, table: d
             "top_calls_per_step": per_step(len(top) / top[RANK].nunique()), "top_bytes_per_call": _median_bytes(top),
             "top_share": float(by_call.iloc[0]) / rank_s if rank_s > 0 else None})
     out = pd.DataFrame(rows, columns=DIM_COLUMNS)
-    return out.sort_values("time_s", ascending=False, kind="stable").reset_index(drop=True)
+    return by_value(out, "time_s", [DIMENSION])
 
 
 def _call_table(calls: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:

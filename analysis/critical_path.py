@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import mpi
+from analysis.order import by_value
 from analysis.records import NS, Records, decode, records, threads
 from analysis.steps import steps_table
 from analysis.window import Window
@@ -439,7 +440,7 @@ def _pieces(walk: _Walk, tiles: _Tiles, regions: pd.DataFrame, calls: pd.DataFra
     out = out[out[END_NS] > out[START_NS]]
     for col in (RANK, THREAD, START_NS, END_NS, LAYER):
         out[col] = out[col].astype(np.int64)
-    return out.sort_values([START_NS, END_NS], kind="stable").reset_index(drop=True)
+    return out.sort_values([START_NS, END_NS, RANK, THREAD], kind="stable").reset_index(drop=True)
 
 
 def _label(pieces: pd.DataFrame, steps: pd.DataFrame, phases: pd.DataFrame, t0: int, t1: int) -> pd.DataFrame:
@@ -508,22 +509,24 @@ def tables(cp: CriticalPath) -> dict:
     df = p.assign(time_s=dur / NS)
     window_s = (cp.t1_ns - cp.t0_ns) / NS
 
-    def shares(t: pd.DataFrame, total_s: float) -> pd.DataFrame:
+    def shares(t: pd.DataFrame, total_s: float, ties: list[str]) -> pd.DataFrame:
         t["share"] = t["time_s"] / total_s if total_s > 0 else 0.0
-        return t.sort_values("time_s", ascending=False, kind="stable").reset_index(drop=True)
+        return by_value(t, "time_s", ties)
 
     keys = ["category", NAME, LAYER]
     items = shares(df.groupby(keys, as_index=False).agg(time_s=("time_s", "sum"), pieces=("time_s", "size")),
-                   length / NS)
+                   length / NS, keys)
     items[LAYER] = _layers(items[LAYER])
-    phases = shares(df.groupby("phase", as_index=False).agg(time_s=("time_s", "sum")), length / NS)
-    lanes = shares(df.groupby([RANK, THREAD], as_index=False).agg(time_s=("time_s", "sum")), length / NS)
+    phases = shares(df.groupby("phase", as_index=False).agg(time_s=("time_s", "sum")), length / NS, ["phase"])
+    lanes = shares(df.groupby([RANK, THREAD], as_index=False).agg(time_s=("time_s", "sum")), length / NS,
+                   [RANK, THREAD])
     # per step, in one grouping (a per-step loop costs seconds on 10 M records)
     stepped = df[df[STEP] >= 0]
     per_step = (stepped.groupby([STEP] + keys, as_index=False, dropna=False).agg(time_s=("time_s", "sum")))
     totals = per_step.groupby(STEP)["time_s"].transform("sum")
     per_step["share"] = np.where(totals > 0, per_step["time_s"] / totals.where(totals > 0, 1.0), 0.0)
-    per_step = per_step.sort_values([STEP, "time_s"], ascending=[True, False], kind="stable").reset_index(drop=True)
+    per_step = per_step.sort_values([STEP, "time_s", *keys], ascending=[True, False, True, True, True],
+                                    kind="stable").reset_index(drop=True)
     per_step[LAYER] = _layers(per_step[LAYER])
     top_items = per_step.groupby(STEP).head(PER_STEP_ITEMS).reset_index(drop=True)
     steps = []

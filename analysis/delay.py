@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from analysis.order import by_value
 from analysis.records import NS
 from analysis.segments import Segments
 from analysis.window import Window
@@ -219,7 +220,7 @@ def _table(charges: pd.DataFrame, names: tuple[str, ...], keys: tuple[str, ...],
         key_of = first.assign(origin=origin[first.index.to_numpy()]).set_index("origin")
         for col in reversed(keys):
             out.insert(0, col, key_of[col].reindex(agg["origin"]).to_numpy())
-    return out[[*keys, *COLUMNS]].sort_values("cost_s", ascending=False, kind="stable").reset_index(drop=True)
+    return by_value(out[[*keys, *COLUMNS]], "cost_s", [*keys, RANK, "kernel", LAYER])
 
 
 def _layers(layer: np.ndarray) -> pd.Series:
@@ -289,7 +290,7 @@ def summary(costs: DelayCosts) -> dict:
     return {"total_wait_s": costs.total_wait_s, "short_s": float(attributed["short_s"].sum()),
             "long_s": float(attributed["long_s"].sum()), "unattributed_s": costs.unattributed_s,
             "propagating_waits": costs.propagating_waits, "propagating_wait_s": costs.propagating_wait_s,
-            "causes": by[COLUMNS].sort_values("cost_s", ascending=False, kind="stable").reset_index(drop=True)}
+            "causes": by_value(by[COLUMNS], "cost_s", [RANK, "kernel", LAYER])}
 
 
 def findings(result: dict, part_of: str) -> list[dict]:
@@ -300,9 +301,10 @@ def findings(result: dict, part_of: str) -> list[dict]:
     causes = pd.DataFrame([c for c in (d or {}).get("causes", []) if c["kernel"] != UNATTRIBUTED])
     if causes.empty or not d["total_wait_s"]:
         return []
-    by_rank = causes.groupby(RANK)[["cost_s", "short_s", "long_s"]].sum().sort_values("cost_s", ascending=False)
+    by_rank = causes.groupby(RANK)[["cost_s", "short_s", "long_s"]].sum()        # ties: the lowest rank, first name
+    by_rank = by_rank.sort_values("cost_s", ascending=False, kind="stable")
     rank, top = by_rank.index[0], by_rank.iloc[0]
-    kernels = causes[causes[RANK] == rank].groupby("kernel")["cost_s"].sum().sort_values(ascending=False)
+    kernels = causes[causes[RANK] == rank].groupby("kernel")["cost_s"].sum().sort_values(ascending=False, kind="stable")
     named = [f"{'time outside kernels' if k == OUTSIDE else k} ({c / d['total_wait_s']:.0%})"
              for k, c in kernels.head(2).items()]
     how = (f"{top['short_s']:.3g} s directly, {top['long_s']:.3g} s through the waits it caused first"

@@ -52,7 +52,7 @@ def diff(a: dict, b: dict) -> dict:
     out = {"a": a["trace"], "b": b["trace"],
            "step_s": {"a": step_a, "b": step_b, "speedup": step_a / step_b},
            "tokens_per_s": {"a": a["summary"]["tokens_per_s"], "b": b["summary"]["tokens_per_s"]},
-           "layout": _layout(a, b),
+           "layout": _layout(a, b), "models": _models(a, b),
            "changes": changes.to_dict("records"), "pop": pop,
            "warnings": [f"{label}: {w}" for label, res in (("A", a), ("B", b)) for w in res.get("warnings") or []
                         if ": not computed: " in w]}
@@ -67,10 +67,21 @@ def per_step(res: dict) -> float:
 
 def _layout(a: dict, b: dict) -> dict[str, list]:
     """What differs in the two runs' layouts (`parallel` when the trace records it, the ranks and the threads per
-    rank): {key: [A's, B's]}."""
+    rank): {key: [A's, B's]}. Recompute is on or off (True, False) in both, recorded or not (summary's)."""
     la, lb = ({**(r["parallel"] or {}), "ranks": r["summary"]["ranks"],
-               "threads_per_rank": r["summary"]["threads_per_rank"]} for r in (a, b))
+               "threads_per_rank": r["summary"]["threads_per_rank"],
+               "recompute": bool(r["summary"].get("recompute", (r["parallel"] or {}).get("recompute")))}
+              for r in (a, b))
     return {k: [la.get(k), lb.get(k)] for k in {**la, **lb} if la.get(k) != lb.get(k)}
+
+
+def _models(a: dict, b: dict) -> dict[str, list]:
+    """The model dimensions that differ between the runs (summary's `model`), {dim: [A's, B's]}; none when either
+    trace records no model."""
+    ma, mb = (r["summary"].get("model") for r in (a, b))
+    if not ma or not mb:
+        return {}
+    return {k: [ma.get(k), mb.get(k)] for k in {**ma, **mb} if ma.get(k) != mb.get(k)}
 
 
 def _changes(a: dict, b: dict) -> pd.DataFrame:
@@ -150,9 +161,12 @@ def sentences(a: dict, b: dict, changes: pd.DataFrame, pop: list[dict]) -> list[
     if tok_a and tok_b and tok_a != tok_b and a["summary"]["tokens_per_s"] and b["summary"]["tokens_per_s"]:
         tps = b["summary"]["tokens_per_s"] / a["summary"]["tokens_per_s"]
         head += f"; B takes {tok_b:,.0f} tokens a step against {tok_a:,.0f}: {tps:.2f}x A's tokens/s"
-    out = [head]
-    layout = [f"{k} {'none' if va is None else va} -> {'none' if vb is None else vb}"
-              for k, (va, vb) in _layout(a, b).items()]
+    models = _models(a, b)
+    # first: per-step times of two models are not the same work, whatever else changed
+    out = [f"A and B ran different models ({', '.join(f'{k} {va} -> {vb}' for k, (va, vb) in models.items())}): "
+           "their times per step are of different work"] if models else []
+    out.append(head)
+    layout = [f"{k} {_setting(va)} -> {_setting(vb)}" for k, (va, vb) in _layout(a, b).items()]
     if layout:
         out.append("Layout: " + ", ".join(layout))
     notable = NOTABLE * step_a
@@ -185,6 +199,13 @@ def sentences(a: dict, b: dict, changes: pd.DataFrame, pop: list[dict]) -> list[
         out.append(f"POP: {top['label']} {100 * top['a']:.1f}% -> {100 * top['b']:.1f}% (the factor that moved "
                    "most)")
     return out
+
+
+def _setting(value) -> str:
+    """A layout setting as the sentence says it: none, on / off for a flag, else its value."""
+    if value is None:
+        return "none"
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)
 
 
 def _ms(seconds: float) -> str:

@@ -53,7 +53,7 @@ def findings(result: dict, top: int = 10) -> list[dict]:
     warnings = [_finding("warnings", None, f"Warning: {w}") for w in result.get("warnings", [])
                 if w.startswith(("the ideal-network replay", "no thread is Running"))]
     losses = sorted((k for k in lost if k != "total" and lost[k] is not None and lost[k] > _SHOWN),
-                    key=lambda k: -lost[k])
+                    key=lambda k: (-lost[k], k))
     details = _details(result, [k for k in losses if k in _MPI_LOSSES])
     # a task run's findings say what its thread-level loss is made of: right after it, so a short list keeps them
     tasks = task_findings(result.get("tasks"))

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.mpi import GROUP
+from analysis.order import by_value
 from analysis.records import NS
 from gpt2trace.format import communicators, grid
 from gpt2trace.format.reader import Trace
@@ -56,7 +57,7 @@ def per_communicator(calls: pd.DataFrame, waits: pd.DataFrame, trace: Trace, lay
     agg = df.groupby([COMMUNICATOR, GROUP], as_index=False).agg(calls=("dur", "size"), total=("dur", "sum"),
                                                                  wait=("wait", "sum"))
     by_call = df.groupby([COMMUNICATOR, NAME], as_index=False)["wait"].sum()
-    by_call = by_call[by_call["wait"] > 0].sort_values("wait", ascending=False, kind="stable")
+    by_call = by_value(by_call[by_call["wait"] > 0], "wait", [COMMUNICATOR, NAME])
     top = by_call.drop_duplicates(COMMUNICATOR).set_index(COMMUNICATOR)[NAME]
     out = pd.DataFrame({
         COMMUNICATOR: agg[COMMUNICATOR].astype(int), GROUP: agg[GROUP],
@@ -64,7 +65,7 @@ def per_communicator(calls: pd.DataFrame, waits: pd.DataFrame, trace: Trace, lay
         "split": [split_of(g, layout) for g in agg[GROUP]],
         "calls": agg["calls"].astype(int), "total_s": agg["total"] / NS, "wait_s": agg["wait"] / NS,
         "top_wait_call": [top.get(c) for c in agg[COMMUNICATOR]]})
-    return out[cols].sort_values("total_s", ascending=False, kind="stable").reset_index(drop=True)
+    return by_value(out[cols], "total_s", [GROUP, COMMUNICATOR])
 
 
 def cause(kernel: str, layout: dict | None) -> str | None:

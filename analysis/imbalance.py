@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.order import by_value
 from analysis.records import NS, Records
 from analysis.segments import Segments
 from gpt2trace.format.lanes import distinct_index
@@ -20,6 +21,7 @@ from gpt2trace.format.schema import END_NS, LAYER, NAME, RANK, START_NS, THREAD
 
 COLUMNS = ["scope", "kernel", LAYER, RANK, "count", "mean_s", "max_s", "imbalance", "lost_s", "slowest", "min_s",
            "fastest"]
+_TIES = ["kernel", LAYER, "scope", RANK]            # rows of equal time lost: by name, not by name dictionary code
 
 
 def imbalance(kern: Records, segs: Segments, ranks: np.ndarray) -> pd.DataFrame:
@@ -55,7 +57,7 @@ def from_parts(segs: Segments, ranks: np.ndarray, parts: list[tuple[pd.DataFrame
     if out is None:
         return pd.DataFrame(columns=COLUMNS)
     out = out[out["lost_s"] > 0]
-    return out[COLUMNS].sort_values("lost_s", ascending=False, kind="stable").reset_index(drop=True)
+    return by_value(out[COLUMNS], "lost_s", _TIES)
 
 
 def kernels_across_ranks(segs: Segments, ranks: np.ndarray) -> pd.DataFrame:
@@ -64,7 +66,7 @@ def kernels_across_ranks(segs: Segments, ranks: np.ndarray) -> pd.DataFrame:
     out = _across_ranks(*_kernel_layers(segs), _positions(segs.rank, ranks), segs.end_ns - segs.start_ns, ranks,
                         segs.names, False)
     out = out[out["lost_s"] > 0]
-    return out[COLUMNS].sort_values("lost_s", ascending=False, kind="stable").reset_index(drop=True)
+    return by_value(out[COLUMNS], "lost_s", _TIES)
 
 
 def _key(name: np.ndarray, layer: np.ndarray, by_layer: bool) -> np.ndarray:

@@ -35,10 +35,13 @@ def samples(trace: Trace, window: Window) -> pd.DataFrame:
                         MICROSTEP: rec[MICROSTEP].astype(np.int64)})
     ph = records(trace, Kind.PHASE, (RANK, NAME), window, clip=False)
     ends = pd.DataFrame({RANK: ph[RANK].astype(np.int64), "t_ns": ph[END_NS].astype(np.int64),
-                         "phase": decode(ph[NAME], ph.names)}).drop_duplicates([RANK, "t_ns"])
+                         "s": ph[START_NS].astype(np.int64), "phase": decode(ph[NAME], ph.names)})
+    # phases ending together (nested): the outermost, then by name, whatever order the file gives them in
+    ends = ends.sort_values([RANK, "t_ns", "s", "phase"], kind="stable").drop_duplicates([RANK, "t_ns"])
+    ends = ends.drop(columns="s")
     out = out.merge(ends, on=[RANK, "t_ns"], how="left")
     out["phase"] = out["phase"].fillna(UNKNOWN_PHASE)
-    return out.sort_values([RANK, "t_ns"], kind="stable").reset_index(drop=True)[cols]
+    return out.sort_values([RANK, "t_ns", STEP, MICROSTEP, "bytes"], kind="stable").reset_index(drop=True)[cols]
 
 
 def memory(trace: Trace, window: Window, points: int = 400) -> dict | None:
@@ -61,7 +64,7 @@ def memory(trace: Trace, window: Window, points: int = 400) -> dict | None:
         per_rank[col] = per_rank[col].astype("Int64").where(per_rank[col] >= 0)
     per_phase = s.groupby([RANK, "phase"], as_index=False).agg(
         peak_bytes=("bytes", "max"), mean_bytes=("bytes", "mean"), samples=("bytes", "size"))
-    per_phase = per_phase.sort_values([RANK, "peak_bytes"], ascending=[True, False], kind="stable")
+    per_phase = per_phase.sort_values([RANK, "peak_bytes", "phase"], ascending=[True, False, True], kind="stable")
     return {"peak_bytes": float(s["bytes"].max()), "per_rank": per_rank[PER_RANK].reset_index(drop=True),
             "per_phase": per_phase[PER_PHASE].reset_index(drop=True), "timeline": _timeline(s, window, points)}
 

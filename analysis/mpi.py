@@ -56,7 +56,8 @@ def calls(trace: Trace, window: Window | None = None) -> pd.DataFrame:
     table = trace.communicators
     df[GROUP] = df[COMMUNICATOR].map(lambda c: table[c].name if c in table else f"comm{c}")
     df[NAME] = decode(rec[NAME], rec.names)
-    df = df.sort_values([RANK, START_NS, END_NS], kind="stable").reset_index(drop=True)
+    # calls of one rank at the same time on several threads: by thread (a thread's own keep their order)
+    df = df.sort_values([RANK, START_NS, END_NS, THREAD], kind="stable").reset_index(drop=True)
     kinds = {n: classify(str(n)) for n in df[NAME].unique()}
     df["op"] = df[NAME].map(lambda n: kinds[n][0]).astype(np.int64)
     df["cls"] = df[NAME].map(lambda n: kinds[n][1]).astype(np.int64)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.order import by_value
 from gpt2trace.format.mpi_calls import COLL, RECV, SENDRECV
 from gpt2trace.format.network import link_bytes
 from gpt2trace.format.reader import Trace
@@ -62,6 +63,6 @@ def link_load(trace: Trace, calls: pd.DataFrame, steps: int, step_s: float | Non
         mine = {n: v for (nd, n), v in per_call.items() if nd == node}
         rows.append({"node": node, "ranks": [r for r, n in enumerate(node_of) if n == node], "bytes_per_step": b,
                      "link_s_per_step": b / bw, "share_of_step": (b / bw) / step_s if step_s else None,
-                     "top_call": max(mine, key=mine.get) if mine else None})
+                     "top_call": min(mine, key=lambda n: (-mine[n], n)) if mine else None})
     out = pd.DataFrame(rows, columns=COLUMNS)
-    return out.sort_values("bytes_per_step", ascending=False, kind="stable").reset_index(drop=True)
+    return by_value(out, "bytes_per_step", ["node"])

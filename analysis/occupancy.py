@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.order import by_value
 from analysis.records import NS, Records, records
 from analysis.segments import Segments
 from analysis.window import Window
@@ -186,7 +187,8 @@ def _per_kernel(segs: Segments, waits: pd.DataFrame) -> pd.DataFrame:
     out["mean_occupancy"] = busy / np.maximum(wall, 1)
     for col in ("sync_s", "fork_s"):
         out[col] = waits[col].reindex(ukey, fill_value=0.0).to_numpy() / NS
-    return out[cols].sort_values("sync_s", ascending=False, kind="stable").reset_index(drop=True)
+    # ties (kernels of no Synchronization) by name and layer, not by the order of the file's name dictionary
+    return by_value(out[cols], "sync_s", ["kernel", LAYER])
 
 
 def _sections(ptr, t, dt, serial, ranks, window: Window, top: int) -> pd.DataFrame:

@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.mpi import post_waits
+from analysis.order import by_value
 from analysis.records import NS, decode, records
 from analysis.rootcause import OUTSIDE, UNATTRIBUTED, root_causes
 from analysis.segments import Segments
@@ -150,7 +151,7 @@ def _compute_phases(trace: Trace, lay: Layout, window: Window) -> pd.DataFrame:
             & df[RANK].isin(stage)].copy()
     df["stage"] = df[RANK].map(stage)
     df["pipeline"] = df[RANK].map(pipe)
-    return df.sort_values(START_NS, kind="stable").reset_index(drop=True)
+    return df.sort_values([START_NS, RANK, END_NS], kind="stable").reset_index(drop=True)
 
 
 def _phase_of_calls(calls: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
@@ -213,7 +214,7 @@ def _per_step(steps: pd.DataFrame, lay: Layout, phases: pd.DataFrame, calls: pd.
     out["idle_s"] = np.maximum(window_ns - busy - neighbour - other, 0) / NS
     out["bubble"] = 1 - busy / window_ns
     out["of_step"] = (window_ns - busy) / NS / step_s
-    return out[STEP_COLUMNS].sort_values([STEP, "pipeline", "stage"], kind="stable").reset_index(drop=True)
+    return out[STEP_COLUMNS].sort_values([STEP, "pipeline", "stage", RANK], kind="stable").reset_index(drop=True)
 
 
 def _mpi_in_windows(rows: pd.DataFrame, calls: pd.DataFrame, neighbour: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -274,7 +275,7 @@ def _late_senders(lay: Layout, calls: pd.DataFrame, waits: pd.DataFrame, segs: S
     late["per_step_s"] = late["wait_s"] / max(steps * len(lay.pipelines), 1)
     late["worst_microbatch_s"] = late["worst_ns"] / NS
     late["worst_microbatch"] = late["worst_microbatch"].astype("Int64").where(late["worst_microbatch"] >= 0)
-    late = late[LATE_COLUMNS].sort_values("wait_s", ascending=False, kind="stable").reset_index(drop=True)
+    late = by_value(late[LATE_COLUMNS], "wait_s", ["stage", "direction", "sender_stage"])
     return late, _causes(calls, w, segs, window, stage)
 
 
@@ -299,7 +300,7 @@ def _causes(calls: pd.DataFrame, w: pd.DataFrame, segs: Segments, window: Window
                         "waits": agg["waits"].astype(int)})
     out["share"] = out["wait_s"] / total if total > 0 else np.nan
     out["text"] = [sentence(r) for r in out.to_dict("records")]
-    return out[CAUSE_COLUMNS].sort_values("wait_s", ascending=False, kind="stable").reset_index(drop=True)
+    return by_value(out[CAUSE_COLUMNS], "wait_s", ["stage", "direction", "sender_stage", "kernel", LAYER])
 
 
 _DOING = {OUTSIDE: "was outside kernels (MPI, Python, data loading)",

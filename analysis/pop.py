@@ -148,7 +148,7 @@ def warnings(p: dict) -> list[str]:
                    f"so serialization and transfer efficiency are approximate")
     forced = (p.get("replay") or {}).get("forced_releases") or {}
     if forced:
-        calls = ", ".join(f"{name} x{count}" for name, count in sorted(forced.items(), key=lambda kv: -kv[1]))
+        calls = ", ".join(f"{name} x{count}" for name, count in sorted(forced.items(), key=lambda kv: (-kv[1], kv[0])))
         out.append(f"the ideal-network replay found no partner for {sum(forced.values())} blocked MPI call(s) and "
                    f"released them at their entry ({calls}): the trace's MPI calls do not match, so "
                    f"serialization and transfer efficiency are approximate")

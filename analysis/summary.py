@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.order import by_value
 from analysis.records import NS, records, threads
 from analysis.steps import outliers, steps_table
 from analysis.window import Window
@@ -34,6 +35,18 @@ def flops_per_token(run: dict | None) -> float | None:
     except (KeyError, TypeError):
         return None
     return 6 * n + 6 * layers * seq * channels
+
+
+MODEL_DIMS = ("n_layer", "n_head", "n_embd", "vocab_size", "max_seq_len")      # what makes two models the same
+
+
+def model(run: dict | None) -> dict | None:
+    """The run's model dimensions (MODEL_DIMS, those it records); None for a trace that records no model."""
+    recorded = (run or {}).get("model")
+    if not isinstance(recorded, dict):
+        return None
+    dims = {k: recorded[k] for k in MODEL_DIMS if recorded.get(k) is not None}
+    return dims or None
 
 
 def recompute(run: dict | None) -> bool:
@@ -110,7 +123,7 @@ def phases(trace: Trace, window: Window) -> pd.DataFrame:
     out = pd.DataFrame({"phase": np.array(rec.names, dtype=object)[keep], "count": count[keep],
                         "total_s": total[keep], "mean_s": total[keep] / count[keep],
                         "share": total[keep] / (ranks * window.seconds) if window.seconds > 0 else np.nan})
-    return out.sort_values("total_s", ascending=False, kind="stable").reset_index(drop=True)
+    return by_value(out, "total_s", ["phase"])
 
 
 def token_ranks(pipe: dict | None, grid: rank_grid.Grid, ranks: np.ndarray) -> tuple[int, ...] | None:
@@ -153,7 +166,7 @@ def summary(trace: Trace, window: Window, peak_gflops: float | None = None,
     hw_fpt = fpt + extra if fpt is not None and extra is not None else None
     hardware = hw_fpt * core_tokens / 1e12 if hw_fpt is not None and core_tokens is not None else None
     return {
-        "runtime_s": runtime, "steps": n_steps,
+        "model": model(trace.run), "runtime_s": runtime, "steps": n_steps,
         "first_step": window.steps[0] if n_steps else None, "last_step": window.steps[-1] if n_steps else None,
         "ranks": ranks, "threads_per_rank": threads,
         "degrees": grid.text(), "grid": {"dims": [[n, d] for n, d in grid.dims], "source": grid.source},

@@ -15,6 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from analysis.order import by_value
 from analysis.records import NS, Span
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import BLOCK, END_NS, FIELDS, LAYER, NAME, PREDS, RANK, START_NS, STEP, TASK, THREAD, Kind
@@ -149,7 +150,7 @@ def path_by_kernel(on_path: pd.DataFrame) -> pd.DataFrame:
         tasks=("seconds", "size"), seconds=("seconds", "sum"))
     g["share"] = g["seconds"] / g["seconds"].sum()
     g[LAYER] = g[LAYER].astype("Int64").mask(g[LAYER] < 0)
-    return g.sort_values(["seconds", "name"], ascending=[False, True]).reset_index(drop=True)
+    return by_value(g, "seconds", ["name", LAYER])
 
 
 def _opt(v) -> int | None:

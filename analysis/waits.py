@@ -28,6 +28,7 @@ import pandas as pd
 
 from analysis import mpi
 from analysis.mpi import GROUP
+from analysis.order import by_value
 from analysis.records import NS
 from gpt2trace.format import mpi_calls as C
 from gpt2trace.format.lanes import time_key
@@ -163,7 +164,7 @@ def per_call(calls: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:
                        BYTES: np.maximum(calls[BYTES].to_numpy(), 0),
                        "dur": dur, "wait": wait, "wait_state": state[~state.index.duplicated()].reindex(
                            np.arange(len(calls))).to_numpy()})
-    agg = df.groupby([NAME, GROUP], sort=False).agg(
+    agg = df.groupby([NAME, GROUP]).agg(
         count=("dur", "size"), nbytes=(BYTES, "sum"), total=("dur", "sum"), wait=("wait", "sum"),
         wait_state=("wait_state", lambda s: s.dropna().iloc[0] if s.notna().any() else None))
     out = pd.DataFrame({NAME: agg.index.get_level_values(0), GROUP: agg.index.get_level_values(1),
@@ -177,7 +178,7 @@ def per_call(calls: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:
     out["bandwidth_gb_s"] = bw.where((out[BYTES] > 0) & ~posting)
     ov = overlap(calls)
     out = out.merge(ov, on=[NAME, GROUP], how="left")
-    return out[cols].sort_values("total_s", ascending=False, kind="stable").reset_index(drop=True)
+    return by_value(out[cols], "total_s", [NAME, GROUP])
 
 
 def overlap(calls: pd.DataFrame) -> pd.DataFrame:

@@ -75,6 +75,10 @@ def rerun(
         _refuse(rank, _config_message(exc, given))
     except (TrainerError, OutputError) as exc:
         _refuse(rank, _with(given, str(exc)))
+    # the comparison's inputs before the training: a trace of no step (empty, a --steps 0 run) cannot be compared
+    first = None if train_only or rank != 0 else _comparable(trace, steps)
+    if not train_only:
+        _check_new_steps(rank, cfg.train.steps, steps, given)
     from trainer.cpu import cores_available
     par = cfg.parallel
     oversubscribed = par.ranks * par.threads > cores_available()
@@ -93,7 +97,7 @@ def rerun(
         _train(cfg, rank)
     if train_only or rank != 0:
         return
-    _compare(trace, new, steps, top)
+    _compare(trace, first, new, steps, top)
 
 
 def _setting(text: str) -> tuple[str, str, str]:
@@ -185,21 +189,56 @@ def _launch(trace: Path, settings: list[str], new: Path, ranks: int, oversubscri
         raise typer.Exit(code=code)
 
 
-def _compare(trace: Path, new: Path, steps: str | None, top: int) -> None:
-    """What changed from the first run to the rerun, as `gpt2trace diff` says it."""
-    from analysis.diff import DiffError, diff
+def _summary(path: Path, steps: str | None) -> dict:
+    """`analysis.diff_summary.summarize` of the trace at `path`; TraceError or WindowError as they come, with the
+    file named once."""
     from analysis.diff_summary import summarize
+    from gpt2trace.interop.loader import load
+    return summarize(load(path), steps=steps)
+
+
+def _named(path: Path, message: str) -> str:
+    """`message` about the trace at `path`, naming it once (most messages of a trace name it already)."""
+    return message if str(path) in message else f"{path}: {message}"
+
+
+def _comparable(trace: Path, steps: str | None) -> dict:
+    """The first run's summary (`_summary`), checked before any training: a trace the comparison after the rerun
+    would refuse (empty, no analyzed step with a time) is refused now, in one line."""
+    from analysis.window import WindowError
+    try:
+        first = _summary(trace, steps)
+    except (TraceError, WindowError) as exc:
+        fail(_named(trace, str(exc)))
+    if not first["summary"]["steps"] or not first["summary"]["step_s_median"]:
+        fail(f"{trace}: has no analyzed step with a time{' in --steps ' + steps if steps else ''} (a --steps 0 run?): "
+             "rerun compares the new run with it step by step; rerun a trace of at least one step")
+    return first
+
+
+def _check_new_steps(rank: int, trained: int, steps: str | None, given: list[tuple[str, str, str]]) -> None:
+    """Refuses a rerun that would train no step to compare (before it trains): --steps 0, or none in --steps A:B."""
+    from analysis.window import parse_steps
+    a, b = parse_steps(steps) if steps is not None else (None, None)
+    lo, hi = max(a or 0, 0), min(trained if b is None else b, trained)
+    if hi <= lo:
+        where = f" in --steps {steps}" if steps is not None else ""
+        more = f" with N > {lo}" if lo else ""
+        _refuse(rank, _with(given, f"the rerun would train {trained} step(s), none{where} to compare: give "
+                                  f"--set steps=N{more}"))
+
+
+def _compare(trace: Path, first: dict, new: Path, steps: str | None, top: int) -> None:
+    """What changed from the first run (`first`: its `_summary`) to the rerun, as `gpt2trace diff` says it."""
+    from analysis.diff import DiffError, diff
     from analysis.window import WindowError
     from gpt2trace.cli.diff import render
-    from gpt2trace.interop.loader import load
-    results = []
-    for path in (trace, new):
-        try:
-            results.append(summarize(load(path), steps=steps))
-        except (TraceError, WindowError) as exc:
-            fail(f"{path}: {exc}; the new trace is kept")
     try:
-        result = diff(*results)
+        second = _summary(new, steps)
+    except (TraceError, WindowError) as exc:
+        fail(f"{_named(new, str(exc))}; the new trace is kept")
+    try:
+        result = diff(first, second)
     except DiffError as exc:
         fail(f"{exc}; the new trace is kept")
     note(f"what changed from {trace} to {new}:")

@@ -139,3 +139,42 @@ def test_diff_compares_nothing_that_analyze_explain_false_leaves_out(a, b):
     assert all(r["critical_path"] is None and r["comm_matrix"] is None and r["delay_costs"] is None
                and r["root_causes"] == [] for r in lean)
     assert diff(*lean) == diff(*[analyze(t) for t in traces])
+
+
+def with_run(trace: Trace, run: dict) -> Trace:
+    """`trace` with `run` as its run metadata (the model, the parallel settings)."""
+    import json
+
+    from gpt2trace.format import schema
+    table = trace.table
+    meta = {**(table.schema.metadata or {}), schema.META_RUN: json.dumps(run).encode()}
+    return Trace.from_table(table.replace_schema_metadata(meta))
+
+
+MODEL = {"n_layer": 2, "n_head": 4, "n_embd": 32, "vocab_size": 200, "max_seq_len": 32}
+
+
+def test_different_models_come_first():
+    # B: 3 layers and 64 channels against A's 2 and 32; the rest of the model the same
+    a = with_run(one_rank(6), {"model": MODEL, "train": {"batch_size": 1, "seq_len": 32}})
+    b = with_run(one_rank(6), {"model": {**MODEL, "n_layer": 3, "n_embd": 64},
+                               "train": {"batch_size": 1, "seq_len": 32}})
+    d = diff(analyze(a, steps="0:2"), analyze(b, steps="0:2"))
+    assert d["models"] == {"n_layer": [2, 3], "n_embd": [32, 64]}
+    assert d["sentences"][0] == ("A and B ran different models (n_layer 2 -> 3, n_embd 32 -> 64): their times per "
+                                 "step are of different work")
+    assert d["sentences"][1].startswith("B runs at A's speed per step")
+    same = diff(analyze(a, steps="0:2"), analyze(a, steps="0:2"))
+    assert same["models"] == {} and same["sentences"][0].startswith("B runs at A's speed")
+
+
+def test_recompute_recorded_or_not_is_on_or_off():
+    # A records no recompute (a trace of an older run): off, as B's explicit False; B2 recomputes
+    par = {"ranks": 1, "threads": 1}
+    a = analyze(with_run(one_rank(6), {"parallel": par}), steps="0:2")
+    b = analyze(with_run(one_rank(6), {"parallel": {**par, "recompute": False}}), steps="0:2")
+    assert diff(a, b)["layout"] == {} and not any("recompute" in s for s in diff(b, a)["sentences"])
+    b2 = analyze(with_run(one_rank(6), {"parallel": {**par, "recompute": True}}), steps="0:2")
+    d = diff(a, b2)
+    assert d["layout"] == {"recompute": [False, True]}
+    assert "Layout: recompute off -> on" in d["sentences"]

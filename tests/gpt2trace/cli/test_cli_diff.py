@@ -84,3 +84,19 @@ def test_bad_input_one_line_exit_2(app, tmp_path, no_steps, case):
     one_line_error(invoke(app, "diff", *make(tmp_path, no_steps)), *needles)
     assert {p: p.read_bytes() for p in before} == before
     assert sorted(p.name for p in tmp_path.iterdir()) in ([], ["garbage.parquet"])
+
+
+def test_traces_of_two_models_say_so_first(app):
+    # tiny_2threads: L=2 C=32 V=200 context 32 on 1 rank; small_2ranks_pp2_1f1b: L=4 C=128 V=512 context 128 on
+    # 2 pipeline stages; neither recomputes (the tiny one's trace records no recompute at all: off, not "none")
+    r = invoke(app, "diff", SAMPLES / "tiny_2threads.parquet", SAMPLES / "small_2ranks_pp2_1f1b.parquet")
+    assert r.exit_code == 0, r.output
+    lines = " ".join(r.stdout.split())                                 # lines folded at 80 columns, joined
+    first = lines.split("B: ", 1)[1].split(" ", 1)[1]                  # after the A: and B: lines
+    assert first.startswith("A and B ran different models (n_layer 2 -> 4, n_embd 32 -> 128, vocab_size 200 -> "
+                            "512, max_seq_len 32 -> 128)")
+    assert "Layout: ranks 1 -> 2" in lines and "recompute" not in lines
+    d = json.loads(invoke(app, "diff", SAMPLES / "tiny_2threads.parquet", SAMPLES / "small_2ranks_pp2_1f1b.parquet",
+                          "--json", "-").stdout)
+    assert d["sentences"][0].startswith("A and B ran different models (")
+    assert d["models"]["n_layer"] == [2, 4] and "recompute" not in d["layout"]

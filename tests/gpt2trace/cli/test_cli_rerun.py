@@ -99,6 +99,18 @@ def _resumed(tmp: Path) -> Path:
     return path
 
 
+def _no_steps(tmp: Path, rows: int) -> Path:
+    """tiny_1thread's run configuration over its first `rows` records only, as a `--steps 0` run leaves its trace
+    (one state record; rows=0: an empty trace)."""
+    table = pq.read_table(SAMPLES / "tiny_1thread.parquet")
+    run = json.loads(table.schema.metadata[META_RUN])
+    run = {**run, "train": {**run["train"], "steps": 0}}
+    path = tmp / f"steps0_{rows}.parquet"
+    pq.write_table(table.slice(0, rows).replace_schema_metadata({**table.schema.metadata,
+                                                                 META_RUN: json.dumps(run).encode()}), path)
+    return path
+
+
 def _prv_without_its_json(tmp: Path, copy_prv) -> Path:
     prv = copy_prv(tmp)
     (tmp / "run.gpt2trace.json").unlink()
@@ -126,6 +138,15 @@ BAD = {
                                                                                 "configuration"),
     "resumed": (lambda t, tmp, c: [_resumed(tmp)], "resumed.parquet: its run continued the checkpoint ck.bin"),
     "synthetic": (lambda t, tmp, c: ["{synthetic}"], "is a synthetic trace"),
+    # nothing to compare the rerun with, or the rerun would train nothing to compare: said before it trains, the
+    # file named once
+    "a --steps 0 run": (lambda t, tmp, c: [_no_steps(tmp, 1)], "steps0_1.parquet: has no analyzed step with a time"),
+    "an empty trace": (lambda t, tmp, c: [_no_steps(tmp, 0), "--set", "steps=2"],
+                       "steps0_0.parquet: the trace is empty (no records)"),
+    "no step trained": (lambda t, tmp, c: [t, "--set", "steps=0"], "with --set steps=0: the rerun would train 0 "
+                                                                   "step(s), none to compare"),
+    "no step in --steps": (lambda t, tmp, c: [t, "--set", "steps=3", "--steps", "5:8"],
+                           "the rerun would train 3 step(s), none in --steps 5:8 to compare"),
     "output is the input": (lambda t, tmp, c: [t, "-o", t], "-o"),
     "output exists": (lambda t, tmp, c: [t, "-o", tmp / "old.parquet"], "old.parquet: exists; rerun writes a new "
                                                                         "trace and replaces none"),
@@ -146,7 +167,8 @@ def test_bad_input_is_one_line_before_any_training(app, tmp_path, trace_file, co
         args += ["-o", tmp_path / "new.parquet"] if case != "default output exists" else []
     before = sorted(p.name for p in tmp_path.iterdir())
     r = invoke(app, "rerun", *args)
-    assert_one_line_error(r, says)
+    line = assert_one_line_error(r, says)
+    assert line.count(".parquet: ") <= 1, line                          # a file named once
     assert sorted(p.name for p in tmp_path.iterdir()) == before          # nothing written, no parts folder
     assert (tmp_path / "old.parquet").read_bytes() == b"an earlier rerun"
 
