@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from gpt2trace.format.limits import MAX_ADDED_NS
 from gpt2trace.format.mpi_calls import ALL_TO_ONE, COLL, COLL_POST, IRECV, LOCAL, NO_CLASS, RECV, SENDRECV
 from gpt2trace.format.network import IDEAL, Network
 from gpt2trace.format.schema import BYTES, END_NS, NAME, RANK, START_NS
@@ -159,10 +160,10 @@ def costs(prog: Program, network: Network, node_of: dict[int, int] | None = None
     a reducing root), in ns; all zero on the ideal network. `node_of` (world rank -> node) places the ranks on a
     cluster's nodes: only traffic between nodes costs (Network.on_nodes); default: a node per rank."""
     n_inst = len(prog.parts)
-    inst_cost = np.zeros(n_inst, dtype=np.int64)
-    xfer = np.zeros(len(prog.op), dtype=np.int64)
+    inst_cost = np.zeros(n_inst, dtype=np.float64)        # ns, as floats until they are known to fit int64
+    xfer = np.zeros(len(prog.op), dtype=np.float64)
     if network.ideal:
-        return inst_cost, xfer
+        return inst_cost.astype(np.int64), xfer.astype(np.int64)
     coll = np.flatnonzero(prog.inst >= 0)
     if node_of is not None:       # each row's node, and each instance's root's (-1: no root)
         node = np.array([node_of[int(r)] for r in prog.ranks], dtype=np.int64)[
@@ -176,18 +177,18 @@ def costs(prog: Program, network: Network, node_of: dict[int, int] | None = None
         base = np.empty(n_inst, dtype=object)
         base[prog.inst[coll]] = prog.base[coll]
         if node_of is None:
-            inst_cost[:] = [round(network.collective_ns(base[k], size[k], prog.parts[k])) for k in range(n_inst)]
+            inst_cost[:] = [network.collective_ns(base[k], size[k], prog.parts[k]) for k in range(n_inst)]
         else:
             members: list[list[int]] = [[] for _ in range(n_inst)]
             for k, n in zip(prog.inst[coll].tolist(), node[coll].tolist()):
                 members[k].append(n)
-            inst_cost[:] = [round(network.on_nodes(base[k], size[k], members[k],
-                                                   int(root_node[k]) if root_node[k] >= 0 else None))
+            inst_cost[:] = [network.on_nodes(base[k], size[k], members[k],
+                                             int(root_node[k]) if root_node[k] >= 0 else None)
                             for k in range(n_inst)]
     recv = np.flatnonzero(np.isin(prog.op, (RECV, SENDRECV, IRECV)) & (prog.send_of >= 0))
-    xfer[recv] = np.rint(network.message_ns(prog.nbytes[prog.send_of[recv]]))
+    xfer[recv] = network.message_ns(prog.nbytes[prog.send_of[recv]])
     leaf = np.flatnonzero(np.isin(prog.op, (COLL, COLL_POST)) & (prog.cls == ALL_TO_ONE) & ~prog.is_root)
-    xfer[leaf] = np.rint(network.message_ns(prog.nbytes[leaf]))
+    xfer[leaf] = network.message_ns(prog.nbytes[leaf])
     if node_of is not None:
         # inside a node a message is free; a reduce's leaf part inside the root's node too, and with flat rooted
         # collectives the root link's cost is the instance's, not each leaf's
@@ -196,7 +197,19 @@ def costs(prog: Program, network: Network, node_of: dict[int, int] | None = None
         own_root = np.zeros(len(leaf), dtype=bool)
         own_root[leaf_inst >= 0] = root_node[leaf_inst[leaf_inst >= 0]] == node[leaf[leaf_inst >= 0]]
         xfer[leaf[(network.rooted == "flat") | own_root]] = 0
-    return inst_cost, xfer
+    added = float(inst_cost.sum() + xfer.sum())     # at most what the network adds to the run, all in a row
+    if not added <= MAX_ADDED_NS:
+        raise ClockOverflow(added)
+    return np.rint(inst_cost).astype(np.int64), np.rint(xfer).astype(np.int64)
+
+
+class ClockOverflow(ValueError):
+    """The network's costs do not fit the int64 nanosecond clock the replay keeps time in."""
+
+    def __init__(self, added_ns: float):
+        super().__init__(f"the network would add {added_ns / 1e9:.3g} s to the run, beyond the "
+                         f"{MAX_ADDED_NS / 1e9:.3g} s the int64 nanosecond clock holds")
+        self.added_ns = added_ns
 
 
 def _marks(rank: np.ndarray, t_ns: np.ndarray, start_label: int) -> pd.DataFrame:

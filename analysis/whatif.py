@@ -29,6 +29,7 @@ from analysis.replay_timeline import Stretches, TimeMap, time_map
 from analysis.sections import Sections
 from analysis.steps import steps_table
 from analysis.window import Window, select
+from gpt2trace.format.limits import MAX_ADDED_NS
 from gpt2trace.format.network import IDEAL, Network, placement
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, NAME, RANK, START_NS, STEP, Kind
@@ -55,6 +56,9 @@ def whatif(trace: Trace, model: Model, steps: str | None = None) -> dict:
     window = select(trace, steps)
     pairs = threads(trace)
     ranks, main = np.unique(pairs[RANK].to_numpy()), main_threads(trace, pairs)
+    if model.nodes > len(ranks):
+        raise WhatIfError(f"--cluster nodes={model.nodes}: the trace has {len(ranks)} rank(s) and every node needs "
+                          f"one; give nodes=1..{len(ranks)}")
     calls = mpi.calls(trace, window)
     mark_rank, mark_t, mark_step = _step_starts(trace, window, ranks)
     prog = replay.program(calls, ranks, window.t0_ns, window.t1_ns, marks=(mark_rank, mark_t))
@@ -66,7 +70,11 @@ def whatif(trace: Trace, model: Model, steps: str | None = None) -> dict:
     changed = prog.with_bursts(burst, tail)
     measured = replay.play(prog, IDEAL)
     node_of = dict(zip(ranks.tolist(), placement(len(ranks), model.nodes))) if model.nodes > 0 else None
-    predicted = replay.play(changed, model.network, node_of)
+    try:
+        predicted = replay.play(changed, model.network, node_of)
+    except replay.ClockOverflow as exc:
+        given = "--cluster" if model.nodes > 0 else "--bandwidth/--latency"
+        raise WhatIfError(f"{given}: {exc}; give a faster network") from None
     ideal_changed = replay.play(changed, IDEAL) if not model.network.ideal else predicted
     runtime = window.t1_ns - window.t0_ns
     starts = _predicted_starts(prog, predicted, mark_step)
@@ -146,7 +154,13 @@ def _scaled(prog: replay.Program, kern, scale: tuple[tuple[str, float], ...],
     new_len = np.zeros(len(segs), dtype=np.float64)
     np.maximum.at(new_len, seg, start[pick] - segs.start_ns[seg] + f * (end[pick] - start[pick]))
     touched = np.unique(seg)
-    delta = np.rint(new_len[touched] - (segs.end_ns[touched] - segs.start_ns[touched])).astype(np.int64)
+    delta = new_len[touched] - (segs.end_ns[touched] - segs.start_ns[touched])
+    if not float(np.maximum(delta, 0).sum()) <= MAX_ADDED_NS:        # the replay keeps time in int64 ns
+        spec = " ".join(f"{name}={f:g}" for name, f in scale)
+        raise WhatIfError(f"--scale {spec}: the scaled kernels would add {np.maximum(delta, 0).sum() / 1e9:.3g} s to "
+                          f"the run, beyond the {MAX_ADDED_NS / 1e9:.3g} s the int64 nanosecond clock holds; give a "
+                          "smaller factor")
+    delta = np.rint(delta).astype(np.int64)
     # The burst holding a segment is that of the rank's first call (or mark) starting after the segment starts.
     dense = np.searchsorted(prog.ranks, segs.rank[touched])
     width = int(max(prog.start_ns.max(initial=0), window.t1_ns - window.t0_ns)) + 2

@@ -6,7 +6,6 @@ writes JSON. The analyses load inside the command, so the CLI starts fast.
 from __future__ import annotations
 
 import contextlib
-import math
 from pathlib import Path
 from typing import Annotated
 
@@ -15,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gpt2trace.cli import limits
 from gpt2trace.cli.common import TRACE_FORMATS, console, err_console, fail, json_output, output, plain, trace_files
 from gpt2trace.cli.memory_tables import render_memory
 from gpt2trace.cli.tables import Col, print_table
@@ -48,8 +48,9 @@ def analyze(
     """Where the time went: POP efficiencies, load imbalance, MPI waits and their cause, thread occupancy."""
     if html_out is not None and len(traces) > 1:
         fail("--html takes one trace; run gpt2trace report on each trace")
-    if peak_gflops is not None and not (math.isfinite(peak_gflops) and peak_gflops > 0):
-        fail(f"--peak-gflops {peak_gflops}: give the sgemm GFLOP/s per core, a positive finite number")
+    if peak_gflops is not None:
+        with limits.refused():
+            limits.peak_gflops(peak_gflops)
     inputs = trace_files(traces)
     json_target = json_output(json_out, inputs)
     to_stdout = json_target is not None and json_target.to_stdout

@@ -6,6 +6,7 @@ before the export starts (never one of the files the trace is read from).
 """
 from __future__ import annotations
 
+import os
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -36,6 +37,7 @@ def export(
                                         "for Vampir, Scalasca, pipit).")] = Format.paraver,
 ) -> None:
     """Write the trace in another tool's format: Paraver's .prv/.pcf/.row, Chrome's Trace Event JSON or OTF2."""
+    _check_name(name, fmt)
     try:
         inputs = trace_files([trace])
         if fmt is Format.paraver:
@@ -65,3 +67,26 @@ def export(
         fail(str(exc))
     if out.dropped_counters:
         note(f"{out.dropped_counters:,} counter value(s) (NaN, inf or too large) left out")
+
+
+# what the export appends to NAME, or takes as NAME's own ending
+_SUFFIXES = {Format.paraver: (".prv.gz", ".prv"), Format.chrome: (".json.gz", ".json"), Format.otf2: ()}
+_SEPARATORS = tuple(sep for sep in (os.sep, os.altsep) if sep)
+
+
+def _check_name(name: str, fmt: Format) -> None:
+    """A one-line failure for a NAME that names no file: empty, or a folder (ending in '/', '.', '..', or an
+    existing folder), where the export would write hidden files such as `.prv` and `.json`. An OTF2 archive is
+    a folder, so a trailing '/' is its name and an existing folder is checked as an archive."""
+    if not name.strip():
+        fail(f"--output {name!r}: give a name, for example -o run (paraver: run.prv, run.pcf, ...; chrome: run.json; "
+             "otf2: the folder run)")
+    if fmt is Format.otf2:
+        return
+    if name.endswith(_SEPARATORS) or Path(name).name in (".", "..") or Path(name).is_dir():
+        fail(f"--output {name}: names a folder, not a file; give a file name in it, for example "
+             f"-o {os.path.join(name, 'run')}")
+    suffix = next((s for s in _SUFFIXES[fmt] if name.endswith(s)), "")
+    base = name[: len(name) - len(suffix)]
+    if not base or base.endswith(_SEPARATORS):
+        fail(f"--output {name}: no name before {suffix}; give one, for example -o {base}run{suffix}")

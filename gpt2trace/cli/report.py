@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from gpt2trace.cli import limits
 from gpt2trace.cli.common import TRACE_FORMATS, console, fail, output, trace_files
 from gpt2trace.format.errors import OutputError, TraceError
 from gpt2trace.format.limits import GROUP_RECORDS
@@ -26,6 +27,8 @@ def parse_window(spec: str) -> tuple[float, float]:
         fail(f"--window {spec!r}: A and B must be finite numbers of seconds since the trace start")
     if not b > a >= 0:
         fail(f"--window {spec!r}: needs 0 <= A < B (seconds since the trace start)")
+    with limits.refused():
+        limits.seconds(b, f"--window {spec!r}: B")
     return a, b
 
 

@@ -7,16 +7,19 @@ the option.
 """
 from __future__ import annotations
 
+import math
+import os
 import signal
 import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.text import Text
 
+from gpt2trace.cli import limits
 from gpt2trace.cli.common import console, err_console, fail, plain
 from gpt2trace.run.runner import DEFAULT_TRACE, TraceConfig
 from trainer.config import DEFAULT_TASK_BLOCK, DataLoading, DPSync, PPSchedule, Schedule, SPReduce, SPSplit
@@ -41,6 +44,8 @@ _RESUME_LABELS = {**OPTIONS, "global_batch": "the global batch (-B x --ranks/--s
                   "data": "--data", "data_bytes": "the size of --data", "beta1": "AdamW beta1",
                   "beta2": "AdamW beta2", "eps": "AdamW eps"}
 _SIZE_OPTIONS = ("--n-layer", "--n-head", "--n-embd", "--vocab-size", "--max-seq-len")
+# Set in the ranks `--ranks N` starts under mpiexec: the launcher merges what they trace when the job fails.
+_LAUNCHER_ENV = "GPT2TRACE_LAUNCHED_BY_RUN"
 
 
 def run(
@@ -145,6 +150,7 @@ def run(
     second one stops at once (the step in progress is dropped)."""
     from gpt2trace.format.errors import OutputError
     from gpt2trace.run.mpiexec import launched_by_mpi
+    from gpt2trace.run.ownership import claim
     from gpt2trace.run.preflight import check_run
     from trainer.cpu import cores_available
     from trainer.errors import TrainerError
@@ -165,19 +171,35 @@ def run(
                       (pp, pp_schedule, pp_layers, recompute), seed, (save, save_every, resume),
                       metrics_json, None if no_trace else trace, (flush_every, memory_every), sizes,
                       emulate_network, tp, (schedule, task_block))
-        check_run(cfg, processes_here=ranks if inside is None else 1, first_rank=rank == 0)
-    except (TrainerError, OutputError) as exc:
+        # the trace is this run's until the command ends, before anything looks at its parts (gpt2trace.run.ownership)
+        lock = claim(cfg.trace.path, inside, "wait for it to end, or give this run another --trace", "--trace")
+        try:
+            check_run(cfg, processes_here=ranks if inside is None else 1, first_rank=rank == 0)
+            _check_limits(cfg, cores, launched_here=inside is None, network=emulate_network)
+        except BaseException:
+            lock.release()
+            raise
+    except (TrainerError, OutputError, limits.OutOfRange) as exc:
         if rank != 0:           # every rank finds the same; rank 0 says it once
             raise typer.Exit(code=2) from None
         fail(_message(exc))
+    try:
+        _start(cfg, rank, ranks, threads, cores, inside, lock)
+    finally:
+        lock.release()
+
+
+def _start(cfg, rank: int, ranks: int, threads: int, cores: int, inside, lock) -> None:
+    from gpt2trace.run.runner import prepare_process
+    from trainer.errors import TrainerError
+
     oversubscribed = ranks * threads > cores
     if oversubscribed:
         console.print(Text.assemble(("warning:", "yellow"), f" {ranks} rank(s) x {threads} thread(s) > {cores} "
                                     "cores: oversubscribed, timings will show it"), soft_wrap=True)
     if inside is None and ranks > 1:
-        _launch_ranks(ranks, threads, oversubscribed, cfg.trace.path)
+        _launch_ranks(ranks, threads, oversubscribed, cfg.trace.path, lock)
         return
-    from gpt2trace.run.runner import prepare_process
     try:
         prepare_process(threads, oversubscribed=oversubscribed)
     except TrainerError as exc:
@@ -198,10 +220,13 @@ def _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay
 
     save, save_every, resume = saving
     given = [name for name, value in zip(_SIZE_OPTIONS, sizes.values()) if value is not None]
-    if resume is not None and model is None and not given and init_from is None:
-        # the saved run's model; options that name one are compared with it instead (the fingerprint)
+    if resume is not None and model is None and init_from is None:
+        # the saved run's model, the size options given applied to it: the fingerprint compares them with the saved
+        # run's and names the one that differs (not the default model's sizes, nor a -T fitted to them)
+        from dataclasses import replace
+
         from trainer.checkpoint import read_checkpoint_config
-        mcfg = read_checkpoint_config(resume)
+        mcfg = replace(read_checkpoint_config(resume), **{k: v for k, v in sizes.items() if v is not None})
     elif init_from is not None and resume is None:
         from trainer.checkpoint import read_checkpoint_config
         mcfg = read_checkpoint_config(init_from)
@@ -229,6 +254,48 @@ def _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay
     from gpt2trace.record.network import parse
     return RunConfig(mcfg, tcfg, par, TraceConfig(trace, *tracing), data, init_from, save, metrics_json,
                      save_every, resume, parse(network) if network is not None else None)
+
+
+def _check_limits(cfg, cores: int, launched_here: bool, network: str | None = None) -> None:
+    """The numbers of `cfg` within what the run does with them (gpt2trace.cli.limits); OutOfRange otherwise."""
+    from gpt2trace.format import limits as bounds
+    t, par, mc = cfg.train, cfg.parallel, cfg.model
+    limits.at_most(t.steps, "--steps", bounds.MAX_STEP, "the trace's step column is int32")
+    limits.at_most(cfg.save_every, "--save-every", bounds.MAX_STEP, "a step number, int32 in the trace")
+    limits.at_most(t.grad_accum, "--grad-accum", bounds.MAX_MICROSTEPS, "the trace's microstep column is int16")
+    limits.at_most(mc.n_layer, "--n-layer", bounds.MAX_LAYERS, "the trace's layer column is int16")
+    limits.threads(par.threads, cores)
+    if launched_here:       # every rank a process on this machine
+        limits.at_most(par.ranks, "--ranks", bounds.MAX_THREADS_PER_CORE * max(cores, 1),
+                       f"processes on this machine: {bounds.MAX_THREADS_PER_CORE} per core of the {cores} available")
+    for value, option in ((t.lr, "--lr"), (t.weight_decay, "--weight-decay")):
+        limits.float32(value, option)
+    if t.lr * t.weight_decay > bounds.FLOAT32_MAX:
+        raise limits.OutOfRange(f"--weight-decay {t.weight_decay:g}: times --lr {t.lr:g} it exceeds float32 (the "
+                                "decay step lr x weight decay x parameter); lower one of them")
+    limits.seconds(cfg.trace.flush_every_s, "--flush-every")
+    limits.seconds(cfg.trace.memory_every_s, "--memory-every")
+    if cfg.network is not None:
+        limits.once_each(network, "--emulate-network")
+        _check_cluster(cfg, cfg.network, f"--emulate-network {network}")
+
+
+def _check_cluster(cfg, cluster, spec: str) -> None:
+    """--emulate-network: no more nodes than ranks, and the run's largest call (the gradient allreduce of every
+    float32 parameter) held for at most MAX_SECONDS (time.sleep and the int64 nanosecond clock)."""
+    from gpt2trace.format import limits as bounds
+    from gpt2trace.format.network import placement
+    from trainer.params import param_shapes
+    ranks = cfg.parallel.ranks
+    if cluster.nodes > ranks > 1:        # one rank: the preflight says an emulated network needs --ranks 2 or more
+        raise limits.OutOfRange(f"{spec}: nodes={cluster.nodes} for {ranks} rank(s): every node needs a rank; give "
+                                f"nodes=1..{ranks}")
+    nbytes = 4 * sum(math.prod(s) for s in param_shapes(cfg.model).values())
+    held_s = cluster.network.on_nodes("MPI_Allreduce", nbytes, placement(ranks, cluster.nodes)) / 1e9
+    if not held_s <= bounds.MAX_SECONDS:
+        raise limits.OutOfRange(f"{spec}: an allreduce of the {nbytes:,} bytes of gradients would be held "
+                                f"{held_s:.3g} s, beyond the {bounds.MAX_SECONDS:.3g} s a sleep and the int64 "
+                                "nanosecond clock hold; give a faster link or a shorter latency")
 
 
 def _layers(text: str | None) -> tuple[int, ...] | None:
@@ -309,7 +376,7 @@ def _train(cfg, rank: int) -> None:
         err_console.print("interrupted before training started; nothing was written", markup=False)
         raise typer.Exit(code=130) from None
     except (TrainerError, OutputError) as exc:
-        _fail_rank(comm, rank, _with_kept(_message(exc), kept))
+        _fail_rank(comm, rank, _with_kept(_message(exc), kept, comm))
     except Exception as exc:  # a bug or an injected fault: on one rank of many it must stop the whole job
         if comm is None:
             if kept:
@@ -317,7 +384,7 @@ def _train(cfg, rank: int) -> None:
             raise
         import traceback
         traceback.print_exc()
-        _fail_rank(comm, rank, _with_kept(f"{type(exc).__name__}: {exc}", kept))
+        _fail_rank(comm, rank, _with_kept(f"{type(exc).__name__}: {exc}", kept, comm))
     if result.interrupted is not None:
         from gpt2trace.run.signals import Interrupted as Stop
         stop = Stop(result.interrupted, at_step_boundary=True)
@@ -331,8 +398,17 @@ def _train(cfg, rank: int) -> None:
                           soft_wrap=True)
 
 
-def _with_kept(message: str, kept: list) -> str:
-    return f"{message}; kept {kept[0].describe()}" if kept else message
+def _with_kept(message: str, kept: list, comm=None) -> str:
+    """The error and what the trace keeps; a rank of a job `_launch_ranks` started leaves out parts it did not
+    merge: the launcher merges them and says what is kept."""
+    if not kept or (comm is not None and not kept[0].merged and os.environ.get(_LAUNCHER_ENV)):
+        return message
+    return f"{message}; {_kept(kept[0])}"
+
+
+def _kept(kept) -> str:
+    """'kept steps 0-6 in trace.parquet', or 'no complete step was traced' (nothing kept)."""
+    return kept.describe() if kept.steps is None else f"kept {kept.describe()}"
 
 
 def _resumed_line(cfg, start_step: int, saved_by: dict) -> str:
@@ -358,7 +434,7 @@ def _stopped(what: str, kept: list, cfg, saved_steps: int | None, code: int):
     """The one line an interrupted run ends with: what stopped it, what is kept; then exit 128 + signal."""
     parts = [what]
     if kept:
-        parts.append(f"kept {kept[0].describe()}")
+        parts.append(_kept(kept[0]))
     if cfg.metrics_json is not None:
         parts.append(f"metrics of the whole steps in {cfg.metrics_json}")
     if cfg.save is not None and saved_steps is not None:
@@ -369,7 +445,7 @@ def _stopped(what: str, kept: list, cfg, saved_steps: int | None, code: int):
     raise typer.Exit(code=code)
 
 
-def _fail_rank(comm, rank: int, message: str) -> None:
+def _fail_rank(comm, rank: int, message: str) -> NoReturn:
     """One line naming the rank; with MPI, abort the whole job so the other ranks cannot hang in a collective."""
     if comm is None:
         fail(message)
@@ -378,10 +454,15 @@ def _fail_rank(comm, rank: int, message: str) -> None:
     # MPI_Abort kills the ranks at once and mpiexec's proxies may drop what they have not forwarded yet: give
     # them a moment, the job is ending anyway
     time.sleep(0.5)
+    # MPICH's own "Abort(2) on node ..." line would only repeat ours; and MPI_Abort may return before the process
+    # manager kills this process, which must not then go on (into code after the failed training)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
     comm.Abort(2)
+    os._exit(2)
 
 
-def _launch_ranks(ranks: int, threads: int, oversubscribed: bool, trace: Path | None) -> None:
+def _launch_ranks(ranks: int, threads: int, oversubscribed: bool, trace: Path | None, lock=None) -> None:
     """`--ranks N` outside MPI: rerun this command under mpiexec; merge what the ranks traced if the job failed.
 
     A Ctrl-C or SIGTERM reaches mpiexec once, from here (it runs in its own session), and mpiexec forwards it to
@@ -394,11 +475,11 @@ def _launch_ranks(ranks: int, threads: int, oversubscribed: bool, trace: Path | 
     argv = _without_option(sys.argv[1:], "--ranks")
     if "--threads" not in argv:
         argv += ["--threads", str(threads)]
-    env = {"OMP_WAIT_POLICY": "PASSIVE"} if oversubscribed else {}
+    env = {_LAUNCHER_ENV: "1", **({"OMP_WAIT_POLICY": "PASSIVE"} if oversubscribed else {})}
     console.print(f"starting {ranks} ranks x {threads} threads under mpiexec"
                   + (" (oversubscribed: passive OpenMP waiting)" if oversubscribed else ""))
     try:
-        job = relaunch(ranks, argv, env)
+        job = relaunch(ranks, argv, env, lock)     # the ranks inherit the trace's lock (gpt2trace.run.ownership)
     except FileNotFoundError as exc:
         fail(str(exc))
     if job.code == 0:

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpt2trace.format.limits import MAX_LATENCY_NS, MIN_BANDWIDTH_BPS
+
 RING = ("MPI_Reduce_scatter", "MPI_Reduce_scatter_block", "MPI_Allgather", "MPI_Allgatherv")
 TREE = ("MPI_Bcast", "MPI_Reduce", "MPI_Scan", "MPI_Exscan")
 LINEAR = ("MPI_Scatter", "MPI_Scatterv", "MPI_Gather", "MPI_Gatherv")
@@ -150,6 +152,9 @@ def parse_bandwidth(text: str, option: str = "--bandwidth", infinite: bool = Tru
         example = "for example 10GB/s, or inf" if infinite else "for example 10Gb/s"
         raise NetworkError(f"{option} {text}: a bandwidth must be positive{'' if infinite else ' and finite'} "
                            f"({example})")
+    if value < MIN_BANDWIDTH_BPS:
+        raise NetworkError(f"{option} {text}: give at least {MIN_BANDWIDTH_BPS:.3g} B/s (a byte's transfer must fit "
+                           "the int64 nanosecond clock, ~146 years)")
     return value
 
 
@@ -158,6 +163,9 @@ def parse_latency(text: str, option: str = "--latency") -> float:
     value = _quantity(text, LATENCY_UNITS, "us", option)
     if not (value >= 0 and math.isfinite(value)):
         raise NetworkError(f"{option} {text}: a latency must be zero or positive and finite (for example 5us)")
+    if value > MAX_LATENCY_NS:
+        raise NetworkError(f"{option} {text}: give at most {MAX_LATENCY_NS / 1e9:.3g} s (a latency must fit the int64 "
+                           "nanosecond clock, ~146 years)")
     return value
 
 

@@ -115,6 +115,8 @@ def write_file(path: str | Path, out: str | Path, group_records: int = GROUP_REC
         group = load(path, ranks)
         return group if shown is None else replace(group, path=Path(shown))
     groups = [partial(load_group, ranks) for ranks in rank_groups_of(path, group_records)]
+    if not groups:
+        load(path)      # no records, so no rank: raises the reader's TraceError "the trace is empty"
     report = build_groups(groups, advance=advance, **kwargs)
     return _write(report, out)
 

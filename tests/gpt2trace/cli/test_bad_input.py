@@ -8,6 +8,7 @@ FULL_DISK, NAMES. `recover` and `run` are the record helper's commands: they get
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -386,3 +387,206 @@ def test_console_script_works_with_a_name_that_is_not_utf8(tmp_path, trace_file)
     r = _script(b"analyze", b"caf\xe9.parquet", b"--top", b"3", cwd=tmp_path)
     assert r.returncode == 0 and r.stderr == b"", r.stderr
     assert "caf\ufffd.parquet" in r.stdout.decode() and "Findings" in r.stdout.decode()
+
+
+# --- numbers: every numeric option at its extremes -------------------------------------------------------------
+# Each value is refused in one line naming the option (exit 2), or is legitimate and gives the right answer. The
+# bounds follow from what the code does with the value (gpt2trace/format/limits.py says why): times fit the int64
+# nanosecond clock and time.sleep, float32 parameters stay finite, counts fit the trace's integer columns.
+
+EXTREMES = ("0", "-1", "1e-300", "1e300", str(2**63), "9" * 20, "nan", "inf")
+BIG_INTS = (str(2**63), "9" * 20)
+RUN_NUMBERS = ("-B", "-T", "--steps", "--lr", "--weight-decay", "--grad-accum", "--threads", "--ranks", "--tp",
+               "--sp", "--pp", "--task-block", "--seed", "--save-every", "--flush-every", "--memory-every",
+               "--n-layer", "--n-head", "--n-embd", "--vocab-size", "--max-seq-len", "--pp-layers")
+# (option, value) a run takes: nothing to train (0 steps), lr/weight decay 0 or within float32 (2**63 ~ 9.2e18),
+# any seed NumPy takes, a task as big as the kernel, never saving in between, flushing/sampling every step.
+RUN_LEGIT = {("--steps", "0"), ("--lr", "0"), ("--weight-decay", "0"), ("--seed", "0"), ("--save-every", "0"),
+             ("--flush-every", "0"), ("--flush-every", "1e-300"), ("--memory-every", "0"),
+             ("--memory-every", "1e-300"),
+             *((o, v) for o in ("--lr", "--weight-decay", "--task-block", "--seed") for v in BIG_INTS)}
+# (option, value) -> what the line says instead of the option: the memory check (before the bounds) names the
+# model size, or the ranks
+RUN_WORDS = {(o, v): "lower -B/--batch-size, -T/--seq-len or the model size"
+             for o in ("-B", "--n-embd", "--vocab-size", "--max-seq-len", "--n-layer") for v in BIG_INTS}
+RUN_WORDS |= {("--ranks", v): f"the run needs about {v} ranks x" for v in BIG_INTS}
+RUN_WORDS[("--n-embd", "9" * 20)] = "must divide n_embd (99999999999999999999)"     # checked before the memory
+# the values the issue list found, beyond the extremes: (argv after `run --model tiny`, what the line says)
+RUN_FOUND = [
+    (["--threads", "9" * 20], "--threads 99999999999999999999: at most"),
+    (["--grad-accum", "40000"], "--grad-accum 40000: at most 32,767"),
+    (["--n-layer", "40000", "--n-embd", "4", "--n-head", "1", "--vocab-size", "8"], "--n-layer 40000: at most 32,767"),
+    (["--ranks", "1000"], "--ranks 1000: at most"),
+    (["--lr", "1e308"], "--lr 1e+308: the parameters are float32"),
+    (["--weight-decay", "1e308"], "--weight-decay 1e+308: the parameters are float32"),
+    (["--lr", "1e30", "--weight-decay", "1e30"], "--weight-decay 1e+30: times --lr 1e+30 it exceeds float32"),
+    (["--lr", "1e-300"], "--lr 1e-300: rounds to 0 in float32"),
+    (["--flush-every", "1e300"], "--flush-every 1e+300: give a number of seconds from 0 to"),
+    (["--memory-every", "1e300"], "--memory-every 1e+300: give a number of seconds from 0 to"),
+    (["--ranks", "2", "--emulate-network", "nodes=2,link=1e-300Gb/s,latency=5us"], "link 1e-300Gb/s: give at least"),
+    (["--ranks", "2", "--emulate-network", "nodes=2,link=10Gb/s,latency=1e300"], "latency 1e300: give at most"),
+    (["--ranks", "2", "--emulate-network", "nodes=2,link=1e-9B/s,latency=5us"],
+     "an allreduce of the 138,752 bytes of gradients would be held"),
+    (["--ranks", "2", "--emulate-network", "nodes=3,link=10Gb/s,latency=5us"], "nodes=3 for 2 rank(s)"),
+    (["--ranks", "2", "--emulate-network", f"nodes={2**63},link=10Gb/s,latency=5us"], f"nodes={2**63} for 2 rank"),
+    (["--ranks", "2", "--emulate-network", "nodes=1,link=10Gb/s,latency=5us,nodes=2"], "nodes given more than once"),
+]
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    """`run` up to the point where it would train or start mpiexec; returns the list of what it would have done."""
+    import gpt2trace.cli.run as run_cli
+    import gpt2trace.run.runner as runner
+    done = []
+    monkeypatch.setattr(run_cli, "_train", lambda cfg, rank: done.append("train"))
+    monkeypatch.setattr(run_cli, "_launch_ranks", lambda *a, **k: done.append("launch"))
+    monkeypatch.setattr(runner, "prepare_process", lambda *a, **k: None)
+    return done
+
+
+def _run_numbers():
+    for option in RUN_NUMBERS:
+        for value in EXTREMES:
+            yield pytest.param([option, value], None if (option, value) in RUN_LEGIT else
+                               RUN_WORDS.get((option, value), option),
+                               id=f"{option} {value}")
+    for args, message in RUN_FOUND:
+        yield pytest.param(args, message, id=" ".join(args))
+
+
+@pytest.mark.parametrize("args,message", _run_numbers())
+def test_run_numbers(app, tmp_path, no_training, args, message):
+    r = invoke(app, "run", "--model", "tiny", "--threads", "1", "--trace", tmp_path / "t.parquet", *args)
+    if message is None:
+        assert r.exit_code == 0 and no_training, (r.output, r.exc_info)
+    else:
+        assert_one_line_error(r, message)
+        assert no_training == [] and list(tmp_path.iterdir()) == []
+
+
+# (argv with {t} the trace, {o} an output folder) -> the message, or None: legitimate, exit 0
+TRACE_NUMBERS = {
+    **{(cmd, opt, v): f"Invalid value for '{opt}'"
+       for cmd in ("analyze", "report") for opt in ("--top", "--group-records")
+       for v in ("0", "-1", "1e-300", "1e300", "nan", "inf")},
+    **{("report", "--exact-records", v): "Invalid value for '--exact-records'"
+       for v in ("0", "-1", "1e-300", "1e300", "nan", "inf")},
+    **{("analyze", "--peak-gflops", v): f"--peak-gflops {float(v)}: give the sgemm GFLOP/s per core"
+       for v in EXTREMES},
+    **{("report", "--window", f"0:{v}"): f"--window '0:{v}'" for v in EXTREMES if v != "1e-300"},
+    **{("report", "--window", f"{v}:{2**63}"): f"--window '{v}:{2**63}'" for v in EXTREMES},
+    **{("whatif", "--bandwidth", v): f"--bandwidth {v}" for v in ("0", "-1", "1e-300")},
+    ("whatif", "--bandwidth", "nan"): "--bandwidth 'nan'",
+    **{("whatif", "--latency", v): f"--latency {v}" for v in ("-1", "1e300", *BIG_INTS)},
+    **{("whatif", "--latency", v): f"--latency '{v}'" for v in ("nan", "inf")},
+    **{("whatif", "--scale", f"matmul_forward={v}"): f"--scale matmul_forward={v}"
+       for v in ("-1", "nan", "inf")},
+    **{("whatif", "--scale", f"matmul_forward={v}"): "the scaled kernels would add"
+       for v in ("1e300", *BIG_INTS)},
+    **{("whatif", "--cluster", f"nodes={v},link=10Gb/s,latency=5us"): f"--cluster nodes={v}" for v in EXTREMES},
+    **{("whatif", "--cluster", f"nodes=2,link={v},latency=5us"): f"--cluster nodes=2,link={v},"
+       for v in ("0", "-1", "1e-300", "1e300", "nan", "inf")},
+    **{("whatif", "--cluster", f"nodes=2,link=10Gb/s,latency={v}"): f"--cluster nodes=2,link=10Gb/s,latency={v}:"
+       for v in ("-1", "1e300", *BIG_INTS, "nan", "inf")},
+    ("whatif", "--cluster", "nodes=2,link=1Gb/s,latency=5us,link=2Gb/s"): "link given more than once",
+    ("whatif", "--bandwidth", "1e-9"): None,            # a slow network: the step takes days, as predicted
+    # legitimate: every row, the whole trace at once, every record exact, an instant or infinite network
+    ("analyze", "--top", str(2**63)): None,
+    ("report", "--exact-records", "9" * 20): None,
+    ("report", "--window", "0:1e-300"): None,
+    ("whatif", "--bandwidth", "inf"): None,
+    ("whatif", "--latency", "1e-300"): None,
+    ("whatif", "--scale", "matmul_forward=1e-300"): None,
+}
+# the cluster's nodes are refused above for the synthetic trace's 2 ranks: nodes=2 is the legitimate case
+TRACE_NUMBERS[("whatif", "--cluster", "nodes=2,link=10Gb/s,latency=5us")] = None
+
+
+@pytest.mark.parametrize("command,option,value", TRACE_NUMBERS, ids=[" ".join(k) for k in TRACE_NUMBERS])
+def test_trace_command_numbers(app, tmp_path, trace_file, command, option, value):
+    message = TRACE_NUMBERS[(command, option, value)]
+    out = ["-o", tmp_path / "r.html"] if command == "report" else []
+    r = invoke(app, command, trace_file, *out, option, value)
+    if message is None:
+        assert r.exit_code == 0 and r.exception is None, (r.output, r.exc_info)
+    else:
+        assert_one_line_error(r, message)
+        assert list(tmp_path.iterdir()) == []
+
+
+def test_whatif_predicts_a_slow_network_and_a_scaled_kernel_as_slower(app, trace_file):
+    # an int64 overflow used to predict the step 70% faster with matmul_forward x 1e300; x 1e9 must be slower
+    for args in (["--bandwidth", "1e-9"], ["--scale", "matmul_forward=1e9"]):
+        r = invoke(app, "whatif", trace_file, *args, "--json", "-")
+        assert r.exit_code == 0, r.output
+        step = json.loads(r.stdout)["step_time_s"]
+        assert step["predicted"] > 1000 * step["measured"], (args, step)
+
+
+# --- empty traces and export names ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def empty_trace(tmp_path_factory, trace_file) -> Path:
+    """The synthetic trace's schema and metadata with no rows."""
+    path = tmp_path_factory.mktemp("empty") / "empty.parquet"
+    table = pq.read_table(trace_file)
+    pq.write_table(table.slice(0, 0), path)
+    return path
+
+
+@pytest.mark.parametrize("command", ["analyze", "report", "info", "whatif", "export paraver", "export chrome"])
+def test_an_empty_trace_is_one_line(app, tmp_path, empty_trace, command):
+    args = {"report": ["-o", tmp_path / "r.html"], "export paraver": ["-o", tmp_path / "p"],
+            "export chrome": ["-f", "chrome", "-o", tmp_path / "c"]}.get(command, [])
+    r = invoke(app, *command.split()[:1], empty_trace, *args)
+    assert_one_line_error(r, "empty.parquet", "the trace is empty")
+    assert list(tmp_path.iterdir()) == []
+
+
+# -o NAME given the output folder (which holds a folder `adir`) -> what the line says
+EXPORT_NAMES = {
+    "": "--output '': give a name",
+    " ": "--output ' ': give a name",
+    "{o}/adir/": "names a folder, not a file",
+    "{o}/adir": "names a folder, not a file",
+    "{o}/.": "names a folder, not a file",
+    "{o}/adir/..": "names a folder, not a file",
+}
+
+
+@pytest.mark.parametrize("fmt,suffix", [("paraver", ".prv"), ("chrome", ".json")])
+@pytest.mark.parametrize("name", [*EXPORT_NAMES, "{o}/adir/SUFFIX"])
+def test_export_name_that_is_no_file(app, tmp_path, trace_file, monkeypatch, fmt, suffix, name):
+    out = tmp_path / "out"
+    (out / "adir").mkdir(parents=True)
+    monkeypatch.chdir(out)                  # an empty name would have written .prv, .pcf, ... here
+    message = EXPORT_NAMES.get(name, f"no name before {suffix}")
+    r = invoke(app, "export", trace_file, "-f", fmt, "-o", name.format(o=out).replace("SUFFIX", suffix))
+    assert_one_line_error(r, message)
+    assert [p.name for p in out.rglob("*")] == ["adir"]
+
+
+def test_otf2_export_to_a_read_only_folder_names_the_users_path(app, trace_file, readonly_dir):
+    r = invoke(app, "export", trace_file, "-f", "otf2", "-o", readonly_dir / "archive")
+    line = assert_one_line_error(r, f"--output {readonly_dir}/archive: cannot write in {readonly_dir}",
+                                 "Read-only file system")
+    assert ".tmp-" not in line
+
+
+def test_a_non_finite_loss_on_two_ranks_is_one_line_per_rank(tmp_path):
+    # each rank used to print its line, then an UnboundLocalError traceback (MPI_Abort returned before the process
+    # was killed) and "kept step 0 as parts", which the launcher's merge contradicted: 92 lines in all
+    trace = tmp_path / "t.parquet"
+    r = _script("run", "--model", "tiny", "--ranks", "2", "--threads", "1", "--steps", "3", "--lr", "1e30",
+                "--trace", str(trace), cwd=tmp_path)
+    err = r.stderr.decode().splitlines()
+    assert r.returncode == 2 and "Traceback" not in r.stderr.decode(), r.stderr.decode()
+    ranks = sorted(line for line in err if line.startswith("error: rank "))
+    assert len(ranks) == 2 and len(err) == 3, err
+    for rank, line in enumerate(ranks):
+        assert line == (f"error: rank {rank}: step 1: the loss is not finite; NaN/inf first appears in kernel "
+                        "matmul_forward (layer 0); lower --lr or check the input data"), line
+    assert err[-1].startswith(f"the job ended with mpiexec exit code 2; each rank's whole steps are kept in {trace} "
+                              "(step 0 on the ranks that got furthest"), err
+    assert trace.is_file() and not list(tmp_path.glob("*.parts"))
