@@ -41,6 +41,13 @@ def check_output(path: str | os.PathLike, inputs: Iterable[str | os.PathLike | N
                               "(nothing was written)")
     if path.is_dir():
         raise OutputError(f"{label} is a directory; give a file name")
+    check_folder(path, label)
+    return path
+
+
+def check_folder(path: Path, label: str) -> None:
+    """OutputError naming `label` (the user's path, not a hidden name written first) unless the folder `path`
+    goes in exists and a file can be created there (a read-only file system says so)."""
     parent = path.parent
     if not parent.is_dir():
         raise OutputError(f"{label}: the folder {parent} does not exist; create it or choose another path")
@@ -49,7 +56,6 @@ def check_output(path: str | os.PathLike, inputs: Iterable[str | os.PathLike | N
             pass
     except OSError as exc:
         raise OutputError(f"{label}: cannot write in {parent} ({exc.strerror or exc}); choose another path") from None
-    return path
 
 
 def temp_name(path: Path) -> Path:

@@ -36,7 +36,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +45,7 @@ import numpy as np
 from gpt2trace.format import communicators, mpi_calls, schema
 from gpt2trace.format.errors import OutputError, TraceError
 from gpt2trace.format.matching import match_messages
-from gpt2trace.format.outputs import same_file, temp_name
+from gpt2trace.format.outputs import check_folder, same_file, temp_name
 from gpt2trace.format.reader import Trace, check_states
 from gpt2trace.format.schema import (
     BYTES,
@@ -117,21 +116,8 @@ def check_archive_output(path: Path, inputs: Iterable[str | os.PathLike | None] 
         if existed and (same_file(path, src) or src.resolve().is_relative_to(path.resolve())):
             raise OutputError(f"{label} holds an input of this command; choose another output name (nothing was "
                               "written)")
-    _check_folder(path, label)
+    check_folder(path, label)
     return existed
-
-
-def _check_folder(path: Path, label: str) -> None:
-    """OutputError naming `label` (the user's path, not the hidden folder the archive is written into first)
-    unless the folder `path` goes in exists and a file can be created there (a read-only file system says so)."""
-    parent = path.parent
-    if not parent.is_dir():
-        raise OutputError(f"{label}: the folder {parent} does not exist; create it or choose another path")
-    try:
-        with tempfile.NamedTemporaryFile(dir=parent, prefix=".gpt2trace-probe-"):
-            pass
-    except OSError as exc:
-        raise OutputError(f"{label}: cannot write in {parent} ({exc.strerror or exc}); choose another path") from None
 
 
 class atomic_directory:
