@@ -13,7 +13,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis.records import NS
+from analysis.records import NS, grouped
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, START_NS, STEP, Kind
 
@@ -48,7 +48,7 @@ def bounds(trace: Trace) -> Bounds:
         if parts and sum(p.num_rows for p in parts):
             sub, level = pa.concat_tables(parts), i
             break
-    agg = (sub.group_by(STEP).aggregate([(START_NS, "min"), (END_NS, "max")]) if sub is not None
+    agg = (grouped(sub, STEP, [(START_NS, "min"), (END_NS, "max")]) if sub is not None
            else pa.table({STEP: pa.array([], pa.int64()), f"{START_NS}_min": pa.array([], pa.int64()),
                           f"{END_NS}_max": pa.array([], pa.int64())}))
     phases = trace.records(Kind.PHASE)
@@ -63,10 +63,10 @@ def from_bounds(groups: list[Bounds]) -> pd.DataFrame:
     if level == NO_STEPS:
         return pd.DataFrame({STEP: [], START_NS: [], END_NS: [], "seconds": []})
     chosen = [b.per_step for b in groups if b.level == level]
-    agg = chosen[0] if len(chosen) == 1 else (
-        pa.concat_tables([t.cast(chosen[0].schema) for t in chosen])
-        .group_by(STEP).aggregate([(f"{START_NS}_min", "min"), (f"{END_NS}_max", "max")])
-        .rename_columns([STEP, f"{START_NS}_min", f"{END_NS}_max"]))
+    names = [f"{START_NS}_min", f"{END_NS}_max"]
+    agg = chosen[0] if len(chosen) == 1 else grouped(
+        pa.concat_tables([t.cast(chosen[0].schema) for t in chosen]), STEP,
+        [(names[0], "min"), (names[1], "max")]).rename_columns([STEP, *names])
     agg = agg.sort_by(STEP)
     step = agg.column(STEP).to_numpy().astype(np.int64)
     first = agg.column(f"{START_NS}_min").to_numpy()
