@@ -1,6 +1,8 @@
 # The two set-up commands of README.md. Both install what they need, so they work on a fresh machine.
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip install --quiet --disable-pip-version-check
+# PyTorch's CPU-only wheels (~190 MB); PyPI's torch of the same version is the CUDA build (~2.5 GB with nvidia-*)
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .PHONY: demo test install install-test
 
@@ -17,7 +19,10 @@ test: install-test
 install:
 	$(PIP) -e .
 
+# torch first, from its CPU index (a pip configuration's own wheels and indexes still apply); then the rest, whose
+# torch pin the CPU build satisfies. chromium and otf2-print come from apt: root, or sudo.
 install-test:
+	$(PIP) --retries 2 --index-url $(TORCH_INDEX) "$$(sed -n 's/.*"\(torch==[^"]*\)".*/\1/p' pyproject.toml)"
 	$(PIP) -e ".[test]"
 	@test -x /usr/bin/chromium -a -x /usr/bin/otf2-print || { SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 		$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \

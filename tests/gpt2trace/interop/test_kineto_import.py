@@ -77,6 +77,7 @@ def _trace(folder) -> Trace:
     return Trace.from_table(import_kineto(folder).table)
 
 
+@pytest.mark.torch
 def test_steps_threads_and_op_totals_match_the_profiler(profiled):
     folder, expected = profiled
     trace = _trace(folder)
@@ -108,6 +109,7 @@ def test_steps_threads_and_op_totals_match_the_profiler(profiled):
             assert ours_us == pytest.approx(avg["cpu_time_total_us"], rel=0.01), key
 
 
+@pytest.mark.torch
 def test_collectives_ranks_and_one_time_axis(profiled):
     folder, _ = profiled
     trace = _trace(folder)
@@ -126,6 +128,7 @@ def test_collectives_ranks_and_one_time_axis(profiled):
     assert 0 < result["pop"]["parallel_efficiency"] <= 1
 
 
+@pytest.mark.torch
 def test_cli_import_a_folder_then_analyze(profiled, tmp_path):
     from gpt2trace.cli.main import app
     folder, _ = profiled
@@ -163,6 +166,7 @@ def test_our_own_chrome_export_is_not_taken_for_a_profiler_trace(tmp_path):
     assert r.exit_code == 2 and "not a PyTorch profiler (Kineto) trace" in r.output
 
 
+@pytest.mark.torch
 def test_a_truncated_gzip_is_one_line(tmp_path, profiled):
     import gzip
 
