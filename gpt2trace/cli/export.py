@@ -6,7 +6,6 @@ before the export starts (never one of the files the trace is read from).
 """
 from __future__ import annotations
 
-import os
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -15,6 +14,7 @@ import typer
 
 from gpt2trace.cli.common import console, fail, note, output, plain, trace_files
 from gpt2trace.format.errors import OutputError, TraceError
+from gpt2trace.format.outputs import check_name
 
 
 class Format(str, Enum):
@@ -69,24 +69,14 @@ def export(
         note(f"{out.dropped_counters:,} counter value(s) (NaN, inf or too large) left out")
 
 
-# what the export appends to NAME, or takes as NAME's own ending
-_SUFFIXES = {Format.paraver: (".prv.gz", ".prv"), Format.chrome: (".json.gz", ".json"), Format.otf2: ()}
-_SEPARATORS = tuple(sep for sep in (os.sep, os.altsep) if sep)
-
-
 def _check_name(name: str, fmt: Format) -> None:
-    """A one-line failure for a NAME that names no file: empty, or a folder (ending in '/', '.', '..', or an
-    existing folder), where the export would write hidden files such as `.prv` and `.json`. An OTF2 archive is
-    a folder, so a trailing '/' is its name and an existing folder is checked as an archive."""
-    if not name.strip():
-        fail(f"--output {name!r}: give a name, for example -o run (paraver: run.prv, run.pcf, ...; chrome: run.json; "
-             "otf2: the folder run)")
-    if fmt is Format.otf2:
-        return
-    if name.endswith(_SEPARATORS) or Path(name).name in (".", "..") or Path(name).is_dir():
-        fail(f"--output {name}: names a folder, not a file; give a file name in it, for example "
-             f"-o {os.path.join(name, 'run')}")
-    suffix = next((s for s in _SUFFIXES[fmt] if name.endswith(s)), "")
-    base = name[: len(name) - len(suffix)]
-    if not base or base.endswith(_SEPARATORS):
-        fail(f"--output {name}: no name before {suffix}; give one, for example -o {base}run{suffix}")
+    """A one-line failure for a NAME that names no file (gpt2trace.format.outputs.check_name, which the export
+    functions apply too), before any output is looked at. An OTF2 archive is a folder, so a trailing '/' is its
+    name and an existing folder is checked as an archive."""
+    from gpt2trace.interop import paraver_format
+    from gpt2trace.interop.chrome_export import SUFFIXES as JSON_SUFFIXES
+    suffixes = {Format.paraver: paraver_format.SUFFIXES, Format.chrome: JSON_SUFFIXES, Format.otf2: ()}
+    try:
+        check_name(name, suffixes[fmt], folder=fmt is Format.otf2)
+    except OutputError as exc:
+        fail(str(exc))

@@ -64,13 +64,3 @@ def peak_gflops(value: float) -> float:
         raise OutOfRange(f"--peak-gflops {value}: give the sgemm GFLOP/s per core, a number from {low:g} to {high:g} "
                          "(an MFU against a peak outside that means nothing)")
     return value
-
-
-def once_each(spec: str, option: str) -> str:
-    """A KEY=VALUE,... spec (--emulate-network, --cluster) that gives no key twice: the parser keeps the last, so a
-    repeated key would silently drop the first value."""
-    keys = [item.partition("=")[0].strip() for item in spec.split(",")]
-    twice = sorted({k for k in keys if k and keys.count(k) > 1})
-    if twice:
-        raise OutOfRange(f"{option} {spec}: {', '.join(twice)} given more than once; give each key once")
-    return spec

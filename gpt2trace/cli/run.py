@@ -49,6 +49,7 @@ _LAUNCHER_ENV = "GPT2TRACE_LAUNCHED_BY_RUN"
 
 
 def run(
+    ctx: typer.Context,
     model: Annotated[str | None, typer.Option(help=_MODEL_HELP, show_default=False)] = None,
     init_from: Annotated[Path | None, typer.Option(
         "--init-from", help="llm.c checkpoint to start from; it sets the model (so --model and the size options "
@@ -165,6 +166,8 @@ def run(
              "max_seq_len": max_seq_len}
     cores = cores_available()
     try:
+        if no_trace and ctx.get_parameter_source("trace").name != "DEFAULT":     # given on the command line
+            raise TrainerError(f"--no-trace and --trace {trace}: --no-trace writes no trace; drop one of them")
         threads = threads if threads is not None else max(1, cores // max(ranks, 1))
         cfg = _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay, grad_accum, threads,
                       ranks, rank, dp_sync, data_loading, (sp, sp_split, sp_reduce),
@@ -174,8 +177,9 @@ def run(
         # the trace is this run's until the command ends, before anything looks at its parts (gpt2trace.run.ownership)
         lock = claim(cfg.trace.path, inside, "wait for it to end, or give this run another --trace", "--trace")
         try:
-            check_run(cfg, processes_here=ranks if inside is None else 1, first_rank=rank == 0)
+            # the options' bounds before the memory check, which counts the processes --ranks asks for
             _check_limits(cfg, cores, launched_here=inside is None, network=emulate_network)
+            check_run(cfg, processes_here=ranks if inside is None else 1, first_rank=rank == 0)
         except BaseException:
             lock.release()
             raise
@@ -276,7 +280,6 @@ def _check_limits(cfg, cores: int, launched_here: bool, network: str | None = No
     limits.seconds(cfg.trace.flush_every_s, "--flush-every")
     limits.seconds(cfg.trace.memory_every_s, "--memory-every")
     if cfg.network is not None:
-        limits.once_each(network, "--emulate-network")
         _check_cluster(cfg, cfg.network, f"--emulate-network {network}")
 
 
@@ -356,6 +359,10 @@ def _train(cfg, rank: int) -> None:
         progress.update(task, advance=1, description=f"loss {metrics.loss:.4f} | {metrics.ms:8.1f} ms/step | "
                                                      f"{metrics.tokens_per_s:,.0f} tok/s")
 
+    def on_stop(signum: int, step: int | None) -> None:     # a first SIGINT/SIGTERM: rank 0 says it, once
+        where = f"after step {step}" if step is not None else "before the first step"
+        console.print(f"stopping {where}; send again to stop now", markup=False, highlight=False, soft_wrap=True)
+
     saves = []
     kept = []
     comm = None
@@ -365,7 +372,7 @@ def _train(cfg, rank: int) -> None:
     try:
         with progress:
             result = run_training(cfg, on_step=on_step, on_start=on_start, comm=comm, on_trace=kept.append,
-                                  on_save=lambda path, steps: saves.append(steps))
+                                  on_save=lambda path, steps: saves.append(steps), on_stop=on_stop)
     except Interrupted as stop:   # a second signal: inside a step (which the trace dropped), or while merging
         if stop.after_training:
             what = f"interrupted by {stop.name} while writing the trace"
@@ -380,7 +387,7 @@ def _train(cfg, rank: int) -> None:
     except Exception as exc:  # a bug or an injected fault: on one rank of many it must stop the whole job
         if comm is None:
             if kept:
-                err_console.print(f"the trace keeps {plain(kept[0].describe())}", markup=False, soft_wrap=True)
+                err_console.print(plain(_trace_keeps(kept[0])), markup=False, soft_wrap=True)
             raise
         import traceback
         traceback.print_exc()
@@ -409,6 +416,12 @@ def _with_kept(message: str, kept: list, comm=None) -> str:
 def _kept(kept) -> str:
     """'kept steps 0-6 in trace.parquet', or 'no complete step was traced' (nothing kept)."""
     return kept.describe() if kept.steps is None else f"kept {kept.describe()}"
+
+
+def _trace_keeps(kept) -> str:
+    """'the trace keeps steps 0-6 in trace.parquet (...)', or 'the trace keeps nothing: no complete step was
+    traced'."""
+    return f"the trace keeps {'' if kept.steps is not None else 'nothing: '}{kept.describe()}"
 
 
 def _resumed_line(cfg, start_step: int, saved_by: dict) -> str:
@@ -465,9 +478,10 @@ def _fail_rank(comm, rank: int, message: str) -> NoReturn:
 def _launch_ranks(ranks: int, threads: int, oversubscribed: bool, trace: Path | None, lock=None) -> None:
     """`--ranks N` outside MPI: rerun this command under mpiexec; merge what the ranks traced if the job failed.
 
-    A Ctrl-C or SIGTERM reaches mpiexec once, from here (it runs in its own session), and mpiexec forwards it to
-    every rank; the ranks agree on the step to stop after and rank 0 merges (gpt2trace.run.signals). A second
-    one makes mpiexec abort the job; the ranks' parts are merged here then, as after a failure."""
+    A Ctrl-C or SIGTERM reaches this process only (mpiexec runs in its own session), which sends it to every rank
+    (gpt2trace.run.mpiexec.relaunch); the ranks agree on the step to stop after and rank 0 merges
+    (gpt2trace.run.signals). A second one kills the job at once; the ranks' parts are merged here then, as after
+    a failure."""
     from gpt2trace.format.errors import OutputError, TraceError
     from gpt2trace.format.writer import part_files, parts_dir, recover, steps_phrase
     from gpt2trace.run.mpiexec import relaunch
@@ -489,7 +503,7 @@ def _launch_ranks(ranks: int, threads: int, oversubscribed: bool, trace: Path | 
     if trace is not None and part_files(parts_dir(trace)):    # the ranks did not merge: the job was aborted
         if job.signals:
             name = signal.Signals(job.signals[0]).name
-            what = f"interrupted by {name} twice: mpiexec aborted the job" if len(job.signals) > 1 else \
+            what = f"interrupted by {name} twice: the job was stopped at once" if len(job.signals) > 1 else \
                 f"interrupted by {name}: mpiexec aborted the job"
         else:
             what = f"the job ended with mpiexec exit code {job.code}"
@@ -500,6 +514,11 @@ def _launch_ranks(ranks: int, threads: int, oversubscribed: bool, trace: Path | 
         err_console.print(plain(f"{what}; each rank's whole steps are kept in {merged.path} "
                                 f"({steps_phrase(merged.steps)} on the ranks that got furthest, "
                                 f"{merged.records:,} records)"), markup=False, soft_wrap=True)
+    elif len(job.signals) > 1:      # the second signal came after the ranks' merge, which removes the parts
+        name = signal.Signals(job.signals[0]).name
+        kept = f"the ranks had merged {trace}" if trace is not None and Path(trace).exists() else "no trace was kept"
+        err_console.print(plain(f"interrupted by {name} twice: the job was stopped at once; {kept}"), markup=False,
+                          soft_wrap=True)
     raise typer.Exit(code=code)
 
 

@@ -12,7 +12,6 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from gpt2trace.cli import limits
 from gpt2trace.cli.common import TRACE_FORMATS, console, err_console, fail, json_output, plain, trace_files
 from gpt2trace.cli.tables import Col, print_table
 from gpt2trace.format.errors import TraceError
@@ -54,10 +53,8 @@ def whatif(
         from trainer.errors import ConfigError
         if bandwidth is not None or latency is not None:
             fail("--cluster describes the network itself: drop --bandwidth/--latency")
-        with limits.refused():
-            limits.once_each(cluster, "--cluster")
         try:
-            emulated = parse(cluster)
+            emulated = parse(cluster)     # a key given twice too
         except ConfigError as exc:
             fail(f"--cluster {exc.value}: {exc.requirement}")
         network, nodes = emulated.network, emulated.nodes

@@ -58,6 +58,31 @@ def check_folder(path: Path, label: str) -> None:
         raise OutputError(f"{label}: cannot write in {parent} ({exc.strerror or exc}); choose another path") from None
 
 
+_SEPARATORS = tuple(sep for sep in (os.sep, os.altsep) if sep)
+
+
+def check_name(name: str | os.PathLike, suffixes: Sequence[str] = (), folder: bool = False) -> str:
+    """An export's NAME (`gpt2trace export -o NAME`, or the same argument of the export's function) as a str, if
+    it names a file; else an OutputError, in the words `export` uses for its --output. NAME names no file when it
+    is empty, names a folder (ends in '/', '.' or '..', or is an existing folder), or is only one of the
+    `suffixes` the export appends ('.prv', 'runs/.json'): the export would write hidden files such as `.prv`.
+    With `folder` (an OTF2 archive is a folder) only an empty NAME is refused."""
+    name = os.fspath(name)
+    if not name.strip():
+        raise OutputError(f"--output {name!r}: give a name, for example -o run (paraver: run.prv, run.pcf, ...; "
+                          "chrome: run.json; otf2: the folder run)")
+    if folder:
+        return name
+    if name.endswith(_SEPARATORS) or Path(name).name in (".", "..") or Path(name).is_dir():
+        raise OutputError(f"--output {name}: names a folder, not a file; give a file name in it, for example "
+                          f"-o {os.path.join(name, 'run')}")
+    suffix = next((s for s in suffixes if name.endswith(s)), "")
+    base = name[: len(name) - len(suffix)]
+    if not base or base.endswith(_SEPARATORS):
+        raise OutputError(f"--output {name}: no name before {suffix}; give one, for example -o {base}run{suffix}")
+    return name
+
+
 def temp_name(path: Path) -> Path:
     """A hidden name beside `path` (same file system, so the final rename is atomic)."""
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from gpt2trace.format import communicators, schema
 from gpt2trace.format.mpi_calls import COLL, classify
-from gpt2trace.format.outputs import atomic_output, check_output
+from gpt2trace.format.outputs import atomic_output, check_name, check_output
 from gpt2trace.format.schema import (
     BLOCK,
     BYTES,
@@ -81,16 +81,20 @@ class ChromeExport:
     dropped_counters: int       # NaN/inf counter values: JSON has no number for them
 
 
+SUFFIXES = (".json.gz", ".json")
+
+
 def chrome_path(name: str | Path) -> Path:
     """The file `export_chrome` writes for NAME: NAME as it is when it ends in .json or .json.gz, else NAME.json."""
-    return Path(str(name) if str(name).endswith((".json", ".json.gz")) else f"{name}.json")
+    return Path(str(name) if str(name).endswith(SUFFIXES) else f"{name}.json")
 
 
 def export_chrome(source, name: str | Path, batch_rows: int = 1 << 19) -> ChromeExport:
     """Writes NAME.json (NAME.json.gz: gzipped) from a trace (a Parquet path, streamed; a `Trace`; or any file
     `gpt2trace.load` reads). Raises TraceError for a trace it cannot export, OutputError for an output it may not
-    or could not write (one of the inputs, an unwritable folder, a full disk: nothing is left under the name)."""
-    path = check_output(chrome_path(name), inputs=input_files(source))
+    or could not write (a NAME that names no file, one of the inputs, an unwritable folder, a full disk: nothing is
+    left under the name)."""
+    path = check_output(chrome_path(check_name(name, SUFFIXES)), inputs=input_files(source))
     src = open_source(source)
     lay = scan(src)
     opener = partial(gzip.open, compresslevel=6) if path.name.endswith(".gz") else open

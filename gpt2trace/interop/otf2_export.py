@@ -45,7 +45,7 @@ import numpy as np
 from gpt2trace.format import communicators, mpi_calls, schema
 from gpt2trace.format.errors import OutputError, TraceError
 from gpt2trace.format.matching import match_messages
-from gpt2trace.format.outputs import check_folder, same_file, temp_name
+from gpt2trace.format.outputs import check_folder, check_name, same_file, temp_name
 from gpt2trace.format.reader import Trace, check_states
 from gpt2trace.format.schema import (
     BYTES,
@@ -86,7 +86,7 @@ def export_otf2(source, out_dir: str | Path) -> Otf2Export:
     trace OTF2 cannot hold, OutputError for an output that may not be written (checked before the work)."""
     from gpt2trace.interop.loader import load
     from gpt2trace.interop.source import input_files
-    out_dir = Path(out_dir)
+    out_dir = Path(check_name(out_dir, folder=True))      # '' would be the current folder
     F.library()                             # before any work: the bindings are there, or one line says why not
     check_archive_output(out_dir, input_files(source))
     trace = source if isinstance(source, Trace) else load(source)

@@ -43,7 +43,7 @@ import pyarrow.compute as pc
 from gpt2trace.format import communicators, schema
 from gpt2trace.format.errors import TraceError
 from gpt2trace.format.mpi_calls import ROOTED
-from gpt2trace.format.outputs import atomic_outputs, check_output
+from gpt2trace.format.outputs import atomic_outputs, check_name, check_output
 from gpt2trace.format.schema import (
     BLOCK,
     BYTES,
@@ -154,10 +154,12 @@ def export_paraver(source, name: str | Path, date: datetime | None = None, tmpdi
                    run_lines: int = 1_000_000, batch_rows: int = 1 << 17, progress=no_progress) -> ParaverExport:
     """Writes NAME.prv (or NAME.prv.gz), NAME.pcf, NAME.row, NAME.gpt2trace.json from a trace (a Parquet path,
     streamed; a `Trace`; or any file `gpt2trace.load` reads). Raises TraceError for a trace it cannot export,
-    OutputError for outputs it may not or could not write (an input, an unwritable folder, a full disk: then none
-    of the four is left under its name). `progress`: see `source.no_progress`."""
+    OutputError for outputs it may not or could not write (a NAME that names no file, such as '' or '.prv'; an
+    input; an unwritable folder; a full disk: then none of the four is left under its name). `progress`: see
+    `source.no_progress`."""
     inputs = input_files(source)
-    prv, pcf, row, meta = outputs = [check_output(p, inputs=inputs) for p in F.file_names(str(name))]
+    names = F.file_names(check_name(name, F.SUFFIXES))
+    prv, pcf, row, meta = outputs = [check_output(p, inputs=inputs) for p in names]
     src = open_source(source)
     lay = scan(src, rows=batch_rows)
     enc = _Encoding.of(lay, src.name)

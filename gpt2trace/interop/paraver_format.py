@@ -124,6 +124,9 @@ STATE_COLORS = schema.STATE_COLORS
 
 
 
+SUFFIXES = (".prv.gz", ".prv")     # the endings a NAME may have (file_names appends .prv to any other)
+
+
 def file_names(name: str) -> tuple[str, str, str, str]:
     """(prv, pcf, row, metadata) paths of a trace named NAME, NAME.prv or NAME.prv.gz (a .prv.gz stays gzipped).
 

@@ -50,13 +50,19 @@ class Cluster:
 
 
 def parse(text: str) -> Cluster:
-    """'nodes=5,link=10Gb/s,latency=5us' -> Cluster; a ConfigError naming --emulate-network otherwise."""
-    fields = {}
+    """'nodes=5,link=10Gb/s,latency=5us' -> Cluster; a ConfigError naming --emulate-network otherwise (a key given
+    twice too)."""
+    fields, twice = {}, set()
     for item in text.split(","):
         key, sep, value = item.strip().partition("=")
         if not sep or key.strip() not in ("nodes", "link", "latency"):
             raise ConfigError("emulate_network", text, f"must be nodes=N,link=BANDWIDTH,latency=TIME, {_EXAMPLE}")
+        if key.strip() in fields:
+            twice.add(key.strip())
         fields[key.strip()] = value.strip()
+    if twice:      # keeping the last value would drop the first one silently
+        raise ConfigError("emulate_network", text, f"{', '.join(sorted(twice))} given more than once; give each "
+                                                   "key once")
     missing = {"nodes", "link", "latency"} - set(fields)
     if missing:
         raise ConfigError("emulate_network", text, f"needs {', '.join(sorted(missing))} ({_EXAMPLE})")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from analysis import rank_groups
 from analysis.analyze import combine
+from analysis.window import WindowError
 from gpt2trace.format.limits import GROUP_RECORDS
 from gpt2trace.format.outputs import atomic_output
 from gpt2trace.format.reader import Trace, load
@@ -39,9 +40,9 @@ def build(trace: Trace, result: dict | None = None, steps: str | None = None,
           window_s: tuple[float, float] | None = None, top: int = 15, exact_budget: int = EXACT_BUDGET,
           run_budget: int = RUN_BUDGET, max_bytes: int = MAX_BYTES) -> Report:
     """The report of a trace. `result` is `analyze(trace, steps)` if the caller has it; `steps` ('A:B') is the
-    analyzed window; `window_s` (seconds since the trace start) chooses where records are exact in a big trace.
-    A page over `max_bytes` loses its finest overview levels until it fits.
-    Raises TraceError / WindowError as `analyze` does."""
+    analyzed window; `window_s` (seconds since the trace start) chooses where records are exact in a big trace
+    (WindowError when it starts after the trace's end). A page over `max_bytes` loses its finest overview levels
+    until it fits. Raises TraceError / WindowError as `analyze` does."""
     return build_groups([trace], result, steps, window_s, top, exact_budget, run_budget, max_bytes)
 
 
@@ -66,7 +67,7 @@ def build_groups(groups: Sequence[Trace | Callable[[], Trace]], result: dict | N
     ctx = rank_groups.context(gathered, meta, steps, whole=whole)
     del gathered
     analyzed = (ctx.window.t0_ns, ctx.window.t1_ns)
-    detail_ns = (int(round(window_s[0] * 1e9)), int(round(window_s[1] * 1e9))) if window_s else None
+    detail_ns = _detail_ns(window_s, surveys)
     fold = timeline.Fold(surveys, ctx.shared, ctx.pairs, ctx.steps, analyzed, detail_ns, exact_budget, run_budget)
     parts = []
     for g in groups:
@@ -80,6 +81,23 @@ def build_groups(groups: Sequence[Trace | Callable[[], Trace]], result: dict | N
         result = combine(ctx, parts, top)
     del parts
     return _page(meta, sum(s.records for s in surveys), result, fold.timeline(), analyzed, top, max_bytes, began)
+
+
+def _detail_ns(window_s: tuple[float, float] | None, surveys: list[timeline.Survey]) -> tuple[int, int] | None:
+    """--window's seconds as the ns of the trace's clock; WindowError for a window that starts after the trace's
+    last record ends (one reaching past the end is the part the trace holds)."""
+    if not window_s:
+        return None
+    a, b = (int(round(s * 1e9)) for s in window_s)
+    extents = [s.extent for s in surveys if s.extent]
+    if not extents:
+        return a, b
+    t0, t1 = min(e[0] for e in extents), max(e[1] for e in extents)
+    if a >= t1:
+        end = f"{t1 / 1e9:.6g}"
+        raise WindowError(f"--window {window_s[0]:g}:{window_s[1]:g} starts after the trace ends: the trace spans "
+                          f"{t0 / 1e9:.6g} s to {end} s since its start; give A below {end}")
+    return a, b
 
 
 def _page(meta: Trace, records: int, result: dict, tl: timeline.Timeline, analyzed: tuple[int, int], top: int,
@@ -209,6 +227,7 @@ def _sections(res: dict, tl, figs: dict, top: int, critical: bool) -> list[tuple
     pipeline = ([("pipeline", "Pipeline bubble", shown("pipeline", tables.pipeline, top) + '<div class="grid">'
                   + bubble + "</div>")]
                 if res.get("pipeline") else [])
+    declared = tables.sections(res, top, PLACED)            # the declared sections' tables not placed above
     return [
         ("overview", "Summary and findings", overview),
         ("timeline-section", "Timeline", timeline),
@@ -221,4 +240,10 @@ def _sections(res: dict, tl, figs: dict, top: int, critical: bool) -> list[tuple
             "need it (docs/analyze.md).", figs)),
         ("imbalance", "Load imbalance", shown("load imbalance", tables.imbalance, top)),
         ("occupancy", "Thread occupancy", shown("occupancy", tables.occupancy, top)),
+        *([("more", "More analyses", declared)] if declared else []),
     ]
+
+
+# The declared sections (analysis.registry) whose tables `_sections` places in its own sections; the others are
+# in "More analyses"
+PLACED = ("comm_dimensions",)

@@ -76,10 +76,13 @@ class JobEnd:
 def relaunch(ranks: int, argv: list[str], env_extra: dict[str, str], lock: TraceLock | None = None) -> JobEnd:
     """Run this same command under `mpiexec -n ranks` and wait for it.
 
-    mpiexec runs in a session of its own, so a Ctrl-C at the terminal reaches only this process, which passes
-    each SIGINT and SIGTERM on to mpiexec; mpiexec (MPICH's Hydra) forwards the first to every rank, and takes
-    a second as "abort the job now". Were mpiexec in the terminal's process group too, one Ctrl-C would reach
-    it twice (from the terminal and from us). When this process dies, mpiexec gets SIGTERM (the module's doc).
+    mpiexec runs in a session of its own, so a Ctrl-C at the terminal reaches only this process, which stops the
+    job itself: the first SIGINT or SIGTERM goes to every rank (they stop after the same step, and rank 0 merges
+    and says so), the second kills the whole job at once (its parts stay for `recover`). mpiexec (MPICH's Hydra)
+    would do the same with its own lines about it, a dozen on a second Ctrl-C; it still gets the signal when
+    there are no ranks to send it to (not started yet, or no /proc to find them). Were mpiexec in the terminal's
+    process group too, one Ctrl-C would reach it twice (from the terminal and from us). When this process dies,
+    mpiexec gets SIGTERM (the module's doc).
 
     `lock` (gpt2trace.run.ownership): this launcher's lock of the trace, inherited by every process of the job."""
     mpiexec = find_mpiexec()
@@ -94,7 +97,15 @@ def relaunch(ranks: int, argv: list[str], env_extra: dict[str, str], lock: Trace
 
     def forward(signum: int, frame) -> None:
         received.append(signum)
-        proc.send_signal(signum)
+        proxies = _children(proc.pid)
+        if len(received) > 1:
+            _kill_all([proc.pid, *proxies, *(p for proxy in proxies for p in _descendants(proxy))])
+            return
+        ranks = [p for proxy in proxies for p in _children(proxy)]
+        for pid in ranks or ():
+            _send(pid, signum)
+        if not ranks:
+            proc.send_signal(signum)
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -103,3 +114,56 @@ def relaunch(ranks: int, argv: list[str], env_extra: dict[str, str], lock: Trace
         for s, handler in previous.items():
             signal.signal(s, handler)
     return JobEnd(128 - code if code < 0 else code, tuple(received))     # killed by signal N: the shell's 128 + N
+
+
+# --- the job's processes: mpiexec -> one hydra proxy per node (here one) -> the ranks --------------------------
+
+def _process_parents() -> dict[int, int]:
+    """pid -> parent pid of every process (Linux /proc; empty elsewhere)."""
+    parents = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return parents
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:          # gone meanwhile
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, the last ')' ends it
+        parents[int(name)] = int(stat[stat.rindex(b")") + 2:].split()[1])
+    return parents
+
+
+def _children(pid: int, parents: dict[int, int] | None = None) -> list[int]:
+    parents = _process_parents() if parents is None else parents
+    return sorted(p for p, parent in parents.items() if parent == pid)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process under `pid`, parents before their children."""
+    parents = _process_parents()
+    out, todo = [], [pid]
+    while todo:
+        kids = _children(todo.pop(0), parents)
+        out += kids
+        todo += kids
+    return out
+
+
+def _send(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:   # ended meanwhile
+        pass
+
+
+def _kill_all(pids: list[int]) -> None:
+    """Stop every one, then kill them: none runs again, so none sees another end and reports it (Hydra's lines
+    about a proxy or a rank that terminated badly)."""
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for pid in pids:
+            _send(pid, sig)

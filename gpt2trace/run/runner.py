@@ -134,10 +134,13 @@ def _load_data(cfg: RunConfig, model: ModelConfig, grid, split, traced_comm):
             return read_tokens(cfg.data)
         return synthetic_corpus(model.vocab_size, SYNTHETIC_TOKENS, cfg.train.seed)
 
+    # a token file's length and ids were checked by check_run (gpt2trace.run.preflight.check_data), the
+    # corpus's are right by construction: one pass over the tokens is enough
+    name = cfg.data
     if grid.world is None or par.data_loading == DataLoading.local:
-        loader = TokenLoader(tokens(), B, T, rank=group, world=groups, vocab_size=model.vocab_size)
+        loader = TokenLoader(tokens(), B, T, rank=group, world=groups, name=name)
         return loader if split.S == 1 else SequenceShard(loader, split.positions(grid.coords["sp"]))
-    root_loader = (TokenLoader(tokens(), B * groups, T, vocab_size=model.vocab_size) if par.rank == 0 else None)
+    root_loader = TokenLoader(tokens(), B * groups, T, name=name) if par.rank == 0 else None
     return ScatterLoader(traced_comm, root_loader, B, split.local_len, scatter_shares(grid, split, B))
 
 
@@ -164,14 +167,16 @@ class _FaultInjector:
 
 
 def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dict], None] | None = None,
-        comm=None, on_trace: Callable | None = None, on_save: Callable[[Path, int], None] | None = None
-        ) -> RunResult:
+        comm=None, on_trace: Callable | None = None, on_save: Callable[[Path, int], None] | None = None,
+        on_stop: Callable[[int, int | None], None] | None = None) -> RunResult:
     """Train as configured; returns the per-step metrics and what was kept of the trace.
 
     Bad input raises trainer.errors.TrainerError or gpt2trace.format.errors.OutputError (one line) before
     anything is built. SIGINT/SIGTERM stop the run at the next step boundary (`RunResult.interrupted`); a second
-    one, or an error, stops it inside a step and is raised after the trace's whole steps are kept. Whatever the
-    end, `on_trace(kept)` hears what is left of the trace before `run` returns or raises.
+    one, or an error, stops it inside a step and is raised after the trace's whole steps are kept. A first signal
+    during training is told to `on_stop(signum, step)` at once, from the signal handler: `step` is the step the run
+    stops after (None: before the first step). Whatever the end, `on_trace(kept)` hears what is left of the trace
+    before `run` returns or raises.
 
     With `comm` (an mpi4py communicator of cfg.parallel.ranks processes) this process is rank comm.rank of a
     data-parallel job: it traces its own part, MPI calls included, and rank 0 merges all parts at the end.
@@ -251,16 +256,17 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
             on_step(m)
 
     # With MPI a second signal is only a request too: a rank that left inside a step would leave the others
-    # waiting in its collectives (mpiexec's own second Ctrl-C aborts the whole job).
+    # waiting in its collectives (the launcher's second Ctrl-C, or mpiexec's, ends the whole job at once).
     try:
         with StopSignals(second_stops_at_once=comm is None) as signals:
             observer = StopAtStepBoundary(_FaultInjector(tracer if tracer is not None else NullObserver(), rank),
-                                          signals, comm)
+                                          signals, comm, on_stop=on_stop)
             trained, saved, interrupted = False, False, None
             try:
                 train(model, loader, cfg.train, dp, observer=observer, on_step=step_done, start_step=start_step,
                       checkpoint=saver, pipeline=pipeline)
                 trained = True
+                observer.on_stop = None       # every step ran: a signal now stops nothing, the run ends anyway
                 if saver is not None and start_step >= cfg.train.steps:   # no step ran: save what was loaded
                     with observer.phase(names.CHECKPOINT, nbytes=saver.nbytes):
                         saver.save(start_step)

@@ -405,11 +405,10 @@ RUN_LEGIT = {("--steps", "0"), ("--lr", "0"), ("--weight-decay", "0"), ("--seed"
              ("--flush-every", "0"), ("--flush-every", "1e-300"), ("--memory-every", "0"),
              ("--memory-every", "1e-300"),
              *((o, v) for o in ("--lr", "--weight-decay", "--task-block", "--seed") for v in BIG_INTS)}
-# (option, value) -> what the line says instead of the option: the memory check (before the bounds) names the
-# model size, or the ranks
+# (option, value) -> what the line says instead of the option: the memory check names the model size (the bounds,
+# checked before it, have none for these sizes)
 RUN_WORDS = {(o, v): "lower -B/--batch-size, -T/--seq-len or the model size"
-             for o in ("-B", "--n-embd", "--vocab-size", "--max-seq-len", "--n-layer") for v in BIG_INTS}
-RUN_WORDS |= {("--ranks", v): f"the run needs about {v} ranks x" for v in BIG_INTS}
+             for o in ("-B", "--n-embd", "--vocab-size", "--max-seq-len") for v in BIG_INTS}
 RUN_WORDS[("--n-embd", "9" * 20)] = "must divide n_embd (99999999999999999999)"     # checked before the memory
 # the values the issue list found, beyond the extremes: (argv after `run --model tiny`, what the line says)
 RUN_FOUND = [
@@ -430,6 +429,8 @@ RUN_FOUND = [
     (["--ranks", "2", "--emulate-network", "nodes=3,link=10Gb/s,latency=5us"], "nodes=3 for 2 rank(s)"),
     (["--ranks", "2", "--emulate-network", f"nodes={2**63},link=10Gb/s,latency=5us"], f"nodes={2**63} for 2 rank"),
     (["--ranks", "2", "--emulate-network", "nodes=1,link=10Gb/s,latency=5us,nodes=2"], "nodes given more than once"),
+    (["--ranks", "2", "--emulate-network", "nodes=2,link=10Gb/s,link=1Gb/s,latency=5us"],
+     "--emulate-network nodes=2,link=10Gb/s,link=1Gb/s,latency=5us: link given more than once; give each key once"),
 ]
 
 

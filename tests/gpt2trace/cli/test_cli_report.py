@@ -51,3 +51,16 @@ def test_analyze_html_takes_one_trace(app, trace_file, tmp_path):
 def test_help_names_the_paraver_formats(app):
     r = CliRunner().invoke(app, ["report", "--help"], terminal_width=200)
     assert r.exit_code == 0 and ".prv/.prv.gz" in r.stdout
+
+
+def test_a_window_past_the_trace_end_is_one_line_with_the_traces_time_range(app, trace_file, tmp_path):
+    # this module's synthetic trace: records from 0 to 9,987,674 ns
+    out = tmp_path / "x.html"
+    r = CliRunner().invoke(app, ["report", str(trace_file), "-o", str(out), "--window", "1:2"])
+    assert r.exit_code == 2 and (r.exception is None or isinstance(r.exception, SystemExit)), r.output
+    assert r.stderr.splitlines() == ["error: --window 1:2 starts after the trace ends: the trace spans 0 s to "
+                                     "0.00998767 s since its start; give A below 0.00998767"]
+    assert not out.exists()
+    # a window that reaches past the end is the part of it the trace holds
+    r = CliRunner().invoke(app, ["report", str(trace_file), "-o", str(out), "--window", "0.005:2"])
+    assert r.exit_code == 0 and out.is_file(), r.output

@@ -132,6 +132,9 @@ BAD = {
                        "--set sp=2: must divide the 3 ranks"),
     "bad network": (lambda t, tmp, c: [t, "--set", "emulate-network=nodes=2,link=inf,latency=1us"],
                     "--set emulate-network=nodes=2,link=inf,latency=1us: link inf: give a finite bandwidth"),
+    "network key twice": (lambda t, tmp, c: [t, "--set", "emulate-network=nodes=2,link=1Gb/s,latency=1us,link=9Gb/s"],
+                          "--set emulate-network=nodes=2,link=1Gb/s,latency=1us,link=9Gb/s: link given more than "
+                          "once; give each key once"),
     "bad steps": (lambda t, tmp, c: [t, "--set", "steps=2", "--steps", "x:y"], "--steps 'x:y': expected A:B"),
     "no run configuration": (lambda t, tmp, c: [_no_run(tmp)], "imported.parquet: holds no run configuration"),
     "prv without its json": (lambda t, tmp, c: [_prv_without_its_json(tmp, c)], "run.prv: holds no run "

@@ -118,7 +118,7 @@ BAD = [
     ("-T not a multiple of --sp", lambda tmp: ["--model", "tiny", "--ranks", "4", "--sp", "4", "-T", "18"],
      "-T/--seq-len 18: must be a multiple of --sp 4"),
     ("--sp 0", lambda tmp: ["--model", "tiny", "--sp", "0"], "--sp 0: must be an integer >= 1"),
-    ("layers too many for memory", lambda tmp: ["--model", "small", "--n-layer", "100000"], "the run needs about "),
+    ("layers too many for memory", lambda tmp: ["--model", "small", "--n-layer", "30000"], "the run needs about "),
     ("checkpoint with a short context, -T too large", lambda tmp: ["--init-from", _checkpoint(tmp), "-T", "64"],
      "-T/--seq-len 64: exceeds the model's context (max_seq_len 32 of "),
     ("checkpoint and --model", lambda tmp: ["--init-from", _checkpoint(tmp), "--model", "d12"],
@@ -174,6 +174,9 @@ BAD = [
      "--metrics-json {tmp}/x.state and --save's state file {tmp}/x.state name the same file"),
     ("save over the resumed state", lambda tmp: [*TINY, "--resume", _saved(tmp), "--save", tmp / "ck.bin.state"],
      "--save {tmp}/ck.bin.state is also an input of this command"),
+    # --no-trace writes no trace: a --trace beside it would be dropped silently
+    ("--no-trace and --trace", lambda tmp: [*TINY, "--no-trace"],
+     "--no-trace and --trace {tmp}/trace.parquet: --no-trace writes no trace; drop one of them"),
 ]
 
 
@@ -189,6 +192,36 @@ def test_bad_input_is_one_line_and_exit_2_and_nothing_is_touched(tmp_path, case,
     assert "Traceback" not in r.output and r.stdout == ""      # found before anything was built or printed
     assert _digests(tmp_path) == before                         # inputs intact, nothing written
     assert not (tmp_path / "trace.parquet").exists() and not parts_dir(tmp_path / "trace.parquet").exists()
+
+
+# token file (written in the current folder as tok.bin) -> the run's options -> the one line, which names the file as
+# given; tiny's vocabulary is 200 and TINY's batch 2 x 16 tokens, so one global batch needs 2 x 16 + 1 = 33
+TOKEN_FILES = {
+    "an id beyond the vocabulary": (lambda p: write_tokens(p, np.r_[np.arange(300) % 200, 600, 7]), [],
+                                    "error: tok.bin: token id 600 (first bad id at position 300) is out of range for "
+                                    "the model's vocab_size 200; tokenize with the model's tokenizer or use a model "
+                                    "with a larger vocabulary"),
+    "too few tokens": (lambda p: write_tokens(p, np.arange(15)), [],
+                       "error: tok.bin: 15 tokens is too few for one global batch of 33 (world 1 x B 2 x T 16 + 1); "
+                       "use more data or a smaller batch/sequence length"),
+    "too few for two ranks": (lambda p: write_tokens(p, np.arange(40)), ["--ranks", "2"],
+                              "error: tok.bin: 40 tokens is too few for one global batch of 65 (world 2 x B 2 x T 16 "
+                              "+ 1); use more data or a smaller batch/sequence length"),
+    "a truncated header": (lambda p: p.write_bytes(b"garbage"), [],
+                           "error: tok.bin: 7 bytes is too short for the 1024-byte llm.c header; the file is truncated "
+                           "or not an llm.c token file"),
+}
+
+
+@pytest.mark.parametrize("case", TOKEN_FILES)
+def test_a_bad_token_file_is_said_before_the_model_is_built(tmp_path, monkeypatch, case):
+    make, extra, message = TOKEN_FILES[case]
+    monkeypatch.chdir(tmp_path)
+    make(tmp_path / "tok.bin")
+    r = _run(*TINY, "--steps", "1", "--no-trace", "--data", "tok.bin", *extra)
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert r.stderr.strip().splitlines() == [message]
+    assert r.stdout == ""              # no model line, no progress bar, no "starting 2 ranks"
 
 
 def test_a_read_only_folder_is_refused_before_training(tmp_path, readonly_dir):
@@ -241,8 +274,9 @@ def test_metrics_json_one_object_per_step_written_atomically(tmp_path):
                                                           "trace.parquet"]
 
 
-def test_no_trace_writes_no_trace(tmp_path):
-    r = _run(*TINY, "--steps", "1", "--no-trace", "--trace", tmp_path / "trace.parquet")
+def test_no_trace_writes_no_trace(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)             # where the default trace.parquet would go
+    r = _run(*TINY, "--steps", "1", "--no-trace")
     assert r.exit_code == 0, r.output
     assert list(tmp_path.iterdir()) == []
 
@@ -271,7 +305,7 @@ def test_a_crash_in_step_0_leaves_nothing_that_blocks_the_next_run(tmp_path):
     r = subprocess.run([*RUN, *TINY, "--steps", "2", "--trace", str(trace)], cwd=tmp_path, capture_output=True,
                        text=True, env=env, timeout=600)
     assert r.returncode != 0 and "fault injected at step 0" in r.stderr
-    assert "the trace keeps no complete step was traced" in r.stderr
+    assert "the trace keeps nothing: no complete step was traced" in r.stderr
     assert list(tmp_path.iterdir()) == []
     assert _run(*TINY, "--steps", "1", "--trace", trace).exit_code == 0
 

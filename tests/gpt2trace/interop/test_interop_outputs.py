@@ -1,6 +1,8 @@
 """Nothing is lost: the export and import functions never write one of their inputs, refuse an unwritable folder
 before any work, and write all their files or none (a full disk on a real small tmpfs leaves the previous files
 as they were and no temporary file behind)."""
+import re
+
 import chrome_checker
 import prv_checker
 import pytest
@@ -111,3 +113,36 @@ def test_full_disk_under_the_sort_names_it(small_fs, tmp_path, synthetic_path):
     with pytest.raises(OutputError, match=rf"cannot write {fs}/gpt2trace-sort-\w+/run\d+\.arrow: No space left"):
         export_paraver(synthetic_path, tmp_path / "x", tmpdir=fs, run_lines=500)
     assert list(fs.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["fs0"]
+
+
+# NAME -> what the OutputError says, as `gpt2trace export -o NAME` says it: a name that names no file would write
+# hidden files (.prv, .pcf, ... or .json) in the current folder, or in the folder named
+NO_FILE_NAMES = {
+    "": "--output '': give a name, for example -o run (paraver: run.prv",
+    " ": "--output ' ': give a name",
+    "{d}/adir/": "--output {d}/adir/: names a folder, not a file; give a file name in it, for example -o {d}/adir/run",
+    "{d}/adir": "names a folder, not a file",
+    "{d}/.": "names a folder, not a file",
+    "SUFFIX": "--output SUFFIX: no name before SUFFIX; give one, for example -o runSUFFIX",
+    "{d}/adir/SUFFIX": "no name before SUFFIX",
+}
+
+
+@pytest.mark.parametrize("export,suffix", [(export_paraver, ".prv"), (export_chrome, ".json")],
+                         ids=["paraver", "chrome"])
+@pytest.mark.parametrize("name", NO_FILE_NAMES)
+def test_export_to_a_name_that_is_no_file_is_refused(tmp_path, synthetic_path, monkeypatch, export, suffix, name):
+    (tmp_path / "adir").mkdir()
+    monkeypatch.chdir(tmp_path)
+    says = NO_FILE_NAMES[name].format(d=tmp_path).replace("SUFFIX", suffix)
+    with pytest.raises(OutputError, match=re.escape(says)):
+        export(synthetic_path, name.format(d=tmp_path).replace("SUFFIX", suffix))
+    assert [p.name for p in tmp_path.rglob("*")] == ["adir"]
+
+
+def test_otf2_export_to_an_empty_name_is_refused(tmp_path, synthetic_path, monkeypatch):
+    from gpt2trace.interop.otf2_export import export_otf2
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(OutputError, match=re.escape("--output '': give a name")):
+        export_otf2(synthetic_path, "")
+    assert list(tmp_path.iterdir()) == []

@@ -31,6 +31,9 @@ def test_parse_reads_bits_and_bytes_and_times():
     ("nodes=5,link=inf,latency=5us", "finite bandwidth"),
     ("nodes=5,link=10Gb/s,latency=5parsecs", "latency '5parsecs': expected a number"),
     ("speed=fast", "must be nodes=N"),
+    # a key given twice: the first value would be dropped silently
+    ("nodes=2,link=10Gb/s,link=1Gb/s,latency=5us", "link given more than once; give each key once"),
+    ("nodes=2,link=10Gb/s,latency=5us,nodes=1, latency=1us", "latency, nodes given more than once"),
 ])
 def test_bad_descriptions_are_one_line_naming_the_option(text, says):
     with pytest.raises(ConfigError, match=says) as e:

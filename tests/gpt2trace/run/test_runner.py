@@ -45,11 +45,12 @@ def test_same_seed_same_run_other_seed_other_run():
 
 def test_the_memory_check_before_a_run_counts_zero2s_sharded_gradients(monkeypatch):
     # tiny, B=2 T=16 on 2 ranks of this node: activations 382,336 bytes a rank (tests/trainer/test_memory.py);
-    # training buffers zero1 485,632, zero2 434,816 (tests/trainer/test_dp.py). A machine with room for 2 x zero2
-    # but not 2 x zero1 takes the one and refuses the other.
+    # training buffers zero1 485,632, zero2 434,816 (tests/trainer/test_dp.py), beside each process's baseline. A
+    # machine with room for 2 x zero2 but not 2 x zero1 takes the one and refuses the other.
     layout = ParamLayout.for_model(model_config("tiny"))
     zero1, zero2 = (memory.training_bytes(layout, s, 2) + 382_336 for s in (DPSync.zero1, DPSync.zero2))
-    monkeypatch.setattr(memory, "available_bytes", lambda: 2 * zero2)
+    room = memory.estimate(model_config("tiny"), 2, 16, dp_sync=DPSync.zero2, grad_ranks=2).on_node(2)
+    monkeypatch.setattr(memory, "available_bytes", lambda: room)   # the node's two ranks of zero2, nothing more
 
     def cfg(sync: DPSync) -> RunConfig:
         return RunConfig(model_config("tiny"), TrainConfig(batch_size=2, seq_len=16, steps=1),
