@@ -5,8 +5,8 @@ Generates a synthetic trace (gpt2trace.testing.synthetic) to a temporary Parquet
 fresh child process, timed from the parent (interpreter start and imports included) with the child's peak RSS from
 os.wait4: analyze once through the Python API and once through the CLI; `whatif` with its default model (the ideal
 network: the replay, the measured and the predicted critical paths) and `diff` of the trace against itself, both
-through the CLI with --json. Small runs first fill Numba's caches, as any installation's first run does. Targets
-(issues 5 and 16): at most 10 s and 2 GB each on a 2-core machine.
+through the CLI with --json. Small runs first fill Numba's caches, as any installation's first run does.
+Targets: at most 10 s and 2 GB each on a 2-core machine.
 
     python benchmarks/analyze_speed.py [--records 10000000] [--ranks 8] [--threads 4] [--results PATH]
 """

@@ -1,4 +1,4 @@
-"""Traces bigger than memory (issue 17): a synthetic trainer-like trace of any length, written rank by rank.
+"""Traces bigger than memory: a synthetic trainer-like trace of any length, written rank by rank.
 
 The trace has the shape of analyze_speed.py's 10 M-record trace (gpt2trace.testing.synthetic: steps, phases,
 per-thread kernel records with layers, states that partition each thread's time, a late rank and a slow thread),

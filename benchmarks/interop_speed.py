@@ -5,7 +5,7 @@ Generates a synthetic trace (gpt2trace.testing.synthetic, 4 ranks x 4 threads) t
 fresh child processes, timed from the parent (interpreter start and imports included) with the child's peak RSS from
 os.wait4: the Paraver export (at half and at full size: memory should not grow with the trace), the parse of the
 .prv alone, the whole import (parse + records), and the Chrome export. A small run first fills Numba's caches.
-Target (issue 7): the parse at 1 million records per second or better.
+Target: the parse at 1 million records per second or better.
 
     python benchmarks/interop_speed.py [--records 3000000] [--ranks 4] [--threads 4]
 """

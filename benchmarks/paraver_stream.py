@@ -1,4 +1,4 @@
-"""Peak memory of the Paraver export and import on long traces (issue 17): it must not grow with the trace.
+"""Peak memory of the Paraver export and import on long traces: it must not grow with the trace.
 
 Writes synthetic traces of the given lengths (benchmarks/big_trace.py: 64 ranks x 4 threads, MPI calls, written
 rank by rank) to a folder, then in fresh child processes, for each length: `export_paraver` (Parquet -> .prv) and

@@ -7,8 +7,8 @@ times in Debian's chromium through Playwright, each time in a new page: the firs
 timeline is drawn and painted, every panel and lane of it (the page's `data-first-view`, ms since navigation start);
 the charts under the timeline draw later, when scrolled to. Each load also records the page's phases (its
 performance marks: its script starts after plotly.js ran, data parsed, first levels decoded).
-Targets (issue 6): a 10-million-record trace gives a page of at most 25 MB whose first view shows within 5 s;
-issue 17 asks the same of a 100-million-record trace (benchmarks/big_trace.py generate), built within 4 GB:
+Targets: a 10-million-record trace gives a page of at most 25 MB whose first view shows within 5 s;
+the same holds for a 100-million-record trace (benchmarks/big_trace.py generate), built within 4 GB:
 `--trace` measures traces already on disk (kept).
 
     python benchmarks/report_speed.py [--records 10000 1000000 10000000] [--loads 3]
@@ -35,7 +35,7 @@ from gpt2trace.testing import synthetic
 
 RESULTS = Path(__file__).parent / "results" / "report_speed.json"
 TARGET_MB, TARGET_FIRST_VIEW_S = 25.0, 5.0
-TARGET_RSS_MB = 4096.0           # issue 17: the report of a 100-million-record trace within 4 GB
+TARGET_RSS_MB = 4096.0           # the report of a 100-million-record trace within 4 GB
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]

@@ -1,6 +1,6 @@
 """The rank-ordered layout of a trace file: records ordered by rank, no row group holding two ranks, and an index.
 
-Why: a trace bigger than memory is analyzed rank by rank (issue 17); a reader then needs one rank's records
+Why: a trace bigger than memory is analyzed rank by rank; a reader then needs one rank's records
 without decoding the others. A rank's records sit in one or more consecutive row groups of at most
 MERGED_ROW_GROUP rows (gpt2trace.format.writer), and the file's key/value metadata holds RANK_INDEX: JSON
 {"row_groups": {rank: [first, last]}, "records": {rank: n}}, so a reader finds a rank's row groups and counts

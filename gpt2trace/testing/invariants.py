@@ -1,4 +1,4 @@
-"""What every trace the trainer writes must satisfy (issue 3's acceptance list), as reusable checks.
+"""What every trace the trainer writes must satisfy, as reusable checks.
 
 Shared by the tests over fresh traces (test_tracer_invariants.py), the sample traces and the recovered trace
 of a killed run (test_crash.py). Each check raises AssertionError with what broke.
