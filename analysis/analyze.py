@@ -5,7 +5,6 @@ Fractions in [0, 1], times in seconds; tables become lists of row dicts with Non
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -14,20 +13,16 @@ import numpy as np
 import pandas as pd
 
 from analysis import (
-    bursts,
     comm_groups,
-    counters,
     delay,
     groups,
     imbalance,
-    kernel_threads,
-    memory,
     mpi,
-    network_load,
     occupancy,
     pipeline,
     pop,
     rank_groups,
+    registry,
     rootcause,
     scaling,
     segments,
@@ -39,8 +34,8 @@ from analysis.comm_matrix import comm_matrix
 from analysis.critical_path import critical_path_tables, main_threads
 from analysis.findings import findings
 from analysis.order import by_value
-from analysis.sections import Sections
-from analysis.step_phases import step_phases
+from analysis.plain import Plain, columns, jsonable, rows
+from analysis.sections import Inputs, Sections
 from analysis.summary import summary, token_ranks
 from gpt2trace.format import grid as rank_grid
 from gpt2trace.format.reader import Reads, Trace
@@ -48,7 +43,7 @@ from gpt2trace.format.schema import RANK
 
 
 def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: float | None = None,
-            bins: int = 100, explain: bool = True) -> dict:
+            bins: int = 100, explain: bool = True, sections: Sequence[str] | None = None) -> dict:
     """Everything about one trace: summary, pop, counters, parallel (the layout), imbalance, waits (per call and
     group, per communicator, per communicator name), comm_dimensions (per parallel dimension), pipeline (None
     without pipeline parallelism), memory (resident memory per rank; None without samples), root_causes,
@@ -59,25 +54,31 @@ def analyze(trace: Trace, steps: str | None = None, top: int = 10, peak_gflops: 
     `steps` is '--steps A:B' (B excluded); `top` limits the findings and serial sections, not the tables.
     `explain=False` leaves out the costliest explanations, the critical path, the delay costs (root_causes empty)
     and the communication matrix (None), which `diff` does not compare.
-    Raises TraceError for an invalid trace and WindowError for a `steps` that does not fit it.
+    `sections`: the keys of the declared sections (analysis.registry: counters, comm_dimensions, memory, ...) to
+    compute; the others are left out of the result (None: all of them), and the findings say nothing of them. The
+    sections not declared yet are always computed.
+    Raises TraceError for an invalid trace, WindowError for a `steps` that does not fit it and ValueError for a
+    section key that no section has.
     """
-    return analyze_groups([trace], steps, top, peak_gflops, bins, explain, prefetch=False)     # nothing to load
+    return analyze_groups([trace], steps, top, peak_gflops, bins, explain, prefetch=False,      # nothing to load
+                          sections=sections)
 
 
 def analyze_groups(groups: Sequence[Trace | Callable[[Reads], Trace]], steps: str | None = None, top: int = 10,
                    peak_gflops: float | None = None, bins: int = 100, explain: bool = True,
-                   prefetch: bool = True) -> dict:
+                   prefetch: bool = True, sections: Sequence[str] | None = None) -> dict:
     """`analyze` of a trace given as groups of its ranks, in the order of their lowest rank: each a `Trace` of some
     ranks with the trace's metadata, or a function that loads one given what the pass reads of it (called once per
     pass). With `prefetch` (for a process with a core to spare) the next group loads in a thread while the current
     one is worked on, so at most two are in memory at a time; else one at a time. Two passes over each
-    (`analysis.rank_groups`); the same result as `analyze` of the whole. Raises rank_groups.NotCombinable for
-    groups that overlap or are out of rank order."""
+    (`analysis.rank_groups`); the same result as `analyze` of the whole; `sections` as `analyze`'s. Raises
+    rank_groups.NotCombinable for groups that overlap or are out of rank order."""
     kept: list[Trace] = []
     with loading(prefetch) as pool:
         gathered, meta = gather_groups(pool, groups, kept)
         whole = groups[0] if len(groups) == 1 and isinstance(groups[0], Trace) else None
-        ctx = rank_groups.context(gathered, meta, steps, whole=whole)
+        ctx = rank_groups.context(gathered, meta, steps, whole=whole,
+                                  sections=None if sections is None else tuple(sections))
         del gathered
         parts = part_groups(pool, groups, kept, ctx, top, bins)
     return combine(ctx, parts, top, peak_gflops, explain)
@@ -194,7 +195,8 @@ def combine(ctx: rank_groups.Context, parts: list[rank_groups.Part], top: int = 
     The tables every other one is built from (the window's MPI calls and waits, the kernel segments, the states,
     occupancy and POP) are computed first; each section after them is computed on its own, so one that fails on
     a trace is None in the result and named in `warnings` ("critical path: not computed: ..."), and every other
-    section is still there."""
+    section is still there. The declared sections (analysis.registry) come last, from what the others share
+    (`analysis.sections.Inputs`) and their own parts."""
     trace, window = ctx.shared, ctx.window
     warnings = [f"import: {note}" for note in trace.notes] + list(ctx.warnings)
     section = Sections(warnings)
@@ -219,11 +221,13 @@ def combine(ctx: rank_groups.Context, parts: list[rank_groups.Part], top: int = 
         warnings.append(f"{trace.name}: its task records have no predecessors (a .prv import keeps none), so the "
                         "task graph's critical path, the ready tasks and the starvation are not known")
     running_ns = sum(float(p.pop.times["useful_ns"].sum()) for p in parts)
+    inputs = Inputs(trace, window, ctx.steps, ctx.pairs, ranks, grid, calls, wait_rows, segs, layout, summ,
+                    running_ns, top)
     root_causes = delay_costs = explained_now = None
     if explain:                             # last: under MPI, another process computes `Explained` meanwhile
         costs = section("delay costs", lambda: delay.delay_costs(calls, wait_rows, segs, window, keys=(mpi.GROUP,)))
         if costs is not None:
-            root_causes = section("root causes", lambda: _Plain({**r, "text": rootcause.sentence(r)}
+            root_causes = section("root causes", lambda: Plain({**r, "text": rootcause.sentence(r)}
                                                                 for r in rows(rootcause.table(costs))))
             delay_costs = section("delay costs", lambda: {k: (rows(v) if isinstance(v, pd.DataFrame) else v)
                                                           for k, v in delay.summary(costs).items()})
@@ -235,7 +239,6 @@ def combine(ctx: rank_groups.Context, parts: list[rank_groups.Part], top: int = 
         "window": {"t0_s": window.t0_ns / 1e9, "t1_s": window.t1_ns / 1e9, "steps": list(window.steps)},
         "summary": {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in summ.items()} if summ else None,
         "pop": factors,
-        "counters": section("counters", lambda: counters.from_parts([p.counters for p in parts], running_ns)),
         "parallel": layout,
         "imbalance": section("load imbalance", lambda: rows(_imbalance(segs, ranks, parts, layout))),
         "waits": {"total_wait_s": total_wait,
@@ -244,13 +247,8 @@ def combine(ctx: rank_groups.Context, parts: list[rank_groups.Part], top: int = 
                   "communicators": section("communicators", lambda: rows(
                       groups.per_communicator(calls, wait_rows, trace, layout))),
                   "groups": section("communication groups", lambda: rows(comm_groups.per_group(calls, wait_rows)))},
-        # per step, unlike the waits: a trace without steps (an Extrae import) has the same waits, not these
-        "comm_dimensions": section("communication per dimension", lambda: rows(comm_groups.per_dimension(
-            calls, wait_rows, grid, trace.communicators, len(ranks), window))),
         "pipeline": {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in pipe.items()} if pipe else None,
         "comm_matrix": explained_now.comm_matrix if explained_now else None,                   # per rank pair
-        "memory": section("memory", lambda: _tables(memory.memory(trace, window))),    # resident memory per rank
-        "network_links": section("network links", lambda: _links(trace, calls, window, summ)),  # emulated cluster
         "root_causes": root_causes if explain else [],
         "delay_costs": delay_costs,                                              # root causes through chains
         "states": {k: rows(v) for k, v in
@@ -259,18 +257,22 @@ def combine(ctx: rank_groups.Context, parts: list[rank_groups.Part], top: int = 
         "occupancy": {"mean_occupancy": float(per_rank["mean_occupancy"].mean()) if len(per_rank) else None,
                       "serial_s": float(per_rank["serial_s"].sum()),
                       **{k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in occ.items()}},
-        "step_phases": section("step phases", lambda: {k: rows(v) for k, v in step_phases(trace, ctx.steps).items()}),
-        "kernel_threads": section("kernel threads", lambda: rows(                     # every step, not only the
-            kernel_threads.from_cells([p.kernel_threads for p in parts]))),           # window
         "critical_path": explained_now.critical_path if explained_now else None,
-        "bursts": section("bursts", lambda: _bursts(parts)),
         "tasks": _tasks_json(task_tables) if task_tables else None,
+        **_declared(ctx, parts, inputs, section),
         "warnings": warnings,
     }
     result = jsonable(result)
     result["findings"] = section("findings", lambda: findings(result, top), [])
     result["warnings"] = warnings
     return result
+
+
+def _declared(ctx: rank_groups.Context, parts: list[rank_groups.Part], inputs: Inputs, section: Sections) -> dict:
+    """The declared sections asked for (analysis.registry), by key, each from the `inputs` and its groups' parts."""
+    return {s.key: section(s.title, lambda s=s: s.combine(inputs, [p.sections[s.key] for p in parts]
+                                                          if s.part is not None else []))
+            for s in registry.chosen(ctx.sections)}
 
 
 def _imbalance(segs, ranks: np.ndarray, parts: list[rank_groups.Part], layout: dict) -> pd.DataFrame:
@@ -295,20 +297,6 @@ def _wait_states(wait_rows: pd.DataFrame, total_wait: float) -> pd.DataFrame:
     return by_state
 
 
-def _tables(tables: dict | None) -> dict | None:
-    return {k: (rows(v) if isinstance(v, pd.DataFrame) else v) for k, v in tables.items()} if tables else None
-
-
-def _links(trace: Trace, calls: pd.DataFrame, window, summ: dict | None) -> list[dict] | None:
-    links = network_load.link_load(trace, calls, len(window.steps), (summ or {}).get("step_s_median"))
-    return rows(links) if links is not None else None
-
-
-def _bursts(parts: list[rank_groups.Part]) -> dict:
-    hist = bursts.from_counts([p.bursts for p in parts])
-    return {"edges_s": hist["edges_s"], "cells": rows(hist["cells"])}
-
-
 def _tasks_json(tables: dict) -> dict:
     """The task tables: the profile and histogram as columns (long tables of few columns), the others as rows."""
     return {k: (columns(v) if k in ("profile", "histogram") else rows(v) if isinstance(v, pd.DataFrame) else v)
@@ -330,58 +318,3 @@ def many(results: list[dict]) -> dict:
         out["scaling"] = rows(table)
         out["scaling_work_unit"] = table.attrs.get("work_unit")
     return out
-
-
-def rows(df: pd.DataFrame) -> list[dict]:
-    """The table's rows as plain dicts (what jsonable gives, column by column: a 100,000-row table in a fraction of
-    the time of a per-cell walk)."""
-    names = [str(c) for c in df.columns]
-    cols = [_plain_column(df[c]) for c in df.columns]
-    return _Plain([dict(zip(names, values)) for values in zip(*cols)] if cols else [{} for _ in range(len(df))])
-
-
-def columns(df: pd.DataFrame) -> dict[str, list]:
-    """The table as {column: plain values}, for long tables of few columns."""
-    return {str(c): _Plain(_plain_column(df[c])) for c in df.columns}
-
-
-class _Plain(list):
-    """Rows already made of plain values: the final jsonable pass over the result leaves them as they are."""
-
-
-_PLAIN_TYPES = frozenset((str, int, bool, type(None)))      # what jsonable leaves as it is (a float may be NaN)
-
-
-def _plain_column(col: pd.Series) -> list:
-    if isinstance(col.dtype, pd.api.extensions.ExtensionDtype) and col.dtype.kind in "iub" and col.hasnans:
-        # A nullable integer column with NAs (a kernel's layer, NA outside the blocks): ints and None, where its
-        # to_numpy() gives floats with NaN on pandas 3 (a layer 7.0)
-        return col.to_numpy(dtype=object, na_value=None).tolist()
-    values = col.to_numpy()
-    if values.dtype.kind in "iub":
-        return values.tolist()
-    if values.dtype.kind == "f":
-        out = values.tolist()
-        if not np.isfinite(values).all():
-            out = [v if math.isfinite(v) else None for v in out]
-        return out
-    return [v if type(v) in _PLAIN_TYPES else jsonable(v) for v in values.tolist()]   # a call less per str
-
-
-def jsonable(obj):
-    """Plain Python values for json.dumps: NumPy scalars unwrapped, NaN / NA as None."""
-    if isinstance(obj, _Plain):
-        return obj
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [v if type(v) in _PLAIN_TYPES else jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return [jsonable(v) for v in obj.tolist()]
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if obj is pd.NA or obj is None:
-        return None
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from analysis.plain import rows
 from analysis.records import NS, Records
+from analysis.sections import Inputs, Section
 from gpt2trace.format.lanes import distinct_index, in_lane_order, key_width, lane_key, lane_order, split_key
 from gpt2trace.format.schema import END_NS, RANK, START_NS, STATE, THREAD, State
 
@@ -115,3 +117,12 @@ def _bursts(states: Records) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
     lane, s, e = lane[head], s[head], np.maximum.reduceat(e, head)
     keep = e > s
     return lane[keep], width, s[keep], e[keep]
+
+
+def _section(inputs: Inputs, parts: list[Counts]) -> dict:
+    hist = from_counts(parts)
+    return {"edges_s": hist["edges_s"], "cells": rows(hist["cells"])}
+
+
+# The useful-duration histogram (the report draws it)
+SECTION = Section("bursts", "bursts", _section, part=lambda view: counts(view.states))

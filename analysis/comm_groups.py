@@ -23,7 +23,9 @@ import pandas as pd
 
 from analysis.mpi import GROUP
 from analysis.order import by_value
+from analysis.plain import rows
 from analysis.records import NS
+from analysis.sections import COUNT, MS, NUMBER, REPORT, SHARE, TERMINAL, TEXT, Column, Inputs, Section, Table, text
 from analysis.window import Window
 from gpt2trace.format.communicators import Communicator
 from gpt2trace.format.grid import Grid
@@ -120,3 +122,30 @@ def _median_bytes(sub: pd.DataFrame) -> float | None:
     moved = sub[BYTES].to_numpy()
     moved = moved[moved > 0]
     return float(np.median(moved)) if len(moved) else None
+
+
+def _section(inputs: Inputs, parts: list) -> list[dict]:
+    return rows(per_dimension(inputs.calls, inputs.wait_rows, inputs.grid, inputs.trace.communicators,
+                              len(inputs.ranks), inputs.window))
+
+
+def _costliest(row: dict) -> str:
+    """The dimension's costliest call in a sentence: where, how often, how large, its share of the step."""
+    size = f" of {text(row['top_bytes_per_call'], COUNT)} bytes" if row["top_bytes_per_call"] else ""
+    return (f"{row['top_call']} on {row['top_group']}: {text(row['top_calls_per_step'], NUMBER)} per step{size}, "
+            f"{text(row['top_share'], SHARE)} of the step")
+
+
+# Per step, unlike the waits: a trace without steps (an Extrae import) has the same waits, not these. Per step,
+# the calls of a rank that makes them, the milliseconds in MPI and waiting of a mean rank, and their share of it.
+SECTION = Section("comm_dimensions", "communication per dimension", _section, tables=(
+    Table("Communication per parallel dimension (per step; ms: mean over all ranks)", (
+        Column("dimension", "dimension", TEXT, name=True), Column("communicators", "communicators", TEXT, name=True),
+        Column("calls_per_step", "calls/step", NUMBER), Column("bytes_per_call", "bytes/call (median)", COUNT),
+        Column("time_s_per_step", "MPI ms/step", MS), Column("wait_s_per_step", "wait ms/step", MS),
+        Column("share", "share of step", SHARE),
+        Column("top_call", "top call", TEXT, name=True, value=lambda r: f"{r['top_call']} ({r['top_group']})",
+               only=TERMINAL),
+        Column("top_call", "costliest call", TEXT, name=True, value=_costliest, only=REPORT)),
+        top=False, empty="no MPI calls in the analyzed window"),))
+

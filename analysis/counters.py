@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.records import NS, Records, records
+from analysis.sections import Inputs, Section
 from analysis.window import Window
 from gpt2trace.format.lanes import lane_key, time_key, time_key_fits
 from gpt2trace.format.reader import Trace
@@ -134,3 +135,11 @@ def _repeated(rec: Records) -> np.ndarray:
     cols = [rec[c][order] for c in (RANK, THREAD, NAME, START_NS)]
     same[order[1:]] = np.logical_and.reduce([c[1:] == c[:-1] for c in cols])
     return same
+
+
+def _section(inputs: Inputs, parts: list[dict[str, float]]) -> dict:
+    return from_parts(parts, inputs.running_ns)
+
+
+# The summary shows the IPC and frequency; `analysis.scaling` compares them across traces
+SECTION = Section("counters", "counters", _section, part=lambda view: part(view.group, view.window, view.states))

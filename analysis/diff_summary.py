@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 
 from analysis import groups, mpi, pipeline, pop, segments, waits
-from analysis.analyze import jsonable, rows
 from analysis.imbalance import kernels_across_ranks
 from analysis.occupancy import kernel_wall
+from analysis.plain import jsonable, rows
 from analysis.records import records, threads
 from analysis.sections import Sections
 from analysis.state_profile import state_profile

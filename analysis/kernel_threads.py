@@ -9,7 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.plain import rows
 from analysis.records import NS, Records
+from analysis.sections import Inputs, Section
 from gpt2trace.format.lanes import distinct_index, lane_index
 from gpt2trace.format.schema import END_NS, NAME, RANK, START_NS, THREAD
 
@@ -64,3 +66,11 @@ def from_cells(parts: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.DataFrame({"kernel": np.array(label, dtype=object)[codes[k]], RANK: rank[j], THREAD: thread[j],
                          "seconds": t[k, j],
                          "ratio": t[k, j] / np.maximum(mean[k], 1e-300)}, columns=COLUMNS)
+
+
+def _section(inputs: Inputs, parts: list[pd.DataFrame]) -> list[dict]:
+    return rows(from_cells(parts))
+
+
+# Every step, not only the window (the report draws it)
+SECTION = Section("kernel_threads", "kernel threads", _section, part=lambda view: cells(view.kern))

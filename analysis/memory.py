@@ -11,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.plain import tables
 from analysis.records import NS, decode, records
+from analysis.sections import MIB, TEXT, Column, Inputs, Section, Table
 from analysis.window import Window
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, MICROSTEP, NAME, RANK, START_NS, STEP, VALUE, Counter, Kind
@@ -77,3 +79,18 @@ def _timeline(s: pd.DataFrame, window: Window, points: int) -> list[dict]:
     top = top.sort_values([RANK, "t_ns"], kind="stable")
     return [{RANK: int(r), "t_s": (g["t_ns"] / NS).tolist(), "bytes": g["bytes"].tolist()}
             for r, g in top.groupby(RANK)]
+
+
+def _section(inputs: Inputs, parts: list) -> dict | None:
+    return tables(memory(inputs.trace, inputs.window))
+
+
+# Resident memory per rank (None without samples). The peak per phase is in the JSON only: resident memory rarely
+# shrinks (the allocator keeps what it freed), so after the peak every phase shows it, and a table of it would
+# repeat one number.
+SECTION = Section("memory", "memory", _section, tables=(
+    Table("Resident memory per rank (sampled at phase ends)", (
+        Column(RANK, "rank", TEXT, name=True), Column("peak_bytes", "peak MiB", MIB),
+        Column("phase", "reached after", TEXT, name=True), Column(STEP, "step", TEXT, missing="none"),
+        Column(MICROSTEP, "micro-batch", TEXT, missing="none"), Column("min_bytes", "lowest MiB", MIB)),
+        rows="per_rank"),))

@@ -14,6 +14,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.order import by_value
+from analysis.plain import rows
+from analysis.sections import Inputs, Section
 from gpt2trace.format.mpi_calls import COLL, RECV, SENDRECV
 from gpt2trace.format.network import link_bytes
 from gpt2trace.format.reader import Trace
@@ -66,3 +68,12 @@ def link_load(trace: Trace, calls: pd.DataFrame, steps: int, step_s: float | Non
                      "top_call": min(mine, key=lambda n: (-mine[n], n)) if mine else None})
     out = pd.DataFrame(rows, columns=COLUMNS)
     return by_value(out, "bytes_per_step", ["node"])
+
+
+def _section(inputs: Inputs, parts: list) -> list[dict] | None:
+    links = link_load(inputs.trace, inputs.calls, len(inputs.window.steps), (inputs.summary or {}).get("step_s_median"))
+    return rows(links) if links is not None else None
+
+
+# The links of the emulated cluster (None on one node); JSON only (the findings name the busiest).
+SECTION = Section("network_links", "network links", _section)

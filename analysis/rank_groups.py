@@ -9,7 +9,8 @@ causes, delay costs, pipeline bubbles, communication matrix, network load, repla
 reduces each group's kernel, state, counter and task records to a `Part`: per-thread and per-rank sums (integer
 nanoseconds, exact in any order), per-rank and per-step rows, its kernel segments and parallel regions (one per
 kernel invocation on a rank, not per thread: what the delay costs, the pipeline's late senders and the critical
-path read of every rank). `analysis.analyze.combine` joins the parts and the shared records into `analyze`'s result: the
+path read of every rank), and what each declared section (analysis.sections.Section.part) takes of the group.
+`analysis.analyze.combine` joins the parts and the shared records into `analyze`'s result: the
 in-memory `analyze` is the same path with the whole trace as the only group.
 
 Everything is picklable, so groups can be spread over processes (mpi4py) and their parts reduced on one.
@@ -25,12 +26,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analysis import (
-    bursts,
-    counters,
     imbalance,
-    kernel_threads,
     occupancy,
     pop,
+    registry,
     segments,
     state_profile,
     steps,
@@ -38,6 +37,7 @@ from analysis import (
 )
 from analysis.critical_path import kernel_regions
 from analysis.records import Records, extent, records, threads
+from analysis.sections import GroupView
 from analysis.window import Window, of_steps
 from gpt2trace.format import communicators as comms
 from gpt2trace.format.reader import Reads, Trace, check_states
@@ -63,10 +63,11 @@ SHARED_COUNTERS = (Counter.TOKENS, Counter.RSS_BYTES)  # and these counters (one
 # What each pass reads of a group (a loader may give more; tests/analysis/test_rank_groups.py holds them to what
 # `gather` and `part` use). Parquet decodes a column for every record, so pass 1, which needs every kind (the
 # pairs, the extent, the state check) but the other columns of the shared records only, leaves out the state ids
-# (of most records), the kernels' layers and the task graph; pass 2 reads its kinds' columns.
+# (of most records), the kernels' layers and the task graph; pass 2 reads its kinds' columns, and what the declared
+# sections' parts read (analysis.registry).
 GATHER_READS = Reads(columns=tuple(c for c in FIELDS if c not in (STATE, LAYER, TASK, BLOCK, PREDS)))
 PART_READS = Reads(columns=(STATE, NAME, STEP, LAYER, VALUE, TASK, BLOCK, PREDS),
-                   kinds=(Kind.STATE, Kind.KERNEL, Kind.COUNTER, Kind.TASK))
+                   kinds=(Kind.STATE, Kind.KERNEL, Kind.COUNTER, Kind.TASK)) | registry.reads(registry.SECTIONS)
 
 
 class NotCombinable(ValueError):
@@ -108,7 +109,8 @@ def gather(group: Trace) -> Gathered:
 class Context:
     """What pass 2 and the combination need from pass 1: the window, the steps, every rank's (rank, thread) pairs,
     the kernel names of all groups (their codes in every part), the shared records of all ranks as one `Trace` with
-    the trace's metadata, and the warnings about the state records."""
+    the trace's metadata, the warnings about the state records, and the keys of the declared sections asked for
+    (analysis.registry; None: all of them)."""
     window: Window
     steps: pd.DataFrame
     pairs: pd.DataFrame
@@ -116,13 +118,17 @@ class Context:
     shared: Trace
     warnings: tuple[str, ...]
     groups: int
+    sections: tuple[str, ...] | None = None
 
 
-def context(gathered: list[Gathered], meta: Trace, spec: str | None = None, whole: Trace | None = None) -> Context:
+def context(gathered: list[Gathered], meta: Trace, spec: str | None = None, whole: Trace | None = None,
+            sections: tuple[str, ...] | None = None) -> Context:
     """The `Context` of the groups' `gathered` (in rank order); `meta`: any group (its metadata is the trace's);
-    `whole`: the trace itself when there is one group (its shared records are not copied). Raises WindowError for
-    a `spec` ('--steps A:B') that does not fit the trace and NotCombinable for groups that overlap or are out of
-    rank order."""
+    `whole`: the trace itself when there is one group (its shared records are not copied); `sections`: the keys of
+    the declared sections to compute (None: all). Raises WindowError for a `spec` ('--steps A:B') that does not fit
+    the trace, NotCombinable for groups that overlap or are out of rank order and ValueError for a section key that
+    no section has."""
+    chosen = None if sections is None else tuple(s.key for s in registry.chosen(sections))
     firsts = [int(g.pairs[RANK].min()) for g in gathered if len(g.pairs)]
     if firsts != sorted(firsts) or len(set().union(*(set(g.pairs[RANK]) for g in gathered))) != sum(
             g.pairs[RANK].nunique() for g in gathered):
@@ -134,7 +140,7 @@ def context(gathered: list[Gathered], meta: Trace, spec: str | None = None, whol
              pd.concat([g.pairs for g in gathered], ignore_index=True))
     names = tuple(dict.fromkeys(n for g in gathered for n in g.kernel_names))   # first appearance, group by group
     shared = whole if whole is not None else _shared_trace(gathered, meta, pairs)
-    return Context(window, table, pairs, names, shared, _state_warnings(gathered), len(gathered))
+    return Context(window, table, pairs, names, shared, _state_warnings(gathered), len(gathered), chosen)
 
 
 def _shared_trace(gathered: list[Gathered], meta: Trace, pairs: pd.DataFrame) -> Trace:
@@ -173,14 +179,12 @@ class Part:
     states: state_profile.LaneStates
     occupancy: dict
     pop: pop.Part
-    bursts: bursts.Counts
     imbalance: tuple[pd.DataFrame, pd.DataFrame]
-    kernel_threads: pd.DataFrame
-    counters: dict[str, float]
     tasks: dict | None          # a task-based run's (None: fork-join)
     segs: segments.Segments
     regions: pd.DataFrame | None   # the critical path's view of the kernels (None: see `kern`)
     kern: Records | None        # the records themselves, when the group is the whole trace (the critical path's)
+    sections: dict[str, object]     # the declared sections' parts, by key (analysis.sections.Section.part)
 
 
 def part(group: Trace, ctx: Context, top: int = 10, bins: int = 100) -> Part:
@@ -191,11 +195,12 @@ def part(group: Trace, ctx: Context, top: int = 10, bins: int = 100) -> Part:
     segs = segments.segments(timed)
     states = records(group, Kind.STATE, (RANK, THREAD, STATE), window)
     times = state_profile.lane_states(states)                # and the threads with state records, found once
+    view = GroupView(group, window, ctx.steps, kern, segs, states, times, top, bins)
     return Part(states=times, occupancy=occupancy.part(states, window, segs, top, bins, (times.rank, times.thread)),
-                pop=pop.part(states, kern, times), bursts=bursts.counts(states),
-                imbalance=imbalance.threads_part(kern), kernel_threads=kernel_threads.cells(kern),
-                counters=counters.part(group, window, states), tasks=tasks.part(group, window, ctx.steps), segs=segs,
-                regions=kernel_regions(timed) if ctx.groups > 1 else None, kern=kern if ctx.groups == 1 else None)
+                pop=pop.part(states, kern, times), imbalance=imbalance.threads_part(kern),
+                tasks=tasks.part(group, window, ctx.steps), segs=segs,
+                regions=kernel_regions(timed) if ctx.groups > 1 else None, kern=kern if ctx.groups == 1 else None,
+                sections={s.key: s.part(view) for s in registry.chosen(ctx.sections) if s.part is not None})
 
 
 def _recode(kern: Records, names: tuple[str, ...]) -> Records:

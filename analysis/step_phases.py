@@ -9,7 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.plain import rows
 from analysis.records import NS, records
+from analysis.sections import Inputs, Section
 from analysis.steps import steps_table
 from gpt2trace.format.reader import Trace
 from gpt2trace.format.schema import END_NS, NAME, RANK, START_NS, STEP, Kind
@@ -48,3 +50,11 @@ def step_phases(trace: Trace, steps: pd.DataFrame | None = None) -> dict[str, pd
                            "seconds": np.concatenate(per_phase) if per_phase else np.zeros(0)})
     return {"steps": pd.DataFrame({STEP: step, "seconds": total, "other_s": np.maximum(total - stacked, 0)}),
             "phases": phases[PHASE_COLUMNS]}
+
+
+def _section(inputs: Inputs, parts: list) -> dict:
+    return {k: rows(v) for k, v in step_phases(inputs.trace, inputs.steps).items()}
+
+
+# Every step's phases (the report draws them)
+SECTION = Section("step_phases", "step phases", _section)

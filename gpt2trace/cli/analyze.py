@@ -16,7 +16,6 @@ from rich.text import Text
 
 from gpt2trace.cli import limits
 from gpt2trace.cli.common import TRACE_FORMATS, console, err_console, fail, json_output, output, plain, trace_files
-from gpt2trace.cli.memory_tables import render_memory
 from gpt2trace.cli.tables import Col, print_table
 from gpt2trace.format.errors import OutputError, TraceError
 from gpt2trace.format.limits import GROUP_RECORDS
@@ -106,9 +105,15 @@ def analyze(
             render_scaling(console, result["scaling"], result["scaling_work_unit"])
 
 
+# The declared sections (analysis.registry) whose tables `render` places among the others; the rest come last
+PLACED = ("memory", "comm_dimensions")
+
+
 def render(out: Console, res: dict, top: int) -> None:
     """The result's tables; a section that was not computed (None, named in the warnings) is left out."""
-    from gpt2trace.format.communicators import WORLD_NAME  # NumPy behind it: not at the CLI's start-up
+    # the analyses behind these imports (NumPy, pandas): not at the CLI's start-up
+    from gpt2trace.cli.section_tables import render_section, render_sections
+    from gpt2trace.format.communicators import WORLD_NAME
     p = res["pop"]
     out.rule(Text(plain(res["trace"]), style="bold"))
     for w in res["warnings"]:
@@ -117,7 +122,7 @@ def render(out: Console, res: dict, top: int) -> None:
         render_summary(out, res, top)
     if res.get("pipeline"):
         render_pipeline(out, res["pipeline"], top)
-    render_memory(out, res.get("memory"), top)
+    render_section(out, res, "memory", top)
     levels = (p, p.get("mpi") or {}, p.get("threads") or {})
     pop_rows = [(label, *(_pct(lv[key]) if lv.get(key) is not None else None for lv in levels))
                 for key, label in _POP_ROWS]
@@ -154,7 +159,7 @@ def render(out: Console, res: dict, top: int) -> None:
                     [(r["name"], r["group"], r["wait_state"], _int(r["count"]), _int(r["bytes"]), _num(r["total_s"]),
                       _num(r["wait_s"]), _num(r["transfer_s"]), _num(r["bandwidth_gb_s"]), _pct(r["hidden_fraction"]))
                      for r in res["waits"]["calls"][:top]])
-        render_dimensions(out, res.get("comm_dimensions") or [])
+        render_section(out, res, "comm_dimensions", top)
         if any(g["group"] != WORLD_NAME for g in res["waits"].get("groups") or []):    # else: the calls table again
             print_table(out, "Communication per group (all communicators of one name)",
                         [Col("group", label=True), Col("comms"), Col("ranks"), Col("calls"), Col("bytes"),
@@ -185,6 +190,7 @@ def render(out: Console, res: dict, top: int) -> None:
         render_critical_path(out, res["critical_path"], top)
     if res.get("tasks"):
         render_tasks(out, res["tasks"], top)
+    render_sections(out, res, top, PLACED)
     _findings(out, (res["findings"] or [])[:top])
 
 
@@ -240,19 +246,6 @@ def render_tasks(out: Console, tasks: dict, top: int) -> None:
                 [Col("duration", label=True), Col("tasks"), Col("seconds"), Col("share")],
                 [(f"{_us(h['lo_s'][i])} - {_us(h['hi_s'][i])}", _int(h["count"][i]), _num(h["seconds"][i]),
                   _pct(h["seconds"][i] / t["task_s"] if t["task_s"] else None)) for i in every])
-
-
-def render_dimensions(out: Console, dims: list[dict]) -> None:
-    """Communication per parallel dimension (analysis.comm_groups.per_dimension): per step, the calls of a rank
-    that makes them, the milliseconds in MPI and waiting of a mean rank, and their share of the step."""
-    if dims:
-        print_table(out, "Communication per parallel dimension (per step; ms: mean over all ranks)",
-                    [Col("dimension", label=True), Col("communicators", label=True), Col("calls/step"),
-                     Col("bytes/call (median)"), Col("MPI ms/step"), Col("wait ms/step"), Col("share of step"),
-                     Col("top call", label=True)],
-                    [(r["dimension"], ", ".join(r["communicators"]), _num(r["calls_per_step"]),
-                      _int(_whole(r["bytes_per_call"])), _ms(r["time_s_per_step"]), _ms(r["wait_s_per_step"]),
-                      _pct(r["share"]), f"{r['top_call']} ({r['top_group']})") for r in dims])
 
 
 def render_comm_matrix(out: Console, matrix: dict, top: int) -> None:
@@ -404,10 +397,6 @@ def _factor(v, kind: str) -> str | None:
     if kind == "x":
         return f"{v:.3f}"
     return _int(v) if isinstance(v, int) else _num(v)
-
-
-def _whole(v: float | None) -> int | None:
-    return None if v is None else round(v)
 
 
 def _us(seconds) -> str:

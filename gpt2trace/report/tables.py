@@ -1,13 +1,16 @@
 """HTML of the report's text parts: the header (run configuration, machine), the summary, and the analysis tables
-(POP, phases, imbalance, MPI waits, root causes, occupancy, findings). Every value is escaped: names, metadata
-and file names come from the trace, which anyone can write.
+(POP, phases, imbalance, MPI waits, root causes, occupancy, findings), and those of the declared sections
+(analysis.registry) from their column specs (`section`). Every value is escaped: names, metadata and file names
+come from the trace, which anyone can write.
 """
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from analysis.pipeline import FORWARD, ranges
+from analysis.registry import SECTIONS
+from analysis.sections import REPORT
 from gpt2trace.format.communicators import WORLD_NAME
 
 Cell = Callable[[object], str]
@@ -199,7 +202,7 @@ def waits(res: dict, top: int) -> str:
                                           ("share", "share of MPI time", pct)],
                    caption="Communication per group (every communicator of one name)",
                    empty="every call ran on the world communicator")
-    dims = dimensions(res.get("comm_dimensions") or [])
+    dims = section(res, "comm_dimensions", top)
     causes = table(res["root_causes"][:top], [("group", "communicator", str), ("rank", "rank", num),
                                               ("kernel", "kernel", str),
                                               ("layer", "layer", _opt), ("wait_s", "waits caused", seconds),
@@ -209,20 +212,24 @@ def waits(res: dict, top: int) -> str:
     return calls + dims + groups + states + causes
 
 
-def dimensions(rows: list[dict]) -> str:
-    """Communication per parallel dimension (analysis.comm_groups.per_dimension): per step, the calls of a rank that
-    makes them, the time of a mean rank in MPI and waiting, their share of the step, and the call that costs most."""
-    shown = [{**r, "communicators": ", ".join(r["communicators"]),
-              "top": f"{r['top_call']} on {r['top_group']}: {num(r['top_calls_per_step'])} per step"
-                     + (f" of {_bytes(r['top_bytes_per_call'])} bytes" if r["top_bytes_per_call"] else "")
-                     + f", {pct(r['top_share'])} of the step"} for r in rows]
-    return table(shown, [("dimension", "dimension", str), ("communicators", "communicators", str),
-                         ("calls_per_step", "calls per step", num),
-                         ("bytes_per_call", "bytes per call (median)", _bytes),
-                         ("time_s_per_step", "MPI per step", seconds), ("wait_s_per_step", "waiting per step", seconds),
-                         ("share", "share of the step", pct), ("top", "costliest call", str)],
-                 caption="Communication per parallel dimension (per step: calls of a rank that makes them, times of "
-                         "a mean rank)", empty="no MPI calls in the analyzed window")
+def sections(res: dict, top: int, placed: Collection[str] = ()) -> str:
+    """The tables of every declared section in `res` but those `placed` elsewhere, in the registry's order."""
+    return "".join(section(res, s.key, top) for s in SECTIONS if s.key not in placed)
+
+
+def section(res: dict, key: str, top: int) -> str:
+    """The tables of the declared section `key`, from their column specs (analysis.sections.Table); one without
+    rows says its `empty`, or is left out."""
+    out = []
+    for spec in next(s for s in SECTIONS if s.key == key).tables:
+        rows = spec.of(res.get(key))
+        rows = rows[:top] if spec.top else rows
+        if rows or spec.empty is not None:
+            cols = spec.shown(REPORT)
+            values = [{i: c.of(r) for i, c in enumerate(cols)} for r in rows]
+            out.append(table(values, [(i, c.label, c.text) for i, c in enumerate(cols)], caption=spec.title,
+                             empty=spec.empty or "none"))
+    return "".join(out)
 
 
 def pipeline(res: dict, top: int) -> str:
@@ -296,10 +303,6 @@ def findings(res: dict, top: int) -> str:
 
 def warnings(res: dict) -> str:
     return "".join(f'<p class="warning">warning: {esc(w)}</p>' for w in res.get("warnings") or [])
-
-
-def _bytes(v) -> str:
-    return "n/a" if v is None else f"{v:,.0f}"
 
 
 def _opt(v) -> str:

@@ -58,10 +58,36 @@ def test_communication_per_dimension_and_the_degrees():
     dims = dims[:dims.index("</table>")]
     rows = [r.split("</tr>")[0] for r in dims.split("<tbody>")[1].split("<tr>")[1:]]
     assert [r.split("</td>")[0].rsplit(">", 1)[1] for r in rows] == ["tp", "dp", "dp x tp"]
-    # tp: 4 calls a step, 1 MB each, 2 s of a mean rank's 10 s step, nobody waits
-    assert ('<td class="num">4</td><td class="num">1,000,000</td><td class="num">2 s</td><td class="num">0</td>'
+    # the terminal's columns (analysis/comm_groups.py's SECTION), the costliest call in a sentence: tp: 4 calls a
+    # step, 1 MB each, 2 s = 2000 ms of a mean rank's 10 s step, nobody waits
+    head = dims[dims.index("<thead>"):dims.index("</thead>")]
+    assert [h.split("</th>")[0] for h in head.split("<th>")[1:]] == [
+        "dimension", "communicators", "calls/step", "bytes/call (median)", "MPI ms/step", "wait ms/step",
+        "share of step", "costliest call"]
+    assert ('<td class="num">4</td><td class="num">1,000,000</td><td class="num">2000</td><td class="num">0</td>'
             '<td class="num">20.0%</td><td class="txt">MPI_Allreduce on tp: 4 per step of 1,000,000 bytes, 20.0% '
             'of the step</td>') in rows[0]
     # the world's barrier moves no bytes
-    assert '<td class="txt">n/a</td><td class="num">500 ms</td>' in rows[2]
+    assert '<td class="txt">n/a</td><td class="num">500</td>' in rows[2]
+    assert rows[2].endswith('<td class="txt">MPI_Barrier on world: 1 per step, 5.0% of the step</td>')
     assert "<dt>parallel dimensions</dt><dd>dp 2 x tp 2 x pp 1 x sp 1</dd>" in tables.summary(res)
+
+
+def test_declared_sections_are_drawn_from_their_column_specs(monkeypatch):
+    from analysis.sections import COUNT, TERMINAL, TEXT, Column, Section, Table
+    from gpt2trace.testing.synthetic_memory import memory_trace
+
+    # resident memory per rank (tests/gpt2trace/cli/test_section_tables.py): 320 MB = 305.2 MiB on rank 0
+    out = tables.sections(analyze(memory_trace(), steps="0:2"), 10, placed=("comm_dimensions",))
+    assert out.startswith('<table class=""><caption>Resident memory per rank (sampled at phase ends)</caption>')
+    assert ('<tr><td class="num">0</td><td class="num">305.2</td><td class="txt">forward</td><td class="num">1</td>'
+            '<td class="num">0</td><td class="num">95.4</td></tr>') in out
+    toy = Section("toy", "toy", lambda inputs, parts: None, tables=(
+        Table("Toy", (Column("name", "name", TEXT, name=True), Column("n", "records", COUNT),
+                      Column("n", "terminal only", only=TERMINAL)), empty="no toy rows"),))
+    monkeypatch.setattr(tables, "SECTIONS", (toy,))
+    page = tables.sections({"toy": [{"name": KERNEL_EVIL, "n": 1234}]}, 10)
+    assert "<img" not in page and "&lt;img" in page and "terminal only" not in page
+    assert '<td class="num">1,234</td>' in page
+    assert tables.sections({"toy": []}, 10) == '<p class="empty">Toy: no toy rows</p>'
+    assert tables.sections({"toy": []}, 10, placed=("toy",)) == ""
