@@ -2,7 +2,7 @@
 changed from the first run to the second (`gpt2trace diff`).
 
 A thin layer: the configuration comes from the trace (gpt2trace.run.rerun), options are named as `gpt2trace run`
-spells them (its own declarations, read here), the run goes through `gpt2trace run`'s training and report
+spells them (gpt2trace.run.options), the run goes through `gpt2trace run`'s training and report
 (cli/run.py; under mpiexec when it has more than one rank: this command started again on every rank, training
 only), and the comparison through analysis.diff, printed as `gpt2trace diff` prints it. Everything is checked before
 any training: the options and values, the trace (a trace without a run configuration: an imported or synthetic
@@ -11,7 +11,6 @@ replaces one).
 """
 from __future__ import annotations
 
-import functools
 import os
 from pathlib import Path
 from typing import Annotated
@@ -69,8 +68,10 @@ def rerun(
         cfg = rerun_config(stored, changes, new)
         if inside is not None and inside[1] > 1:
             cfg = for_rank(cfg, rank, inside[1])
+        from gpt2trace.run.mpiexec import ranks_on_this_node
         from gpt2trace.run.preflight import check_run
-        check_run(cfg, processes_here=cfg.parallel.ranks if inside is None else 1, first_rank=rank == 0)
+        here = cfg.parallel.ranks if inside is None else ranks_on_this_node()
+        checked = check_run(cfg, processes_here=here or 1, first_rank=rank == 0)
     except ConfigError as exc:
         _refuse(rank, _config_message(exc, given))
     except (TrainerError, OutputError) as exc:
@@ -94,7 +95,7 @@ def rerun(
             prepare_process(par.threads, oversubscribed=oversubscribed)
         except TrainerError as exc:
             _refuse(rank, str(exc))
-        _train(cfg, rank)
+        _train(cfg, rank, checked if here is not None else None)
     if train_only or rank != 0:
         return
     _compare(trace, first, new, steps, top)
@@ -119,19 +120,11 @@ def _setting(text: str) -> tuple[str, str, str]:
     return setting, shown, value
 
 
-@functools.cache
 def _run_options() -> dict[str, tuple[str, str]]:
     """Every spelling of `gpt2trace run`'s options without dashes (batch-size, B, ...) -> (its parameter, its
-    spelling), read from the command's own declarations."""
-    from gpt2trace.cli.run import run as run_command
-    app = typer.Typer(add_completion=False)
-    app.command()(run_command)
-    out = {}
-    for param in typer.main.get_command(app).params:
-        shown = "/".join(param.opts)
-        for opt in param.opts:
-            out[opt.lstrip("-")] = (param.name, shown)
-    return out
+    spelling), from their declarations (gpt2trace.run.options)."""
+    from gpt2trace.run.options import RUN_OPTIONS
+    return {flag.lstrip("-"): (o.name, "/".join(o.flags)) for o in RUN_OPTIONS for flag in o.flags}
 
 
 def _stored(trace: Path) -> dict:
@@ -153,9 +146,9 @@ def _default_output(trace: Path) -> Path:
 
 def _config_message(exc, given: list[tuple[str, str, str]]) -> str:
     """A ConfigError as one line: the --set it is about, or the stored option it no longer fits with the changes."""
-    from gpt2trace.cli.run import OPTIONS
+    from gpt2trace.run.options import BY_NAME, OPTIONS
     for setting, shown, value in given:
-        if exc.field in (setting, f"{setting}_s"):
+        if exc.field in (setting, BY_NAME[setting].field):      # the setting, or the config field it sets
             return f"--set {shown.split('/')[-1].lstrip('-')}={value}: {exc.requirement}"
     return _with(given, f"{OPTIONS.get(exc.field, exc.field)} {exc.value}: {exc.requirement}")
 

@@ -3,10 +3,11 @@
 Everything is checked before anything is built or launched (gpt2trace.run.preflight): a bad option is one line
 and exit code 2, printed once even with --ranks. Numba's thread pool is sized before anything imports Numba.
 Values are validated by the frozen configs (trainer.config), not by Typer, so every message is one line naming
-the option.
+the option. The options are declared once, in gpt2trace.run.options: `run`'s signature is made from that table.
 """
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import signal
@@ -21,136 +22,34 @@ from rich.text import Text
 
 from gpt2trace.cli import limits
 from gpt2trace.cli.common import console, err_console, fail, plain
-from gpt2trace.run.runner import DEFAULT_TRACE, TraceConfig
-from trainer.config import DEFAULT_TASK_BLOCK, DataLoading, DPSync, PPSchedule, Schedule, SPReduce, SPSplit
+from gpt2trace.run.options import OPTIONS, RUN_OPTIONS, RunOption, run_config
+from trainer.config import Schedule
 
-_MODEL_HELP = "GPT-2 config by name: d12 (124M), d24, d36, d48, small (the default, the demo), tiny (tests)."
-DEFAULT_MODEL = "small"
-DEFAULT_T = 64
-
-# Config fields -> the options that set them, for messages (trainer.errors.ConfigError names the field).
-OPTIONS = {
-    "batch_size": "-B/--batch-size", "seq_len": "-T/--seq-len", "steps": "--steps", "lr": "--lr",
-    "weight_decay": "--weight-decay", "grad_accum": "--grad-accum", "seed": "--seed", "threads": "--threads",
-    "ranks": "--ranks", "n_layer": "--n-layer", "n_head": "--n-head", "n_embd": "--n-embd",
-    "vocab_size": "--vocab-size", "max_seq_len": "--max-seq-len", "flush_every_s": "--flush-every",
-    "memory_every_s": "--memory-every", "sp": "--sp",
-    "tp": "--tp", "pp": "--pp", "pp_layers": "--pp-layers", "data_loading": "--data-loading",
-    "emulate_network": "--emulate-network", "save_every": "--save-every", "schedule": "--schedule",
-    "task_block": "--task-block",
-}
-# A resumed run's settings that differ from the saved run's (trainer.state_file.Fingerprint), as the user set them.
-_RESUME_LABELS = {**OPTIONS, "global_batch": "the global batch (-B x --ranks/--sp x --grad-accum sequences)",
-                  "data": "--data", "data_bytes": "the size of --data", "beta1": "AdamW beta1",
-                  "beta2": "AdamW beta2", "eps": "AdamW eps"}
-_SIZE_OPTIONS = ("--n-layer", "--n-head", "--n-embd", "--vocab-size", "--max-seq-len")
 # Set in the ranks `--ranks N` starts under mpiexec: the launcher merges what they trace when the job fails.
 _LAUNCHER_ENV = "GPT2TRACE_LAUNCHED_BY_RUN"
+# A resumed run's settings that differ from the saved run's (trainer.state_file.Fingerprint), as the user set them:
+# the options, and what the fingerprint derives from them or holds beside them.
+_RESUME_LABELS = {"global_batch": "the global batch (-B x --ranks/--sp x --grad-accum sequences)",
+                  "data_bytes": "the size of --data", "beta1": "AdamW beta1", "beta2": "AdamW beta2",
+                  "eps": "AdamW eps", **OPTIONS}
 
 
-def run(
-    ctx: typer.Context,
-    model: Annotated[str | None, typer.Option(help=_MODEL_HELP, show_default=False)] = None,
-    init_from: Annotated[Path | None, typer.Option(
-        "--init-from", help="llm.c checkpoint to start from; it sets the model (so --model and the size options "
-                            "are refused).")] = None,
-    data: Annotated[Path | None, typer.Option(
-        help="llm.c token file (.bin); default: the built-in synthetic corpus.")] = None,
-    batch_size: Annotated[int, typer.Option("--batch-size", "-B", help="Sequences per micro-step, per rank (>= 1).")
-                          ] = 4,
-    seq_len: Annotated[int | None, typer.Option(
-        "--seq-len", "-T", show_default=False,
-        help=f"Tokens per sequence (default: {DEFAULT_T}, or the model's context if shorter).")] = None,
-    steps: Annotated[int, typer.Option(help="Optimizer steps in all (>= 0), a resumed run's saved steps included.")
-                     ] = 60,
-    lr: Annotated[float, typer.Option(help="AdamW learning rate (constant, finite, >= 0).")] = 1e-3,
-    weight_decay: Annotated[float, typer.Option("--weight-decay", help="AdamW weight decay (>= 0).")] = 0.0,
-    grad_accum: Annotated[int, typer.Option("--grad-accum", help="Micro-steps per optimizer step (>= 1).")] = 1,
-    threads: Annotated[int | None, typer.Option(
-        show_default=False, help="Numba threads per rank (default: the cores available, shared among the ranks; "
-                                 "more than the cores works, with a warning).")] = None,
-    ranks: Annotated[int, typer.Option(help="MPI ranks (data parallel); starts mpiexec itself unless already "
-                                            "inside MPI.")] = 1,
-    dp_sync: Annotated[DPSync, typer.Option(
-        "--dp-sync", help="How ranks combine gradients: allreduce; reduce-bcast (AdamW on rank 0); overlap (one "
-                          "nonblocking allreduce per layer); zero1 (ZeRO-1: reduce-scatter, AdamW moments sharded); "
-                          "zero2 (ZeRO-2: also the gradients sharded, reduce-scattered layer by layer during "
-                          "backward).")] = DPSync.allreduce,
-    data_loading: Annotated[DataLoading, typer.Option(
-        "--data-loading", help="local: each rank reads its shard; scatter: rank 0 reads and scatters.")
-    ] = DataLoading.local,
-    tp: Annotated[int, typer.Option(
-        "--tp", help="Tensor parallelism (Megatron-LM): ranks per tensor-parallel group, each holding 1/tp of "
-                     "every layer's heads and MLP columns and of the vocabulary; adjacent ranks (tp must divide "
-                     "--ranks, the heads and the padded vocabulary).")] = 1,
-    sp: Annotated[int, typer.Option(
-        "--sp", help="Sequence parallelism: ranks per sequence group, each holding T/sp positions of every "
-                     "sequence; --ranks/sp data-parallel groups (sp must divide --ranks and -T).")] = 1,
-    sp_split: Annotated[SPSplit, typer.Option(
-        "--sp-split", help="Positions per rank: contiguous blocks, or interleaved (t mod sp).")] = SPSplit.contiguous,
-    sp_reduce: Annotated[SPReduce, typer.Option(
-        "--sp-reduce", help="How a sequence group sums key/value gradients after attention backward.")
-    ] = SPReduce.allreduce,
-    pp: Annotated[int, typer.Option(
-        "--pp", help="Pipeline parallelism: stages per pipeline, each holding a contiguous range of layers; "
-                     "--ranks/(sp*pp) data-parallel pipelines. --grad-accum sets the micro-batches per step.")] = 1,
-    pp_schedule: Annotated[PPSchedule, typer.Option(
-        "--pp-schedule", help="gpipe: all forwards, then all backwards; 1f1b: one forward, one backward "
-                              "(activations of at most pp micro-batches held).")] = PPSchedule.onef1b,
-    pp_layers: Annotated[str | None, typer.Option(
-        "--pp-layers", show_default=False,
-        help="Layers per stage, e.g. 3,3,3,1 (default: balanced by compute, the lm head counted on the last "
-             "stage).")] = None,
-    emulate_network: Annotated[str | None, typer.Option(
-        "--emulate-network", show_default=False,
-        help='Emulate a cluster: "nodes=5,link=10Gb/s,latency=5us": ranks in blocks on the nodes, every MPI call '
-             "held for what that network adds (docs/parallel.md).")] = None,
-    recompute: Annotated[bool, typer.Option(
-        "--recompute", help="Activation checkpointing: keep each layer's input in forward, recompute the layer "
-                            "in backward.")] = False,
-    schedule: Annotated[Schedule, typer.Option(
-        "--schedule", help="How kernels run on a rank's threads: forkjoin (a parallel loop per kernel, a barrier "
-                           "after each); tasks (OmpSs-2 style: kernels cut into block tasks with data dependencies, "
-                           "no barrier; gradient reductions are MPI_Iallreduce tasks; data parallelism only).")
-    ] = Schedule.forkjoin,
-    task_block: Annotated[int, typer.Option(
-        "--task-block", help="--schedule tasks: rows (tokens) per task of the row-split kernels; weight-gradient "
-                             "kernels get as many feature blocks.")] = DEFAULT_TASK_BLOCK,
-    seed: Annotated[int, typer.Option(help="Seed for initialization and the synthetic corpus (>= 0).")] = 1337,
-    save: Annotated[Path | None, typer.Option(
-        help="Write an llm.c checkpoint at the end, and the AdamW state beside it (PATH.state) for --resume.")
-    ] = None,
-    save_every: Annotated[int, typer.Option(
-        "--save-every", help="Also save after every K-th step (needs --save; each save replaces the last). "
-                             "0: only at the end.")] = 0,
-    resume: Annotated[Path | None, typer.Option(
-        "--resume", help="Continue the run saved in this checkpoint (and its .state) bit for bit, from its next "
-                         "step to --steps (the total); same settings as the saved run.")] = None,
-    metrics_json: Annotated[Path | None, typer.Option(
-        "--metrics-json", help="Per-step JSON lines: step, loss, ms, tokens_per_s.")] = None,
-    trace: Annotated[Path, typer.Option(help="Where the trace goes (an existing trace there is replaced when "
-                                             "the run ends).")] = DEFAULT_TRACE,
-    no_trace: Annotated[bool, typer.Option("--no-trace", help="Switch tracing off entirely.")] = False,
-    flush_every: Annotated[float, typer.Option(
-        "--flush-every", help="Seconds between the trace parts written during the run: a kill loses at most "
-                              "about this much plus a step. 0: write every step before the next starts.")
-    ] = TraceConfig.flush_every_s,
-    memory_every: Annotated[float, typer.Option(
-        "--memory-every", help="Seconds between the steps whose phase ends sample the resident memory (each "
-                               "sample is a system call). 0: every step.")
-    ] = TraceConfig.memory_every_s,
-    n_layer: Annotated[int | None, typer.Option("--n-layer", show_default=False)] = None,
-    n_head: Annotated[int | None, typer.Option("--n-head", show_default=False)] = None,
-    n_embd: Annotated[int | None, typer.Option("--n-embd", show_default=False)] = None,
-    vocab_size: Annotated[int | None, typer.Option("--vocab-size", show_default=False)] = None,
-    max_seq_len: Annotated[int | None, typer.Option("--max-seq-len", show_default=False)] = None,
-) -> None:
+def _parameter(option: RunOption) -> inspect.Parameter:
+    """`option` as Typer reads a parameter: `name: Annotated[kind, typer.Option(*flags, help=...)] = default`."""
+    kind = option.kind if option.default is not None else option.kind | None
+    declared = typer.Option(*option.flags, help=option.help, **({} if option.show_default is None else
+                                                                  {"show_default": option.show_default}))
+    return inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=option.default,
+                             annotation=Annotated[kind, declared])
+
+
+def run(ctx: typer.Context, **options) -> None:
     """Train GPT-2 on the data (default: a built-in learnable corpus) and trace every thread to Parquet.
 
     Ctrl-C or SIGTERM stops after the step in progress, keeps the whole steps and exits with 130 or 143; a
     second one stops at once (the step in progress is dropped)."""
     from gpt2trace.format.errors import OutputError
-    from gpt2trace.run.mpiexec import launched_by_mpi
+    from gpt2trace.run.mpiexec import launched_by_mpi, ranks_on_this_node
     from gpt2trace.run.ownership import claim
     from gpt2trace.run.preflight import check_run
     from trainer.cpu import cores_available
@@ -158,28 +57,24 @@ def run(
 
     inside = launched_by_mpi()
     rank = inside[0] if inside is not None and inside[1] > 1 else 0
-    if inside is not None and inside[1] > 1:
-        ranks = inside[1]
+    ranks = inside[1] if inside is not None and inside[1] > 1 else options["ranks"]
     if rank != 0:
         console.quiet = True   # only rank 0 prints; errors still go to stderr with the rank named
-    sizes = {"n_layer": n_layer, "n_head": n_head, "n_embd": n_embd, "vocab_size": vocab_size,
-             "max_seq_len": max_seq_len}
     cores = cores_available()
     try:
-        if no_trace and ctx.get_parameter_source("trace").name != "DEFAULT":     # given on the command line
-            raise TrainerError(f"--no-trace and --trace {trace}: --no-trace writes no trace; drop one of them")
-        threads = threads if threads is not None else max(1, cores // max(ranks, 1))
-        cfg = _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay, grad_accum, threads,
-                      ranks, rank, dp_sync, data_loading, (sp, sp_split, sp_reduce),
-                      (pp, pp_schedule, pp_layers, recompute), seed, (save, save_every, resume),
-                      metrics_json, None if no_trace else trace, (flush_every, memory_every), sizes,
-                      emulate_network, tp, (schedule, task_block))
+        if options["no_trace"] and ctx.get_parameter_source("trace").name != "DEFAULT":  # given on the command line
+            raise TrainerError(f"--no-trace and --trace {options['trace']}: --no-trace writes no trace; drop one of "
+                               "them")
+        cfg = run_config({**options, "ranks": ranks}, rank)
         # the trace is this run's until the command ends, before anything looks at its parts (gpt2trace.run.ownership)
         lock = claim(cfg.trace.path, inside, "wait for it to end, or give this run another --trace", "--trace")
         try:
             # the options' bounds before the memory check, which counts the processes --ranks asks for
-            _check_limits(cfg, cores, launched_here=inside is None, network=emulate_network)
-            check_run(cfg, processes_here=ranks if inside is None else 1, first_rank=rank == 0)
+            _check_limits(cfg, cores, launched_here=inside is None, network=options["emulate_network"])
+            # every process on this node counted: the ranks the launcher starts, or those of an outer mpiexec
+            # (the training checks again, with MPI, only when the process manager does not say how many)
+            here = ranks if inside is None else ranks_on_this_node()
+            checked = check_run(cfg, processes_here=here or 1, first_rank=rank == 0)
         except BaseException:
             lock.release()
             raise
@@ -188,12 +83,17 @@ def run(
             raise typer.Exit(code=2) from None
         fail(_message(exc))
     try:
-        _start(cfg, rank, ranks, threads, cores, inside, lock)
+        _start(cfg, rank, ranks, cfg.parallel.threads, cores, inside, lock, checked if here is not None else None)
     finally:
         lock.release()
 
 
-def _start(cfg, rank: int, ranks: int, threads: int, cores: int, inside, lock) -> None:
+run.__signature__ = inspect.Signature(   # Typer reads the options from it (gpt2trace.run.options)
+    [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
+     *map(_parameter, RUN_OPTIONS)])
+
+
+def _start(cfg, rank: int, ranks: int, threads: int, cores: int, inside, lock, checked=None) -> None:
     from gpt2trace.run.runner import prepare_process
     from trainer.errors import TrainerError
 
@@ -208,56 +108,7 @@ def _start(cfg, rank: int, ranks: int, threads: int, cores: int, inside, lock) -
         prepare_process(threads, oversubscribed=oversubscribed)
     except TrainerError as exc:
         fail(_message(exc))
-    _train(cfg, rank)
-
-
-def _config(model, init_from, data, batch_size, seq_len, steps, lr, weight_decay, grad_accum, threads, ranks, rank,
-            dp_sync, data_loading, sequence, pipeline, seed, saving, metrics_json, trace, tracing, sizes,
-            network=None, tp=1, tasks=(Schedule.forkjoin, DEFAULT_TASK_BLOCK)):
-    """The RunConfig the options describe (trainer.errors.ConfigError for a value out of range). `sequence` is
-    (--sp, --sp-split, --sp-reduce), `pipeline` (--pp, --pp-schedule, --pp-layers, --recompute), `saving` (--save,
-    --save-every, --resume), `tracing` (--flush-every, --memory-every), `tasks` (--schedule, --task-block)."""
-    from gpt2trace.run.runner import RunConfig
-    from trainer.config import ModelConfig, ParallelConfig, TrainConfig, model_config
-    from trainer.errors import TrainerError
-    from trainer.parallel.split import SequenceSplit
-
-    save, save_every, resume = saving
-    given = [name for name, value in zip(_SIZE_OPTIONS, sizes.values()) if value is not None]
-    if resume is not None and model is None and init_from is None:
-        # the saved run's model, the size options given applied to it: the fingerprint compares them with the saved
-        # run's and names the one that differs (not the default model's sizes, nor a -T fitted to them)
-        from dataclasses import replace
-
-        from trainer.checkpoint import read_checkpoint_config
-        mcfg = replace(read_checkpoint_config(resume), **{k: v for k, v in sizes.items() if v is not None})
-    elif init_from is not None and resume is None:
-        from trainer.checkpoint import read_checkpoint_config
-        mcfg = read_checkpoint_config(init_from)
-        if model is not None or given:
-            dropped = "/".join(["--model"] * (model is not None) + given)
-            raise TrainerError(
-                f"--init-from {init_from} sets the model (L={mcfg.n_layer} NH={mcfg.n_head} C={mcfg.n_embd} "
-                f"V={mcfg.vocab_size}, context {mcfg.max_seq_len}); drop {dropped}")
-    else:
-        try:
-            mcfg = model_config(model or DEFAULT_MODEL, **sizes)
-        except KeyError as exc:
-            raise TrainerError(str(exc).strip("'\"")) from None
-    assert isinstance(mcfg, ModelConfig)
-    T = seq_len if seq_len is not None else min(DEFAULT_T, mcfg.max_seq_len)
-    tcfg = TrainConfig(batch_size=batch_size, seq_len=T, steps=steps, lr=lr, weight_decay=weight_decay,
-                       grad_accum=grad_accum, seed=seed)
-    sp, sp_split, sp_reduce = sequence
-    pp, pp_schedule, pp_layers, recompute = pipeline
-    par = ParallelConfig(threads=threads, ranks=ranks, rank=rank, dp_sync=dp_sync, data_loading=data_loading,
-                         sp=sp, sp_split=sp_split, sp_reduce=sp_reduce, pp=pp, pp_schedule=pp_schedule,
-                         pp_layers=_layers(pp_layers), recompute=recompute, tp=tp, schedule=tasks[0],
-                         task_block=tasks[1])
-    SequenceSplit(T, par.sp, par.sp_split)        # -T must be a multiple of --sp
-    from gpt2trace.record.network import parse
-    return RunConfig(mcfg, tcfg, par, TraceConfig(trace, *tracing), data, init_from, save, metrics_json,
-                     save_every, resume, parse(network) if network is not None else None)
+    _train(cfg, rank, checked)
 
 
 def _check_limits(cfg, cores: int, launched_here: bool, network: str | None = None) -> None:
@@ -301,17 +152,6 @@ def _check_cluster(cfg, cluster, spec: str) -> None:
                                 "nanosecond clock hold; give a faster link or a shorter latency")
 
 
-def _layers(text: str | None) -> tuple[int, ...] | None:
-    """--pp-layers "3,3,3,1" -> (3, 3, 3, 1)."""
-    from trainer.errors import ConfigError
-    if text is None:
-        return None
-    try:
-        return tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise ConfigError("pp_layers", text, "must be layer counts separated by commas, e.g. 3,3,3,1") from None
-
-
 def _message(exc: Exception) -> str:
     """One line naming the option: a ConfigError's field becomes the option that set it."""
     from trainer.errors import ConfigError
@@ -323,7 +163,9 @@ def _message(exc: Exception) -> str:
     return str(exc)
 
 
-def _train(cfg, rank: int) -> None:
+def _train(cfg, rank: int, checked=None) -> None:
+    """Train `cfg` as rank `rank`, showing progress and the summary. `checked`: the preflight's result for this
+    process (gpt2trace.run.runner.run checks when None)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from gpt2trace.format.errors import OutputError
@@ -372,7 +214,7 @@ def _train(cfg, rank: int) -> None:
     try:
         with progress:
             result = run_training(cfg, on_step=on_step, on_start=on_start, comm=comm, on_trace=kept.append,
-                                  on_save=lambda path, steps: saves.append(steps), on_stop=on_stop)
+                                  on_save=lambda path, steps: saves.append(steps), on_stop=on_stop, checked=checked)
     except Interrupted as stop:   # a second signal: inside a step (which the trace dropped), or while merging
         if stop.after_training:
             what = f"interrupted by {stop.name} while writing the trace"
@@ -426,7 +268,7 @@ def _trace_keeps(kept) -> str:
 
 def _resumed_line(cfg, start_step: int, saved_by: dict) -> str:
     """Where a resumed run starts, and whether it can continue bit for bit: on the saved run's layout only."""
-    from gpt2trace.run.runner import saved_by as layout_of
+    from gpt2trace.run.options import saved_by as layout_of
     now = layout_of(cfg)
     same_tokens = ("data_loading",) + (("dp_sync",) if now["ranks"] == 1 else ())   # no effect on the numbers
     changed = [f"{k} {saved_by.get(k)} -> {v}" for k, v in now.items() if k not in same_tokens and saved_by.get(k) != v]

@@ -38,6 +38,20 @@ def launched_by_mpi() -> tuple[int, int] | None:
     return None
 
 
+# The processes of this job on this node, as the process manager tells each one: MPICH/Hydra, Open MPI. (Slurm's
+# SLURM_STEP_TASKS_PER_NODE lists every node's: not read, the run counts them with MPI then.)
+_LOCAL_SIZE_ENV = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
+
+
+def ranks_on_this_node() -> int | None:
+    """How many processes of this MPI job share this node, when the process manager says so; else None."""
+    for var in _LOCAL_SIZE_ENV:
+        text = os.environ.get(var, "")
+        if text.isdigit() and int(text) > 0:
+            return int(text)
+    return None
+
+
 _PR_SET_PDEATHSIG = 1      # linux/prctl.h
 
 

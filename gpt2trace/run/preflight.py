@@ -21,6 +21,7 @@ Errors are trainer.errors.TrainerError (ConfigError names the config field) or O
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpt2trace.format.errors import OutputError
@@ -34,6 +35,14 @@ from trainer.state_file import Fingerprint, ResumeMismatch, check_same_model, re
 INPUT_OPTIONS = {"init_from": "--init-from", "data": "--data", "resume": "--resume"}
 OUTPUT_OPTIONS = {"trace": "--trace", "save": "--save", "metrics_json": "--metrics-json"}
 SAVED_STATE = "--save's state file"
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What `check_run` found, for the run it checked: the model it trains and its pipeline stages (the split is
+    made here, once per process; gpt2trace.run.runner builds the stage from it)."""
+    model: ModelConfig
+    stages: tuple       # trainer.parallel.stages.Stage, in stage order
 
 
 def model_of(cfg) -> ModelConfig:
@@ -51,9 +60,10 @@ def fingerprint_of(cfg, model: ModelConfig) -> Fingerprint:
     return Fingerprint.of(model, cfg.train, GridLayout.from_config(cfg.parallel).degree("dp"), cfg.data)
 
 
-def check_run(cfg, processes_here: int = 1, first_rank: bool = True) -> ModelConfig:
-    """Everything above for a `gpt2trace.run.runner.RunConfig`; returns the model it will train. Only the first
-    rank touches the parts folder (the others may run the same checks at the same time)."""
+def check_run(cfg, processes_here: int = 1, first_rank: bool = True) -> Checked:
+    """Everything above for a `gpt2trace.run.runner.RunConfig` of `processes_here` processes on this node; returns
+    the model it will train and its stages. Only the first rank touches the parts folder (the others may run the
+    same checks at the same time)."""
     check_options(cfg)
     check_inputs(cfg)
     check_outputs(cfg)
@@ -71,7 +81,7 @@ def check_run(cfg, processes_here: int = 1, first_rank: bool = True) -> ModelCon
     from trainer.parallel.tensor import TensorShard
     par, B, T = cfg.parallel, cfg.train.batch_size, cfg.train.seq_len
     own_rows = par.sp_reduce == SPReduce.reduce_scatter
-    stages = plan(model, T, par.pp, par.pp_layers)     # the stage split's own errors (too many stages, sums)
+    stages = tuple(plan(model, T, par.pp, par.pp_layers))     # its own errors (too many stages, sums)
     tp = TensorShard(par.tp)                            # every shard of a group is the same size
     tp.check(model)
     grid = GridLayout.from_config(par)
@@ -84,7 +94,7 @@ def check_run(cfg, processes_here: int = 1, first_rank: bool = True) -> ModelCon
     stage, slots, _ = max((need(s) for s in stages), key=lambda x: x[2])   # every rank is checked for the largest
     check_fits(model, B, T, processes_here, par.sp, own_rows=own_rows, stage=stage, slots=slots,
                recompute=par.recompute, tp=tp, **sync)
-    return model
+    return Checked(model, stages)
 
 
 def check_options(cfg) -> None:

@@ -1,8 +1,9 @@
 """A traced run again, with settings changed: the configuration a trace stores (`runner.run_config_json`, metadata
 `gpt2trace.run`) read back into a RunConfig, settings replaced by name, ready for `runner.run`.
 
-Settings are named as the parameters of `gpt2trace run` (gpt2trace/cli/run.py) are: `dp_sync`, `batch_size`,
-`ranks`, ... and take text as typed on a command line (`overlap`, `8`, `3,3,3,1`, `true`). `model` names a model
+Settings are named as the parameters of `gpt2trace run` are: `dp_sync`, `batch_size`, `ranks`, ... (the rows of
+gpt2trace.run.options that allow `rerun`) and take text as typed on a command line (`overlap`, `8`, `3,3,3,1`,
+`true`), read by the row's parser. `model` names a model
 (its sizes replace the stored ones; size settings given beside it apply on top); `data synthetic` is the built-in
 corpus, `init_from none` starts from random weights, `emulate_network none` drops an emulated network. What a
 rerun never repeats: the checkpoints, metrics and resumption of the original (`save`, `save_every`, `resume`,
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import fields, replace
 from enum import Enum
 from pathlib import Path
@@ -25,23 +26,13 @@ from gpt2trace.format.errors import TraceError
 from gpt2trace.format.network import Network
 from gpt2trace.format.reader import check_file
 from gpt2trace.format.schema import META_RUN
+from gpt2trace.run.options import NOT_REPEATED, RERUN_SETTINGS, RUN_OPTIONS, SYNTHETIC, RunOption
 from gpt2trace.run.runner import RunConfig, TraceConfig
-from trainer.config import (
-    MODELS,
-    DataLoading,
-    DPSync,
-    ModelConfig,
-    ParallelConfig,
-    PPSchedule,
-    Schedule,
-    SPReduce,
-    SPSplit,
-    TrainConfig,
-)
+from trainer.config import MODELS, ModelConfig, ParallelConfig, TrainConfig
 from trainer.errors import ConfigError, TrainerError
 
-SYNTHETIC, NONE = "synthetic", "none"
-NOT_REPEATED = ("save", "save_every", "resume", "metrics_json", "trace", "no_trace")
+# The settings a rerun may change (setting -> its RunOption), and those it does not repeat: gpt2trace.run.options.
+SETTINGS = RERUN_SETTINGS
 
 
 class RerunError(TrainerError):
@@ -80,54 +71,6 @@ def check_stored(run: dict | None, path: str | os.PathLike) -> dict:
     return run
 
 
-def _enum(kind: type[Enum]) -> Callable[[str], Enum]:
-    return lambda text: kind(text)
-
-
-def _layers(text: str) -> tuple[int, ...] | None:
-    return None if text.strip().lower() in ("", NONE) else tuple(int(x) for x in text.split(","))
-
-
-def _flag(text: str) -> bool:
-    words = {"true": True, "yes": True, "1": True, "on": True, "false": False, "no": False, "0": False, "off": False}
-    return words[text.strip().lower()]
-
-
-def _path_or(word: str) -> Callable[[str], Path | None]:
-    return lambda text: None if text.strip().lower() == word else Path(text)
-
-
-def _network(text: str):
-    """An emulated cluster (gpt2trace.record.network.parse: a ConfigError naming emulate_network), or None."""
-    from gpt2trace.record.network import parse
-    return None if text.strip().lower() == NONE else parse(text)
-
-
-# setting -> (the part of the RunConfig it sets, the field there, the parser of its text, what the text must be)
-_INT, _NUMBER = (int, "an integer"), (float, "a number")
-SETTINGS: dict[str, tuple[str, str, Callable, str]] = {
-    **{name: ("model", name, *_INT) for name in ("n_layer", "n_head", "n_embd", "vocab_size", "max_seq_len")},
-    **{name: ("train", name, *_INT) for name in ("batch_size", "seq_len", "steps", "grad_accum", "seed")},
-    **{name: ("train", name, *_NUMBER) for name in ("lr", "weight_decay")},
-    **{name: ("parallel", name, *_INT) for name in ("threads", "ranks", "tp", "sp", "pp", "task_block")},
-    "schedule": ("parallel", "schedule", _enum(Schedule), "one of " + ", ".join(e.value for e in Schedule)),
-    "model": ("model", "", str, "a model name (" + ", ".join(MODELS) + ")"),
-    "dp_sync": ("parallel", "dp_sync", _enum(DPSync), "one of " + ", ".join(e.value for e in DPSync)),
-    "data_loading": ("parallel", "data_loading", _enum(DataLoading),
-                     "one of " + ", ".join(e.value for e in DataLoading)),
-    "sp_split": ("parallel", "sp_split", _enum(SPSplit), "one of " + ", ".join(e.value for e in SPSplit)),
-    "sp_reduce": ("parallel", "sp_reduce", _enum(SPReduce), "one of " + ", ".join(e.value for e in SPReduce)),
-    "pp_schedule": ("parallel", "pp_schedule", _enum(PPSchedule), "one of " + ", ".join(e.value for e in PPSchedule)),
-    "pp_layers": ("parallel", "pp_layers", _layers, "layer counts separated by commas, e.g. 3,3,3,1, or none"),
-    "recompute": ("parallel", "recompute", _flag, "true or false"),
-    "flush_every": ("trace", "flush_every_s", float, "a number of seconds"),
-    "memory_every": ("trace", "memory_every_s", float, "a number of seconds"),
-    "emulate_network": ("run", "network", _network, 'a network, e.g. "nodes=5,link=10Gb/s,latency=5us", or none'),
-    "data": ("run", "data", _path_or(SYNTHETIC), f"a token file, or {SYNTHETIC} (the built-in corpus)"),
-    "init_from": ("run", "init_from", _path_or(NONE), f"a checkpoint, or {NONE} (random weights)"),
-}
-
-
 def rerun_config(run: dict, changes: Mapping[str, str], trace: Path | None) -> RunConfig:
     """The RunConfig of the stored `run` (see `stored_run`) with `changes` (setting -> text) made, tracing to
     `trace`. ConfigError (its field: the setting or the config field that refused the value) when a name or value
@@ -139,10 +82,9 @@ def rerun_config(run: dict, changes: Mapping[str, str], trace: Path | None) -> R
     parallel["rank"] = 0
     if parallel.get("pp_layers") is not None:
         parallel["pp_layers"] = tuple(parallel["pp_layers"])
-    for name, kind in (("dp_sync", DPSync), ("data_loading", DataLoading), ("sp_split", SPSplit),
-                       ("sp_reduce", SPReduce), ("pp_schedule", PPSchedule), ("schedule", Schedule)):
-        if name in parallel:
-            parallel[name] = kind(parallel[name])
+    for option in RUN_OPTIONS:                  # JSON stored an enum's value
+        if option.part == "parallel" and issubclass(option.kind, Enum) and option.field in parallel:
+            parallel[option.field] = option.kind(parallel[option.field])
     tracing = {name: run.get("trace", {}).get(name, getattr(TraceConfig, name))
                for name in ("flush_every_s", "memory_every_s")}
     data = None if run.get("data") in (None, SYNTHETIC) else Path(run["data"])
@@ -152,7 +94,7 @@ def rerun_config(run: dict, changes: Mapping[str, str], trace: Path | None) -> R
     if "model" in changes:                      # a named model first: sizes given beside it apply on top
         name = changes["model"]
         if name not in MODELS:
-            raise ConfigError("model", name, "must be " + SETTINGS["model"][3])
+            raise ConfigError("model", name, "must be " + SETTINGS["model"].must_be())
         model.update({f.name: getattr(MODELS[name], f.name) for f in fields(ModelConfig)})
     for name, text in changes.items():
         if name == "model":
@@ -161,14 +103,14 @@ def rerun_config(run: dict, changes: Mapping[str, str], trace: Path | None) -> R
             known = ", ".join(sorted(SETTINGS))
             why = "a rerun writes only its trace" if name in NOT_REPEATED else f"settings: {known}"
             raise ConfigError(name, text, f"is not a setting a rerun can change ({why})")
-        part, field, parse, what = SETTINGS[name]
+        option: RunOption = SETTINGS[name]
         try:
-            parts[part][field] = parse(text)
+            parts[option.part][option.field] = option.from_text(text)
         except ConfigError:
             raise
         except (ValueError, KeyError):
-            raise ConfigError(name, text, f"must be {what}") from None
-    resized = [name for name in changes if SETTINGS.get(name, ("",))[0] == "model"]
+            raise ConfigError(name, text, f"must be {option.must_be()}") from None
+    resized = [name for name in changes if name in SETTINGS and SETTINGS[name].part == "model"]
     if top["init_from"] is not None and resized:
         raise ConfigError(resized[0], changes[resized[0]], f"the model comes from the checkpoint {top['init_from']} "
                           "the run started from; add init-from=none to train this one from random weights")

@@ -5,64 +5,22 @@ Import order matters: the CLI calls `prepare_process(threads)` before anything i
 """
 from __future__ import annotations
 
-import math
 import os
 import signal
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainer import names
-from trainer.config import ModelConfig, ParallelConfig, TrainConfig
-from trainer.errors import ConfigError
+from trainer.config import ModelConfig
 
 if TYPE_CHECKING:
-    from gpt2trace.record.network import Cluster
+    pass
 
-DEFAULT_TRACE = Path("trace.parquet")
+from gpt2trace.run.config import DEFAULT_TRACE, RunConfig, TraceConfig  # noqa: F401 - the run API's names
+
 SYNTHETIC_TOKENS = 1 << 20  # the built-in corpus: 1M tokens of a learnable Markov chain (trainer.data)
-
-
-@dataclass(frozen=True)
-class TraceConfig:
-    path: Path | None = DEFAULT_TRACE   # None: --no-trace
-    # A part is written at the first step end this long after the previous one (0: after every step, before
-    # the next starts); a SIGKILL loses at most about this much of the run plus a step (gpt2trace.record.tracer).
-    flush_every_s: float = 1.0
-    # The resident memory is sampled at every phase end of a step that begins this long after the last sampled
-    # one (0: every step); each sample costs a system call (gpt2trace.record.tracer): ~20 us in a step of `small`,
-    # whose 6 phase ends every 0.2 s are ~0.06% of the run, and the demo's 60 steps keep ~8 sampled.
-    memory_every_s: float = 0.2
-
-    def __post_init__(self) -> None:
-        for name in ("flush_every_s", "memory_every_s"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise ConfigError(name, value, "must be a finite number of seconds >= 0")
-
-    @property
-    def enabled(self) -> bool:
-        return self.path is not None
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    model: ModelConfig
-    train: TrainConfig
-    parallel: ParallelConfig = field(default_factory=ParallelConfig)
-    trace: TraceConfig = field(default_factory=TraceConfig)
-    data: Path | None = None            # llm.c token file; None: the built-in synthetic corpus
-    init_from: Path | None = None       # llm.c checkpoint (its header decides the model config)
-    save: Path | None = None            # write an llm.c checkpoint and its optimizer state (trainer.state_file)
-    metrics_json: Path | None = None    # per-step JSON lines
-    save_every: int = 0                 # also save after every save_every-th step (0: only after the last)
-    resume: Path | None = None          # continue the run saved there (model + state) up to train.steps in all
-    network: Cluster | None = None      # --emulate-network: every traced MPI call held for that network's cost
-
-    def __post_init__(self) -> None:
-        if isinstance(self.save_every, bool) or not isinstance(self.save_every, int) or self.save_every < 0:
-            raise ConfigError("save_every", self.save_every, "must be an integer >= 0 (0: save only at the end)")
 
 
 @dataclass(frozen=True)
@@ -89,7 +47,7 @@ def prepare_process(threads: int, oversubscribed: bool = False) -> None:
     configure_threads(threads, oversubscribed)
 
 
-def run_config_json(cfg: RunConfig, num_parameters: int, start_step: int = 0) -> dict:
+def run_config_json(cfg: RunConfig, num_parameters: int, start_step: int = 0, stages=None) -> dict:
     from gpt2trace.format.grid import as_json as grid_json
     from trainer.parallel.grid import GridLayout  # the layout RankGrid.build splits the world by
     model = asdict(cfg.model) | {"padded_vocab_size": cfg.model.padded_vocab_size,
@@ -103,7 +61,7 @@ def run_config_json(cfg: RunConfig, num_parameters: int, start_step: int = 0) ->
                   "memory_every_s": cfg.trace.memory_every_s},
         "data": str(cfg.data) if cfg.data else "synthetic",
         "init_from": str(cfg.init_from) if cfg.init_from else None,
-        **({"pipeline": pipeline_json(cfg)} if cfg.parallel.pp > 1 else {}),
+        **({"pipeline": pipeline_json(cfg, stages)} if cfg.parallel.pp > 1 else {}),
         **({"network": cfg.network.as_json(cfg.parallel.ranks)} if cfg.network is not None else {}),
         "resume": str(cfg.resume) if cfg.resume else None,
         "save": str(cfg.save) if cfg.save else None,
@@ -111,10 +69,12 @@ def run_config_json(cfg: RunConfig, num_parameters: int, start_step: int = 0) ->
     }
 
 
-def pipeline_json(cfg: RunConfig) -> dict:
-    """The stages' layers, for analyses: [first layer, layers] per stage, in stage order."""
-    from trainer.parallel.stages import plan
-    stages = plan(cfg.model, cfg.train.seq_len, cfg.parallel.pp, cfg.parallel.pp_layers)
+def pipeline_json(cfg: RunConfig, stages=None) -> dict:
+    """The stages' layers, for analyses: [first layer, layers] per stage, in stage order (`stages`: the split
+    gpt2trace.run.preflight.check_run made; None: made here)."""
+    if stages is None:
+        from trainer.parallel.stages import plan
+        stages = plan(cfg.model, cfg.train.seq_len, cfg.parallel.pp, cfg.parallel.pp_layers)
     return {"stages": [[s.first_layer, s.n_layer] for s in stages]}
 
 
@@ -168,7 +128,7 @@ class _FaultInjector:
 
 def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dict], None] | None = None,
         comm=None, on_trace: Callable | None = None, on_save: Callable[[Path, int], None] | None = None,
-        on_stop: Callable[[int, int | None], None] | None = None) -> RunResult:
+        on_stop: Callable[[int, int | None], None] | None = None, checked=None) -> RunResult:
     """Train as configured; returns the per-step metrics and what was kept of the trace.
 
     Bad input raises trainer.errors.TrainerError or gpt2trace.format.errors.OutputError (one line) before
@@ -184,6 +144,9 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
     With `cfg.save`, rank 0 writes the checkpoint and its optimizer state after every `cfg.save_every`-th step and
     the last one, and tells `on_save(path, steps it holds)`; with `cfg.resume` the run continues the saved one from
     its next step to `cfg.train.steps` (the total).
+
+    `checked`: what `gpt2trace.run.preflight.check_run` found for `cfg` in this process, with every process on
+    this node counted (the CLI checks before it launches or trains); None: checked here.
     """
     from gpt2trace.record.traced_comm import TracedComm
     from gpt2trace.run.metrics import MetricsLog
@@ -206,7 +169,8 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
     if comm is not None:   # a rank dies with its parent (mpiexec's proxy), after a whole step (gpt2trace.run.signals)
         from gpt2trace.run.mpiexec import die_with_parent
         die_with_parent(signal.SIGTERM)
-    check_run(cfg, processes_here=_ranks_on_this_node(comm), first_rank=rank == 0)
+    if checked is None:
+        checked = check_run(cfg, processes_here=_ranks_on_this_node(comm), first_rank=rank == 0)
     resumed = None
     if cfg.resume is not None:
         model_cfg, params, resumed = _read_resume(cfg.resume)
@@ -217,8 +181,9 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
     cfg = replace(cfg, model=model_cfg)
     start_step = resumed.next_step if resumed is not None else 0
 
-    session = (TraceSession.open(cfg.trace.path, run_config_json(cfg, params.size, start_step), threads,
-                                 cfg.trace.flush_every_s, cfg.trace.memory_every_s, comm)
+    run_json = run_config_json(cfg, params.size, start_step, checked.stages)
+    session = (TraceSession.open(cfg.trace.path, run_json, threads, cfg.trace.flush_every_s, cfg.trace.memory_every_s,
+                                 comm)
                if cfg.trace.enabled else None)
     tracer = session.tracer if session is not None else None
     traced = (TracedComm(comm, tracer, network=cfg.network) if comm is not None and tracer is not None
@@ -233,7 +198,7 @@ def run(cfg: RunConfig, on_step: Callable | None = None, on_start: Callable[[dic
     split = SequenceSplit(T, par.sp, par.sp_split)
     tensor = make_tensor(grid)
     seq = make_sequence(split, grid, B, model_cfg, launcher, par.sp_reduce, tensor.shard)
-    model, pipeline = build_stage(model_cfg, params, par, cfg.train, grid, seq, launcher, tensor)
+    model, pipeline = build_stage(model_cfg, params, par, cfg.train, grid, seq, launcher, tensor, checked.stages)
     loader = _load_data(cfg, model_cfg, grid, split, traced)
     dp = make_strategy(par.dp_sync, model, cfg.train, launcher, grid.grad_comm)
     if resumed is not None:
@@ -314,19 +279,12 @@ def _read_resume(path: Path):
     return model_cfg, params, saved
 
 
-def saved_by(cfg: RunConfig) -> dict:
-    """The layout of the run that writes a state file (informative: another layout may resume from it)."""
-    par = cfg.parallel
-    return {"ranks": par.ranks, "sp": par.sp, "pp": par.pp, "pp_schedule": par.pp_schedule.value,
-            "dp_sync": par.dp_sync.value, "threads": par.threads,
-            "batch_size": cfg.train.batch_size, "data_loading": par.data_loading.value}
-
-
 class _Saver:
     """--save/--save-every (trainer.train.Checkpoint): the whole training state gathered on rank 0
     (trainer.training_state, collective) and written there as the llm.c checkpoint and its state file."""
 
     def __init__(self, cfg: RunConfig, model, dp, grid, on_save: Callable[[Path, int], None] | None, pipeline=None):
+        from gpt2trace.run.options import saved_by
         from gpt2trace.run.preflight import fingerprint_of
         from trainer.checkpoint import checkpoint_nbytes
         from trainer.state_file import state_nbytes

@@ -129,11 +129,11 @@ class Pipeline:
 
 
 def build_stage(cfg: ModelConfig, params: np.ndarray, par: ParallelConfig, tcfg: TrainConfig, grid: RankGrid, seq,
-                run: Launcher, tp=None) -> tuple[GPT2, Pipeline | None]:
+                run: Launcher, tp=None, stages=None) -> tuple[GPT2, Pipeline | None]:
     """This rank's model from the whole model's parameters: its pipeline stage's layers (of its tensor-parallel
     shard, `tp`: trainer.parallel.tensor), with as many micro-batch slots as its schedule holds at once; and with
-    --pp > 1 the Pipeline that runs the stage."""
-    stages = plan(cfg, tcfg.seq_len, par.pp, par.pp_layers)
+    --pp > 1 the Pipeline that runs the stage. `stages`: the split (trainer.parallel.stages.plan) if made already."""
+    stages = stages if stages is not None else plan(cfg, tcfg.seq_len, par.pp, par.pp_layers)
     stage = stages[grid.coords[PP]]
     tp = tp if tp is not None else WholeTensor()
     if par.pp > 1 or par.tp > 1:

@@ -440,7 +440,7 @@ def no_training(monkeypatch):
     import gpt2trace.cli.run as run_cli
     import gpt2trace.run.runner as runner
     done = []
-    monkeypatch.setattr(run_cli, "_train", lambda cfg, rank: done.append("train"))
+    monkeypatch.setattr(run_cli, "_train", lambda cfg, rank, checked=None: done.append("train"))
     monkeypatch.setattr(run_cli, "_launch_ranks", lambda *a, **k: done.append("launch"))
     monkeypatch.setattr(runner, "prepare_process", lambda *a, **k: None)
     return done

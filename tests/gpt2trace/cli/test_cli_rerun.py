@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import typer
 
 from gpt2trace.format.schema import META_RUN
 from gpt2trace.format.writer import parts_dir
@@ -178,6 +179,9 @@ def test_bad_input_is_one_line_before_any_training(app, tmp_path, trace_file, co
 
 def test_every_setting_is_an_option_of_run_and_the_rest_are_refused(app):
     from gpt2trace.cli.rerun import _run_options
+    run_command = typer.main.get_command(app).commands["run"]       # the command Typer built, not the table
+    assert {(p.name, "/".join(p.opts)) for p in run_command.params if p.name != "help"} == \
+        set(_run_options().values())                 # every spelling rerun reads is one run accepts
     params = {param for param, _ in _run_options().values()}
     assert set(SETTINGS) <= params                   # the rerun's names are run's own
     assert params - set(SETTINGS) == {"save", "save_every", "resume", "metrics_json", "trace", "no_trace"}

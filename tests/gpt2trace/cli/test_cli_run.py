@@ -363,3 +363,26 @@ def test_file_names_that_are_not_utf8(tmp_path):
     assert sorted(os.listdir(os.fsencode(tmp_path))) == [b"caf\xe9.parquet", b"m\xff.jsonl"]
     with open(trace, "rb") as f:
         assert pq.read_table(f).num_rows > 0
+
+
+def test_a_run_checks_once_and_splits_the_stages_once(tmp_path, monkeypatch):
+    # the CLI's preflight is the run's: gpt2trace.run.runner.run takes its result instead of checking again, and
+    # builds the stage from its split (before: the check twice, the split in the check and in build_stage)
+    import gpt2trace.run.preflight as preflight
+    import trainer.parallel.pipeline as pipeline
+    import trainer.parallel.stages as stages
+    calls = {"check_run": 0, "plan": 0}
+
+    def counted(module, name):
+        real = getattr(module, name)
+
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+        monkeypatch.setattr(module, name, wrapper)
+    counted(preflight, "check_run")
+    counted(stages, "plan")
+    monkeypatch.setattr(pipeline, "plan", stages.plan)       # build_stage's own import of it
+    r = _run(*TINY, "--steps", "1", "--trace", tmp_path / "t.parquet")
+    assert r.exit_code == 0, r.output
+    assert calls == {"check_run": 1, "plan": 1}
