@@ -7,7 +7,7 @@ Collectives are attributed by what they mean, not by how an MPI library runs the
 allreduce move different bytes between different pairs; the data dependency between ranks is the same): one
 collective instance gives one logical message to each (source, destination) pair of its members whose result
 depends on the source's data, with the bytes of the source's contribution, from the bytes the calls record
-(docs/trace-format.md):
+(docs/trace-format.md), as each call's record says they hold (`mpi_calls.MPICall.holds`):
 - allreduce, scan (source below destination only, in world rank order), exscan, barrier (0 bytes): the source's
   whole buffer to every other member;
 - allgather(v), alltoall(v/w), reduce_scatter(_block): the source's record / members (its piece for each
@@ -29,19 +29,12 @@ import pandas as pd
 from analysis.mpi import GROUP
 from analysis.records import NS
 from gpt2trace.format.lanes import distinct_index
-from gpt2trace.format.mpi_calls import ALL_TO_ONE, COLL, ONE_TO_ALL
+from gpt2trace.format.mpi_calls import ALL_TO_ONE, COLL, ONE_TO_ALL, Bytes, collective
 from gpt2trace.format.schema import BYTES, COMMUNICATOR, END_NS, PEER, RANK, START_NS
 
 SRC, DST = "src", "dst"
 COLUMNS = [GROUP, COMMUNICATOR, SRC, DST, BYTES, "messages", "time_s"]
 PAIR_COLUMNS = [SRC, DST, BYTES, "messages", "time_s", "p2p_bytes", "collective_bytes"]
-
-# Collectives whose record holds every member's pieces: a pair gets the record / members.
-PER_MEMBER = frozenset(("MPI_Allgather", "MPI_Allgatherv", "MPI_Alltoall", "MPI_Alltoallv", "MPI_Alltoallw",
-                        "MPI_Reduce_scatter", "MPI_Reduce_scatter_block"))
-# Rooted collectives whose destination's record is what it got from the root.
-FROM_DESTINATION = frozenset(("MPI_Scatter", "MPI_Scatterv"))
-ORDERED = frozenset(("MPI_Scan", "MPI_Exscan"))          # rank i's data reaches only the ranks after it
 
 
 def comm_matrix(calls: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -115,7 +108,10 @@ def _collectives(calls: pd.DataFrame, code: np.ndarray) -> pd.DataFrame:
     src, dst = rank[a], rank[b]
     keep = (src != dst) & np.where(cls[a] == ONE_TO_ALL, src == root[a], np.where(cls[a] == ALL_TO_ONE,
                                                                                   dst == root[a], True))
-    ordered, from_dst, per_member = (np.isin(base, list(which)) for which in (ORDERED, FROM_DESTINATION, PER_MEMBER))
+    # what each call's bytes hold (its record; a collective without one is an error, mpi_calls.UnknownCall)
+    holds = {b: collective(str(b)).holds for b in set(base.tolist())}
+    ordered, from_dst, per_member = (np.isin(base, [b for b, h in holds.items() if h is which])
+                                     for which in (Bytes.PREFIX, Bytes.RECEIVED, Bytes.PER_MEMBER))
     keep &= ~ordered[a] | (src < dst)
     a, b, src, dst = a[keep], b[keep], src[keep], dst[keep]
     moved = np.where(from_dst[a], nbytes[b], nbytes[a])

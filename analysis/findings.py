@@ -12,27 +12,16 @@ from analysis import delay
 from analysis.task_findings import task_findings
 from gpt2trace.format.communicators import TAIL, WORLD_NAME, describe
 from gpt2trace.format.grid import WORDS
-from gpt2trace.format.mpi_calls import COLL_POST, COMPLETIONS, classify
+from gpt2trace.format.mpi_calls import CALLS, COMPLETIONS
 from gpt2trace.format.schema import LAYER, NAME, RANK, Phase
 
 _TRAINING_PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.GRAD_SYNC, Phase.OPTIMIZER)
 _MPI_LOSSES = ("mpi_load_balance", "serialization", "transfer")
 _SHOWN = 1e-4            # losses below 0.01 % of thread time are not findings
 # The parallel dimension whose communication costs most is named when it takes at least this share of the step:
-# below it, it is within what tracing itself costs (1.6-3.3% of the demo's step, README) plus the spread of the
+# below it, it is within what tracing itself costs (under 1% of a step: benchmarks/RESULTS.md) plus the spread of the
 # step time, too little to choose a layout by.
 DIMENSION_SHARE = 0.05
-# MPI calls in words, plural ("tensor-parallel all-reduces"); others are "<name> calls".
-_PLURAL = {**dict.fromkeys(("MPI_Allreduce",), "all-reduces"),
-           **dict.fromkeys(("MPI_Allgather", "MPI_Allgatherv"), "all-gathers"),
-           **dict.fromkeys(("MPI_Reduce_scatter", "MPI_Reduce_scatter_block"), "reduce-scatters"),
-           **dict.fromkeys(("MPI_Alltoall", "MPI_Alltoallv", "MPI_Alltoallw"), "all-to-alls"),
-           "MPI_Barrier": "barriers", "MPI_Bcast": "broadcasts", "MPI_Reduce": "reduces",
-           **dict.fromkeys(("MPI_Gather", "MPI_Gatherv"), "gathers"),
-           **dict.fromkeys(("MPI_Scatter", "MPI_Scatterv"), "scatters"),
-           **dict.fromkeys(("MPI_Send", "MPI_Ssend", "MPI_Rsend", "MPI_Bsend", "MPI_Isend"), "sends"),
-           **dict.fromkeys(("MPI_Recv", "MPI_Irecv"), "receives"),
-           **dict.fromkeys(("MPI_Sendrecv", "MPI_Sendrecv_replace"), "send-receives")}
 
 
 def _finding(metric: str, lost: float | None, text: str, part_of: str | None = None) -> dict:
@@ -203,8 +192,8 @@ def _dimension_text(row: dict) -> str:
     """'tensor-parallel all-reduces take 18% of the step: 48 per step of 786 kB each', then the dimension's whole
     communication and its waiting part."""
     dims, name = row["dims"], row["top_call"]
-    op, _, base = classify(name)
-    calls = ("nonblocking " if op == COLL_POST else "") + _PLURAL.get(base, f"{name} calls")
+    # MPI calls in words, plural ("tensor-parallel all-reduces"); a foreign trace's name without a record: as is
+    calls = CALLS[name].plural if name in CALLS else f"{name} calls"
     if len(dims) == 1 and dims[0] in WORDS:
         who, subject = WORDS[dims[0]], f"{WORDS[dims[0]]} {calls}"
     elif dims:

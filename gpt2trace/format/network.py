@@ -6,15 +6,18 @@ A message of n bytes costs L + n / B. A collective on p ranks costs what its usu
 Open MPI pick these for large buffers; small ones get other algorithms, which a replay does not try to guess).
 `n` is the call's `bytes` as the trace records it (docs/trace-format.md), the largest over the instance's ranks:
 
-| collective | algorithm | `n` is | cost |
+| family (`mpi_calls.Cost`) | collectives | `n` is | cost |
 | --- | --- | --- | --- |
-| Allreduce | ring (reduce-scatter + allgather) | the vector | 2(p-1)/p n/B + 2(p-1) L |
-| Reduce_scatter(_block), Allgather(v) | ring | the whole vector | (p-1)/p n/B + (p-1) L |
-| Bcast, Reduce | binomial tree | the vector | ceil(log2 p) (L + n/B) |
-| Scan, Exscan | recursive doubling | the vector | ceil(log2 p) (L + n/B) |
-| Scatter(v), Gather(v) | linear from/to the root | one rank's part | (p-1) (L + n/B) |
-| Alltoall(v/w) | pairwise exchange | what one rank sends | (p-1) (L + n/p/B) |
-| Barrier | dissemination | - | ceil(log2 p) L |
+| RING_ALLREDUCE (reduce-scatter + allgather) | Allreduce | the vector | 2(p-1)/p n/B + 2(p-1) L |
+| RING | Reduce_scatter(_block), Allgather(v) | the whole vector | (p-1)/p n/B + (p-1) L |
+| TREE (binomial) | Bcast, Reduce | the vector | ceil(log2 p) (L + n/B) |
+| RECURSIVE_DOUBLING | Scan, Exscan | the vector | ceil(log2 p) (L + n/B) |
+| LINEAR from/to the root | Scatter(v), Gather(v) | one rank's part | (p-1) (L + n/B) |
+| PAIRWISE exchange | Alltoall(v/w) | what one rank sends | (p-1) (L + n/p/B) |
+| DISSEMINATION | Barrier | - | ceil(log2 p) L |
+
+Each call's family is its record's `cost` (gpt2trace/format/mpi_calls.py); a name that is not a blocking collective
+there is an error (`mpi_calls.UnknownCall`), never costed as some other collective.
 
 The ideal network (B infinite, L = 0) costs nothing: the replay `analyze` uses for POP's serialization/transfer.
 
@@ -32,11 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpt2trace.format.limits import MAX_LATENCY_NS, MIN_BANDWIDTH_BPS
-
-RING = ("MPI_Reduce_scatter", "MPI_Reduce_scatter_block", "MPI_Allgather", "MPI_Allgatherv")
-TREE = ("MPI_Bcast", "MPI_Reduce", "MPI_Scan", "MPI_Exscan")
-LINEAR = ("MPI_Scatter", "MPI_Scatterv", "MPI_Gather", "MPI_Gatherv")
-PAIRWISE = ("MPI_Alltoall", "MPI_Alltoallv", "MPI_Alltoallw")
+from gpt2trace.format.mpi_calls import ALL_TO_ONE, ONE_TO_ALL, Cost, collective
 
 # Units accepted after a number; a bare number is GB/s for a bandwidth and microseconds for a latency.
 BANDWIDTH_UNITS = {"B/s": 1.0, "KB/s": 1e3, "MB/s": 1e6, "GB/s": 1e9, "Kb/s": 1e3 / 8, "Mb/s": 1e6 / 8,
@@ -49,7 +48,8 @@ class NetworkError(ValueError):
     """A bandwidth or latency that cannot be used; the message is one line naming the option."""
 
 
-FLAT_ROOTED = TREE[:2] + LINEAR    # collectives with a root whose traffic "flat" sends through the root's link
+# Collectives with a root: with rooted="flat" their traffic goes through the root node's link.
+_ROOTED_CLASSES = (ONE_TO_ALL, ALL_TO_ONE)
 
 
 @dataclass(frozen=True)
@@ -75,29 +75,34 @@ class Network:
         return self.latency_ns + _transfer_ns(nbytes, self.bandwidth_bps)
 
     def collective_ns(self, name: str, nbytes: float, p: int) -> float:
-        """The algorithm's time for the blocking collective `name` on p ranks (table above); 0 on one rank."""
+        """The algorithm's time for the blocking collective `name` on p ranks (table above); 0 on one rank;
+        mpi_calls.UnknownCall for a name that is not a blocking collective of the vocabulary."""
+        family = collective(name).cost
         if p <= 1 or self.ideal:
             return 0.0
         L, B = self.latency_ns, self.bandwidth_bps
-        if name == "MPI_Allreduce":
+        if family is Cost.RING_ALLREDUCE:
             return 2 * (p - 1) / p * _transfer_ns(nbytes, B) + 2 * (p - 1) * L
-        if name in RING:
+        if family is Cost.RING:
             return (p - 1) / p * _transfer_ns(nbytes, B) + (p - 1) * L
-        if name in TREE:
+        if family in (Cost.TREE, Cost.RECURSIVE_DOUBLING):
             return math.ceil(math.log2(p)) * (L + _transfer_ns(nbytes, B))
-        if name in LINEAR:
+        if family is Cost.LINEAR:
             return (p - 1) * (L + _transfer_ns(nbytes, B))
-        if name in PAIRWISE:
+        if family is Cost.PAIRWISE:
             return (p - 1) * (L + _transfer_ns(nbytes / p, B))
-        return math.ceil(math.log2(p)) * L                  # Barrier, and any collective outside the vocabulary
+        if family is Cost.DISSEMINATION:
+            return math.ceil(math.log2(p)) * L
+        raise ValueError(f"{name}: its cost family {family.name} has no formula in gpt2trace/format/network.py")
 
     def on_nodes(self, name: str, nbytes: float, member_nodes: list[int], root_node: int | None = None) -> float:
         """The blocking collective `name` on members placed on `member_nodes` (one node id per member): only the
         traffic between nodes costs; p = the distinct nodes."""
+        rooted = collective(name).cls in _ROOTED_CLASSES
         nodes = set(member_nodes)
         if len(nodes) <= 1 or self.ideal:
             return 0.0
-        if self.rooted == "flat" and name in FLAT_ROOTED:     # the root node's link carries the most
+        if self.rooted == "flat" and rooted:     # the root node's link carries the most
             busiest = max(link_bytes(name, nbytes, member_nodes, root_node, "flat").values())
             return self.latency_ns + float(_transfer_ns(busiest, self.bandwidth_bps))
         return self.collective_ns(name, nbytes, len(nodes))
@@ -109,11 +114,12 @@ def link_bytes(name: str, nbytes: float, member_nodes: list[int], root_node: int
     `member_nodes`: the traffic `on_nodes` prices. Rooted collectives (flat): every off-node member's part through
     the root node's link, and one part through each off-node member's node link; ring collectives: 2(k-1)/k n for
     an allreduce, (k-1)/k n for the others, through every node's link; nothing inside one node."""
+    record = collective(name)
     nodes = sorted(set(member_nodes))
     k = len(nodes)
     if k <= 1:
         return {}
-    if name in FLAT_ROOTED and rooted == "flat":
+    if record.cls in _ROOTED_CLASSES and rooted == "flat":
         home = root_node if root_node is not None else member_nodes[0]
         out: dict[int, float] = {}
         for n in member_nodes:
@@ -121,7 +127,7 @@ def link_bytes(name: str, nbytes: float, member_nodes: list[int], root_node: int
                 out[n] = out.get(n, 0.0) + nbytes
                 out[home] = out.get(home, 0.0) + nbytes
         return out
-    share = 2 * (k - 1) / k if name == "MPI_Allreduce" else (k - 1) / k
+    share = 2 * (k - 1) / k if record.cost is Cost.RING_ALLREDUCE else (k - 1) / k
     return dict.fromkeys(nodes, share * nbytes)
 
 

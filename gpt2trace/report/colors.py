@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import zlib
 
+from gpt2trace.format.mpi_calls import CALLS
 from gpt2trace.format.schema import STATE_COLORS, STATE_NAMES, Phase, State
 
 # Paraver's default STATES_COLOR (the .pcf Extrae writes), by state id.
@@ -34,13 +35,9 @@ PHASE_RGB = {Phase.DATALOAD: (172, 174, 41), Phase.FORWARD: (31, 119, 180), Phas
              Phase.GRAD_SYNC: (214, 39, 40), Phase.OPTIMIZER: (44, 160, 44), Phase.CHECKPOINT: (140, 86, 75),
              Phase.TRACE_FLUSH: (160, 160, 160)}
 
-# MPI calls: blocking collectives in Group Communication's orange family, waits in Wait/WaitAll's red,
-# point-to-point in the send/receive colors of Paraver's states.
-MPI_RGB = {"MPI_Allreduce": (255, 144, 26), "MPI_Iallreduce": (255, 190, 120), "MPI_Reduce": (204, 102, 0),
-           "MPI_Bcast": (230, 170, 0), "MPI_Allgather": (255, 110, 70), "MPI_Reduce_scatter": (190, 80, 30),
-           "MPI_Barrier": (179, 0, 0), "MPI_Wait": (235, 0, 0), "MPI_Waitall": (200, 0, 60),
-           "MPI_Send": (255, 0, 174), "MPI_Isend": (255, 0, 255), "MPI_Recv": (110, 60, 200),
-           "MPI_Irecv": (100, 100, 177), "MPI_Sendrecv": (66, 66, 66)}
+# MPI calls: each call's record has its color (gpt2trace/format/mpi_calls.py); a foreign trace's name without a
+# record (MPI_Comm_rank) gets a hashed one.
+MPI_RGB = {name: c.rgb for name, c in CALLS.items()}
 
 # Fallback palette for names without a fixed color (Tableau 20, then darker variants).
 PALETTE = tuple(c for pair in FAMILIES for c in pair)

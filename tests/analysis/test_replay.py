@@ -100,3 +100,20 @@ def test_warm_loads_the_code_the_replay_of_a_real_trace_runs():
     assert len(calls) > 100
     replay.replay(calls, np.unique(calls["rank"].to_numpy()), w.t0_ns, w.t1_ns)
     assert len(replay_calls.signatures) == 1
+
+
+def test_a_call_outside_the_vocabulary_replays_as_a_local_call():
+    # A foreign trace's MPI call without a record (gpt2trace/format/mpi_calls.py) is local: it waits for no rank
+    # and, like every MPI call of the replay, takes no time itself; no network costs it as some collective.
+    # Rank 0 calls it over [1, 2] then computes 2 s, rank 1 over [1, 3] then 1 s (seq 0 on both, as if an
+    # instance): they leave at 1, end at 3 and 2: T = 3 on the ideal network and on 1 GB/s, 0.1 s (a Barrier in
+    # its place would cost ceil(log2 2) x 0.1 s more there: 3.1).
+    recs = [syn.state(r, 0, 0, 4, State.RUNNING) for r in range(2)] + [
+        syn.comm(0, 1, 2, "MPI_Neighbor_allgather", seq=0, nbytes=10**9),
+        syn.comm(1, 1, 3, "MPI_Neighbor_allgather", seq=0, nbytes=10**9)]
+    trace = Trace.from_table(syn.from_records(recs))
+    w = select(trace)
+    prog = replay.program(mpi.calls(trace, w), np.arange(2), w.t0_ns, w.t1_ns)
+    assert (prog.inst < 0).all()
+    for network in (replay.IDEAL, replay.Network(bandwidth_bps=1e9, latency_ns=1e8)):
+        assert replay.play(prog, network).end_ns / 1e9 == pytest.approx(3)

@@ -1,5 +1,5 @@
-"""The MPI call vocabulary: every name we record is in it, its classes do not overlap, and it agrees with
-Paraver's table of MPI call values."""
+"""The MPI call vocabulary: every name we record has a record with every attribute a layer needs, its classes do
+not overlap, and it agrees with Paraver's table of MPI call values."""
 import ast
 import re
 from pathlib import Path
@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpt2trace.format import mpi_calls as C
+from gpt2trace.format.network import Network
 from gpt2trace.interop import paraver_format as F
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -36,23 +37,79 @@ def test_classify(name, expected):
     assert C.classify(name) == expected
 
 
+def _named_call(value) -> bool:
+    """Whether a constant of mpi_calls names one MPI call (MPI_Test), not a prefix (MPI_I) or a table."""
+    return isinstance(value, str) and value not in (C.PREFIX, C.NONBLOCKING_PREFIX) and bool(MPI_NAME.match(value))
+
+
 def _recorded_names() -> set[str]:
-    """Every MPI call name the recorder or the trainer can write: string constants in their source."""
+    """Every MPI call name the recorder or the trainer can write: string constants in their source, and names
+    of mpi_calls they use (mpi_calls.TEST)."""
     names = set()
     for pkg in ("gpt2trace/record", "trainer"):
         for path in (ROOT / pkg).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
                 if isinstance(node, ast.Constant) and isinstance(node.value, str) and MPI_NAME.match(node.value):
                     names.add(node.value)
+                elif isinstance(node, ast.Attribute) and _named_call(getattr(C, node.attr, None)):
+                    names.add(getattr(C, node.attr))          # mpi_calls.TEST
     return names
 
 
-def test_every_call_the_tracer_records_is_classified():
+def test_every_call_the_tracer_records_has_a_record():
     names = _recorded_names()
     # the traced communicator's calls today, so the scan cannot pass by finding nothing
-    assert {"MPI_Allreduce", "MPI_Iallreduce", "MPI_Waitall", "MPI_Bcast", "MPI_Reduce"} <= names
-    unknown = sorted(n for n in names if C.classify(n)[0] == C.LOCAL)
+    assert {"MPI_Allreduce", "MPI_Iallreduce", "MPI_Waitall", "MPI_Bcast", "MPI_Reduce", "MPI_Test"} <= names
+    unknown = sorted(names - set(C.CALLS))
     assert not unknown, f"recorded MPI calls missing from gpt2trace/format/mpi_calls.py: {unknown}"
+    assert all(C.classify(n)[0] != C.LOCAL for n in names - {C.TEST})
+
+
+NET = Network(bandwidth_bps=1e9, latency_ns=1000)      # 1 byte per ns, 1 us
+
+
+@pytest.mark.parametrize("name", sorted(set(C.CALLS) | _recorded_names()))
+def test_every_call_has_every_field(name):
+    """Every name the tracer can record and every record: a cost, a meaning of its bytes, a plural, a color and a
+    Paraver value, so no layer falls back to a default for it."""
+    c = C.call(name)
+    assert c.name == name and C.classify(name) == (c.op, c.cls, c.base)
+    if c.op in (C.COLL, C.COLL_POST):
+        # the replay costs a posting as its collective: both cost more than nothing on 4 ranks of a real network
+        assert c.cost not in (C.Cost.MESSAGE, C.Cost.NONE) and c.holds not in (C.Bytes.MESSAGE, C.Bytes.NONE)
+        assert NET.collective_ns(c.base, 4000, 4) > 0
+        assert c.cls in (C.NXN, C.ONE_TO_ALL, C.ALL_TO_ONE) and C.call(c.base).cost is c.cost
+    elif c.op in (C.SEND, C.ISEND, C.RECV, C.IRECV, C.SENDRECV):
+        assert (c.cost, c.holds, c.cls) == (C.Cost.MESSAGE, C.Bytes.MESSAGE, C.NO_CLASS)
+    else:                                           # waits and the test cost what they wait for and carry nothing
+        assert (c.cost, c.holds, c.cls) == (C.Cost.NONE, C.Bytes.NONE, C.NO_CLASS)
+    assert isinstance(c.plural, str) and c.plural and c.plural == c.plural.strip()
+    assert len(c.rgb) == 3 and all(isinstance(v, int) and 0 <= v <= 255 for v in c.rgb)
+    assert name in F.MPI_CALLS or name in OURS_ONLY, f"{name}: no Paraver value in interop/paraver_format.py"
+
+
+def test_a_name_without_a_record_is_an_error_naming_it():
+    with pytest.raises(C.UnknownCall, match="MPI_Neighbor_allgather: no record"):
+        C.call("MPI_Neighbor_allgather")
+    with pytest.raises(C.UnknownCall, match="MPI_Iallreduce: not a blocking MPI collective"):
+        C.collective("MPI_Iallreduce")
+    assert C.classify("MPI_Neighbor_allgather") == (C.LOCAL, C.NO_CLASS, "MPI_Neighbor_allgather")   # still local
+
+
+@pytest.mark.parametrize("name,plural", [
+    ("MPI_Allreduce", "all-reduces"), ("MPI_Iallreduce", "nonblocking all-reduces"),
+    ("MPI_Reduce_scatter_block", "reduce-scatters"), ("MPI_Allgatherv", "all-gathers"), ("MPI_Recv", "receives"),
+    ("MPI_Issend", "sends"), ("MPI_Waitall", "MPI_Waitall calls"),
+])
+def test_plurals(name, plural):
+    assert C.call(name).plural == plural
+
+
+def test_a_posting_is_made_from_its_collective():
+    # by hand: MPI_Iallreduce's color is MPI_Allreduce's 41% of the way to white, (255, 144, 26) -> (255, 190, 120)
+    post, coll = C.call("MPI_Iallreduce"), C.call("MPI_Allreduce")
+    assert (post.op, post.base, post.cost, post.holds) == (C.COLL_POST, "MPI_Allreduce", coll.cost, coll.holds)
+    assert post.rgb == (255, 190, 120) and coll.rgb == (255, 144, 26)
 
 
 def test_sends_receives_and_collectives_are_disjoint():
