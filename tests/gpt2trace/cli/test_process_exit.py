@@ -22,7 +22,7 @@ import pytest
 
 from gpt2trace.format import schema as S
 from gpt2trace.format.reader import load
-from gpt2trace.format.writer import parts_dir
+from gpt2trace.format.writer import part_files, parts_dir
 from gpt2trace.run.mpiexec import find_mpiexec
 
 LONG_STEPS = ["--model", "small", "-B", "16", "-T", "128", "--threads", "1", "--steps", "100000"]
@@ -111,9 +111,15 @@ def test_a_first_signal_during_a_long_step_is_told_at_once_and_once(tmp_path, si
 
 @pytest.mark.mpi
 def test_ctrl_c_twice_to_two_ranks_ends_with_our_line_and_keeps_the_whole_steps(tmp_path):
+    # a part after every step, so that both ranks have written one before the job is killed (a kill loses the
+    # window not yet written, as a SIGKILL does: with the default second of window, a slow start can leave none)
     trace = tmp_path / "trace.parquet"
-    proc = _start(tmp_path, "--ranks", "2")
+    proc = _start(tmp_path, "--ranks", "2", "--flush-every", "0")
     _wait_for_steps(proc, tmp_path, 2)
+    deadline = time.monotonic() + STARTUP_S
+    while len({part.parent.name for part in part_files(parts_dir(trace))}) < 2:      # rank0/, rank1/
+        assert proc.poll() is None and time.monotonic() < deadline, "no part of each rank"
+        time.sleep(0.01)
     _ctrl_c(proc)
     time.sleep(0.1)
     _ctrl_c(proc)                                     # inside the same long step: stop now
