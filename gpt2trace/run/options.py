@@ -4,7 +4,7 @@ From this table come `gpt2trace run`'s parameters (gpt2trace/cli/run.py builds i
 settings `gpt2trace rerun --set` may change (gpt2trace.run.rerun), the option named in a message about a config
 field (`OPTIONS`), what the state file records of the layout that wrote it (`saved_by`), and the RunConfig the
 options describe (`run_config`). A new option is one row; a new config field behind it is one field more
-(trainer.config, or TraceConfig/RunConfig in gpt2trace.run.runner), read where it is used.
+(trainer.config, or TraceConfig/RunConfig in gpt2trace.run.config), read where it is used.
 
 What `--resume` must match is the state file's `trainer.state_file.Fingerprint` (a file format, in the trainer's
 layer): the rows say which options it holds (`Resume.match`), and tests/gpt2trace/run/test_options.py holds the
