@@ -111,11 +111,12 @@ def relaunch(ranks: int, argv: list[str], env_extra: dict[str, str], lock: Trace
 
     def forward(signum: int, frame) -> None:
         received.append(signum)
-        proxies = _children(proc.pid)
+        parents = _process_parents()            # one read of /proc for the whole job's tree
+        proxies = _children(proc.pid, parents)
         if len(received) > 1:
-            _kill_all([proc.pid, *proxies, *(p for proxy in proxies for p in _descendants(proxy))])
+            _kill_all([proc.pid, *proxies, *(p for proxy in proxies for p in _descendants(proxy, parents))])
             return
-        ranks = [p for proxy in proxies for p in _children(proxy)]
+        ranks = [p for proxy in proxies for p in _children(proxy, parents)]
         for pid in ranks or ():
             _send(pid, signum)
         if not ranks:
@@ -152,14 +153,12 @@ def _process_parents() -> dict[int, int]:
     return parents
 
 
-def _children(pid: int, parents: dict[int, int] | None = None) -> list[int]:
-    parents = _process_parents() if parents is None else parents
+def _children(pid: int, parents: dict[int, int]) -> list[int]:
     return sorted(p for p, parent in parents.items() if parent == pid)
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every process under `pid`, parents before their children."""
-    parents = _process_parents()
+def _descendants(pid: int, parents: dict[int, int]) -> list[int]:
+    """Every process under `pid` in the `parents` map, parents before their children."""
     out, todo = [], [pid]
     while todo:
         kids = _children(todo.pop(0), parents)
